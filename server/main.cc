@@ -1,0 +1,92 @@
+// castserve: the model-serving daemon's entry point. Parses flags, starts the
+// server, and waits for SIGTERM/SIGINT to drain and exit 0.
+
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/log.h"
+#include "server/server.h"
+#include "server/server_flags.h"
+#include "server/version.h"
+
+namespace castserve {
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitFailure = 1;
+
+// Blocks SIGTERM and SIGINT in this thread and every thread started after
+// it, so that only WaitForStopSignal sees them.
+sigset_t BlockStopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+int WaitForStopSignal(const sigset_t& signals) {
+  int signal_number = 0;
+  while (sigwait(&signals, &signal_number) != 0) {
+  }
+  return signal_number;
+}
+
+int Run(const ServerFlags& flags) {
+  SetLogLevel(flags.log_level);
+  RouteGrpcLogsToCastserveLog();
+  const sigset_t stop_signals = BlockStopSignals();
+  Log(LogLevel::kInfo, "castserve starting",
+      {{"version", kServerVersion},
+       {"libtorch", LibTorchVersion()},
+       {"model_repository", flags.model_repository}});
+
+  ServerOptions options;
+  options.model_repository = flags.model_repository;
+  options.bind_address = flags.bind_address;
+  options.grpc_port = flags.grpc_port;
+  options.metrics_port = flags.metrics_port;
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
+  if (!server.ok()) {
+    Log(LogLevel::kError, "castserve cannot start",
+        {{"error", server.status().message()}});
+    return kExitFailure;
+  }
+
+  const int signal_number = WaitForStopSignal(stop_signals);
+  Log(LogLevel::kInfo, "shutting down",
+      {{"signal", strsignal(signal_number)},
+       {"grace_seconds", flags.shutdown_grace_seconds}});
+  (*server)->Shutdown(absl::Seconds(flags.shutdown_grace_seconds));
+  Log(LogLevel::kInfo, "castserve stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace castserve
+
+int main(int argc, char** argv) {
+  using namespace castserve;
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  absl::StatusOr<ServerFlags> flags = ParseServerFlags(args);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "castserve: %s\n",
+                 std::string(flags.status().message()).c_str());
+    return kExitUsage;
+  }
+  if (flags->show_help) {
+    std::fputs(ServerUsage().c_str(), stdout);
+    return 0;
+  }
+  if (flags->show_version) {
+    std::printf("%s %s (LibTorch %s)\n", kServerName, kServerVersion,
+                LibTorchVersion().c_str());
+    return 0;
+  }
+  return Run(*flags);
+}

@@ -1,0 +1,132 @@
+#include "server/model_config_loader.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace castserve {
+namespace {
+
+using inference::ModelConfig;
+
+// Collects text-format parse errors as "source:line:column: message".
+class TextFormatErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit TextFormatErrors(absl::string_view source) : source_(source) {}
+
+  void AddError(int line, int column, const std::string& message) override {
+    // The parser counts from zero.
+    errors_.push_back(
+        absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", message));
+  }
+  void AddWarning(int line, int column, const std::string& message) override {}
+
+  std::string Joined() const { return absl::StrJoin(errors_, "; "); }
+
+ private:
+  std::string source_;
+  std::vector<std::string> errors_;
+};
+
+absl::Status Invalid(absl::string_view model, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("model '", model, "': ", what));
+}
+
+absl::Status ValidateCasting(const ModelConfig& config) {
+  if (!config.weights().has_casting()) return absl::OkStatus();
+  const inference::LayerwiseCasting& casting = config.weights().casting();
+  if (casting.storage_dtype() == inference::STORAGE_DTYPE_UNSPECIFIED) {
+    return Invalid(config.name(),
+                   "weights.casting.storage_dtype must be set when casting is "
+                   "configured");
+  }
+  const bool fp8 =
+      casting.storage_dtype() == inference::STORAGE_DTYPE_F8_E4M3FN ||
+      casting.storage_dtype() == inference::STORAGE_DTYPE_F8_E5M2;
+  if (!fp8 && casting.scaling() != inference::SCALING_NONE) {
+    return Invalid(
+        config.name(),
+        "weights.casting.scaling applies only to fp8 storage dtypes");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateModelConfig(const ModelConfig& config) {
+  if (config.max_batch_size() < 0) {
+    return Invalid(config.name(),
+                   absl::StrCat("max_batch_size must be >= 0, got ",
+                                config.max_batch_size()));
+  }
+  for (const auto& group : config.instance_group()) {
+    if (group.count() < 0) {
+      return Invalid(config.name(),
+                     absl::StrCat("instance_group.count must be >= 0, got ",
+                                  group.count()));
+    }
+  }
+  if (config.has_dynamic_batching() && config.max_batch_size() == 0) {
+    return Invalid(config.name(), "dynamic_batching needs max_batch_size > 0");
+  }
+  for (int size : config.dynamic_batching().preferred_batch_size()) {
+    if (size <= 0 || size > config.max_batch_size()) {
+      return Invalid(config.name(),
+                     absl::StrCat("dynamic_batching.preferred_batch_size ",
+                                  size, " is outside 1..max_batch_size (",
+                                  config.max_batch_size(), ")"));
+    }
+  }
+  return ValidateCasting(config);
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text,
+                                             absl::string_view model_name,
+                                             absl::string_view source_name) {
+  ModelConfig config;
+  TextFormatErrors errors(source_name);
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &config)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model_name, "': ", errors.Joined()));
+  }
+  if (config.name().empty()) {
+    config.set_name(std::string(model_name));
+  } else if (config.name() != model_name) {
+    return Invalid(model_name,
+                   absl::StrCat("config name '", config.name(),
+                                "' does not match the directory name"));
+  }
+  if (absl::Status status = ValidateModelConfig(config); !status.ok()) {
+    return status;
+  }
+  return config;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir,
+                                            absl::string_view model_name) {
+  const std::string path = absl::StrCat(model_dir, "/", kModelConfigFileName);
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    const int error = errno;
+    const std::string message =
+        absl::StrCat("model '", model_name, "': cannot read ", path, ": ",
+                     std::strerror(error));
+    if (error == ENOENT) return absl::NotFoundError(message);
+    if (error == EACCES) return absl::PermissionDeniedError(message);
+    return absl::InternalError(message);
+  }
+  std::stringstream contents;
+  contents << file.rdbuf();
+  return ParseModelConfig(contents.str(), model_name, path);
+}
+
+}  // namespace castserve

@@ -1,0 +1,45 @@
+#ifndef CASTSERVE_SERVER_MODEL_REPOSITORY_H_
+#define CASTSERVE_SERVER_MODEL_REPOSITORY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/model_config.pb.h"
+
+namespace castserve {
+
+// One model directory found in the repository, with its parsed configuration
+// or the precise reason it cannot be served.
+struct ModelEntry {
+  std::string name;
+  std::string directory;
+  absl::StatusOr<inference::ModelConfig> config;
+};
+
+// A Triton-style model repository on disk: `<path>/<model>/config.pbtxt`.
+// Immutable after Open; Scan re-reads the disk each time. Thread-compatible.
+class ModelRepository {
+ public:
+  // Fails with NotFound if `path` does not exist, FailedPrecondition if it is
+  // not a directory, PermissionDenied if it cannot be listed.
+  static absl::StatusOr<std::unique_ptr<ModelRepository>> Open(
+      const std::string& path);
+
+  // Every model directory, sorted by name. Hidden entries (".*") and plain
+  // files are ignored. A bad model yields an entry with an error status; only
+  // failing to list the repository itself fails the scan.
+  absl::StatusOr<std::vector<ModelEntry>> Scan() const;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit ModelRepository(std::string path) : path_(std::move(path)) {}
+
+  std::string path_;
+};
+
+}  // namespace castserve
+
+#endif  // CASTSERVE_SERVER_MODEL_REPOSITORY_H_

@@ -1,0 +1,107 @@
+#include "server/model_repository.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace castserve {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class ModelRepositoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    root_ = fs::path(tmp ? tmp : "/tmp") /
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+
+  void WriteFile(const fs::path& relative, const std::string& text) {
+    fs::create_directories((root_ / relative).parent_path());
+    std::ofstream(root_ / relative) << text;
+  }
+
+  fs::path root_;
+};
+
+TEST_F(ModelRepositoryTest, ScanFindsModelsSortedWithReasonsForBadOnes) {
+  WriteFile("zeta/config.pbtxt", "max_batch_size: 2");
+  WriteFile("alpha/config.pbtxt", "name: \"alpha\"");
+  WriteFile("broken/config.pbtxt", "max_batch_size: many");
+  fs::create_directories(root_ / "no_config");
+  WriteFile("README.md", "not a model");
+  fs::create_directories(root_ / ".hidden");
+
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
+      ModelRepository::Open(root_.string());
+  ASSERT_TRUE(repository.ok()) << repository.status();
+  absl::StatusOr<std::vector<ModelEntry>> models = (*repository)->Scan();
+  ASSERT_TRUE(models.ok()) << models.status();
+  ASSERT_EQ(models->size(), 4u);
+  EXPECT_EQ((*models)[0].name, "alpha");
+  EXPECT_TRUE((*models)[0].config.ok());
+  EXPECT_EQ((*models)[1].name, "broken");
+  EXPECT_THAT((*models)[1].config.status().message(),
+              HasSubstr("config.pbtxt:1:17"));
+  EXPECT_EQ((*models)[2].name, "no_config");
+  EXPECT_EQ((*models)[2].config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*models)[3].name, "zeta");
+  ASSERT_TRUE((*models)[3].config.ok());
+  EXPECT_EQ((*models)[3].config->name(), "zeta");
+  EXPECT_EQ((*models)[3].config->max_batch_size(), 2);
+}
+
+TEST_F(ModelRepositoryTest, EmptyRepositoryIsValid) {
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
+      ModelRepository::Open(root_.string());
+  ASSERT_TRUE(repository.ok());
+  EXPECT_TRUE((*repository)->Scan()->empty());
+}
+
+TEST_F(ModelRepositoryTest, MissingPathIsNotFound) {
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
+      ModelRepository::Open((root_ / "absent").string());
+  ASSERT_FALSE(repository.ok());
+  EXPECT_EQ(repository.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(repository.status().message(), HasSubstr("does not exist"));
+}
+
+TEST_F(ModelRepositoryTest, PlainFileIsNotARepository) {
+  WriteFile("file", "x");
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
+      ModelRepository::Open((root_ / "file").string());
+  ASSERT_FALSE(repository.ok());
+  EXPECT_EQ(repository.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ModelRepositoryTest, UnreadableRepositoryIsPermissionDenied) {
+  if (geteuid() == 0) {
+    // root reads everything; access() cannot fail. Check the error path with
+    // a path component that is not a directory instead.
+    WriteFile("file", "x");
+    absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
+        ModelRepository::Open((root_ / "file" / "sub").string());
+    ASSERT_FALSE(repository.ok());
+    EXPECT_NE(repository.status().code(), absl::StatusCode::kOk);
+    return;
+  }
+  fs::create_directories(root_ / "locked");
+  chmod((root_ / "locked").c_str(), 0);
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
+      ModelRepository::Open((root_ / "locked").string());
+  ASSERT_FALSE(repository.ok());
+  EXPECT_EQ(repository.status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace castserve

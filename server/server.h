@@ -1,0 +1,68 @@
+#ifndef CASTSERVE_SERVER_SERVER_H_
+#define CASTSERVE_SERVER_SERVER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace castserve {
+
+class InferenceService;
+class MetricsExporter;
+class ModelRepository;
+
+struct ServerOptions {
+  std::string model_repository;
+  std::string bind_address = "0.0.0.0";
+  // 0 picks a free port; see grpc_port() / metrics_port().
+  int grpc_port = 8001;
+  int metrics_port = 8002;
+};
+
+// The running daemon: the gRPC server (KServe v2 service and
+// grpc.health.v1), the metrics exporter and the model repository.
+// Create starts everything; Shutdown (or the destructor) stops it.
+// Thread-safe.
+class Server {
+ public:
+  // Opens the repository and logs what it holds, then binds both ports.
+  // Errors: the repository's (NotFound, FailedPrecondition, PermissionDenied)
+  // or FailedPrecondition naming an address that cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Server>> Create(
+      const ServerOptions& options);
+
+  ~Server();
+
+  // Marks the server not ready (health NOT_SERVING), stops accepting calls,
+  // lets in-flight calls finish for up to `grace`, then cancels the rest.
+  // Idempotent.
+  void Shutdown(absl::Duration grace);
+
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const;
+
+ private:
+  Server();
+
+  absl::Status ScanRepository();
+  absl::Status StartGrpc(const ServerOptions& options);
+
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> shut_down_{false};
+  std::unique_ptr<ModelRepository> repository_;
+  std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<MetricsExporter> metrics_;
+  int grpc_port_ = 0;
+};
+
+}  // namespace castserve
+
+#endif  // CASTSERVE_SERVER_SERVER_H_

@@ -1,0 +1,149 @@
+#include "server/server_flags.h"
+
+#include <functional>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace castserve {
+namespace {
+
+absl::Status ParsePort(absl::string_view flag, const std::string& value,
+                       int* port) {
+  if (!absl::SimpleAtoi(value, port) || *port < 0 || *port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, ": '", value, "' is not a port number (0-65535)"));
+  }
+  return absl::OkStatus();
+}
+
+using ValueSetter =
+    std::function<absl::Status(const std::string& value, ServerFlags& flags)>;
+
+// Flags that take a value, by name.
+const std::map<std::string, ValueSetter, std::less<>>& ValueFlags() {
+  static const auto* flags =
+      new std::map<std::string, ValueSetter, std::less<>>{
+          {"model-repository",
+           [](const std::string& v, ServerFlags& f) {
+             if (v.empty()) {
+               return absl::InvalidArgumentError(
+                   "--model-repository: empty path");
+             }
+             f.model_repository = v;
+             return absl::OkStatus();
+           }},
+          {"grpc-port",
+           [](const std::string& v, ServerFlags& f) {
+             return ParsePort("grpc-port", v, &f.grpc_port);
+           }},
+          {"metrics-port",
+           [](const std::string& v, ServerFlags& f) {
+             return ParsePort("metrics-port", v, &f.metrics_port);
+           }},
+          {"bind-address",
+           [](const std::string& v, ServerFlags& f) {
+             if (v.empty()) {
+               return absl::InvalidArgumentError(
+                   "--bind-address: empty address");
+             }
+             f.bind_address = v;
+             return absl::OkStatus();
+           }},
+          {"log-level",
+           [](const std::string& v, ServerFlags& f) {
+             absl::StatusOr<LogLevel> level = ParseLogLevel(v);
+             if (!level.ok()) {
+               return absl::InvalidArgumentError(
+                   absl::StrCat("--log-level: ", level.status().message()));
+             }
+             f.log_level = *level;
+             return absl::OkStatus();
+           }},
+          {"shutdown-grace-seconds",
+           [](const std::string& v, ServerFlags& f) {
+             double seconds = 0;
+             if (!absl::SimpleAtod(v, &seconds) || !(seconds >= 0) ||
+                 seconds > 3600) {
+               return absl::InvalidArgumentError(absl::StrCat(
+                   "--shutdown-grace-seconds: '", v,
+                   "' is not a number of seconds between 0 and 3600"));
+             }
+             f.shutdown_grace_seconds = seconds;
+             return absl::OkStatus();
+           }},
+      };
+  return *flags;
+}
+
+}  // namespace
+
+absl::StatusOr<ServerFlags> ParseServerFlags(
+    const std::vector<std::string>& args) {
+  ServerFlags flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      flags.show_help = true;
+      continue;
+    }
+    if (arg == "--version") {
+      flags.show_version = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "' (see --help)"));
+    }
+    const size_t eq = arg.find('=');
+    const std::string name =
+        arg.substr(2, eq == std::string::npos ? eq : eq - 2);
+    auto it = ValueFlags().find(name);
+    if (it == ValueFlags().end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag '--", name, "' (see --help)"));
+    }
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": missing value"));
+    }
+    if (absl::Status status = it->second(value, flags); !status.ok()) {
+      return status;
+    }
+  }
+  if (!flags.show_help && !flags.show_version &&
+      flags.model_repository.empty()) {
+    return absl::InvalidArgumentError(
+        "--model-repository is required (see --help)");
+  }
+  return flags;
+}
+
+std::string ServerUsage() {
+  return R"(Usage: castserve --model-repository=PATH [flags]
+
+Serves PyTorch models over the KServe v2 / Open Inference Protocol (gRPC).
+
+Flags:
+  --model-repository=PATH       model repository: one folder per model, each
+                                with a config.pbtxt (required)
+  --grpc-port=PORT              gRPC port (default 8001; 0 picks a free one)
+  --metrics-port=PORT           Prometheus /metrics port (default 8002; 0 picks
+                                a free one)
+  --bind-address=ADDR           address both listeners bind to (default 0.0.0.0)
+  --log-level=LEVEL             debug, info, warning or error (default info)
+  --shutdown-grace-seconds=S    on SIGTERM/SIGINT, how long in-flight calls may
+                                finish before they are cancelled (default 10)
+  --version                     print the version and exit
+  --help                        print this help and exit
+)";
+}
+
+}  // namespace castserve

@@ -1,0 +1,39 @@
+#ifndef CASTSERVE_SERVER_SERVER_FLAGS_H_
+#define CASTSERVE_SERVER_SERVER_FLAGS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/log.h"
+
+namespace castserve {
+
+// The daemon's command line, parsed.
+struct ServerFlags {
+  std::string model_repository;
+  // 0 asks the kernel for a free port; the chosen one is logged.
+  int grpc_port = 8001;
+  int metrics_port = 8002;
+  // Address the listeners bind to.
+  std::string bind_address = "0.0.0.0";
+  LogLevel log_level = LogLevel::kInfo;
+  // How long SIGTERM/SIGINT waits for in-flight calls before cancelling them.
+  double shutdown_grace_seconds = 10.0;
+  bool show_help = false;
+  bool show_version = false;
+};
+
+// Parses argv[1..]. Accepts `--flag=value` and `--flag value`. Returns
+// InvalidArgument with a one-line message naming the flag for unknown flags,
+// missing or malformed values, and a missing --model-repository (unless
+// --help or --version was given).
+absl::StatusOr<ServerFlags> ParseServerFlags(
+    const std::vector<std::string>& args);
+
+// The text printed by --help.
+std::string ServerUsage();
+
+}  // namespace castserve
+
+#endif  // CASTSERVE_SERVER_SERVER_FLAGS_H_

@@ -1,0 +1,78 @@
+#include "server/server_flags.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace castserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<ServerFlags> Parse(std::vector<std::string> args) {
+  return ParseServerFlags(args);
+}
+
+TEST(ServerFlagsTest, DefaultsApplyWithOnlyTheRepository) {
+  absl::StatusOr<ServerFlags> flags = Parse({"--model-repository=/models"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->model_repository, "/models");
+  EXPECT_EQ(flags->grpc_port, 8001);
+  EXPECT_EQ(flags->metrics_port, 8002);
+  EXPECT_EQ(flags->log_level, LogLevel::kInfo);
+  EXPECT_FALSE(flags->show_help);
+}
+
+TEST(ServerFlagsTest, AcceptsEqualsAndSeparateValues) {
+  absl::StatusOr<ServerFlags> flags =
+      Parse({"--model-repository", "/m", "--grpc-port=9001", "--metrics-port",
+             "0", "--log-level=debug", "--shutdown-grace-seconds=2.5"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->model_repository, "/m");
+  EXPECT_EQ(flags->grpc_port, 9001);
+  EXPECT_EQ(flags->metrics_port, 0);
+  EXPECT_EQ(flags->log_level, LogLevel::kDebug);
+  EXPECT_DOUBLE_EQ(flags->shutdown_grace_seconds, 2.5);
+}
+
+TEST(ServerFlagsTest, HelpAndVersionNeedNoRepository) {
+  EXPECT_TRUE(Parse({"--help"})->show_help);
+  EXPECT_TRUE(Parse({"--version"})->show_version);
+}
+
+TEST(ServerFlagsTest, RejectsBadInputWithTheFlagNamed) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{}, "--model-repository is required"},
+      {{"--model-repository=/m", "--frobnicate=1"},
+       "unknown flag '--frobnicate'"},
+      {{"--model-repository=/m", "--grpc-port=http"}, "--grpc-port: 'http'"},
+      {{"--model-repository=/m", "--grpc-port=70000"}, "--grpc-port: '70000'"},
+      {{"--model-repository=/m", "--metrics-port=-1"}, "--metrics-port: '-1'"},
+      {{"--model-repository=/m", "--log-level=loud"}, "--log-level: unknown"},
+      {{"--model-repository=/m", "--grpc-port"}, "--grpc-port: missing value"},
+      {{"--model-repository="}, "--model-repository: empty path"},
+      {{"--model-repository=/m", "stray"}, "unexpected argument 'stray'"},
+      {{"--model-repository=/m", "--shutdown-grace-seconds=nan"},
+       "--shutdown-grace-seconds"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ServerFlags> flags = Parse(c.args);
+    ASSERT_FALSE(flags.ok()) << c.message;
+    EXPECT_EQ(flags.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(flags.status().message(), HasSubstr(c.message));
+  }
+}
+
+TEST(ServerFlagsTest, UsageListsEveryFlag) {
+  for (const char* flag :
+       {"--model-repository", "--grpc-port", "--metrics-port", "--log-level",
+        "--version", "--help", "--shutdown-grace-seconds", "--bind-address"}) {
+    EXPECT_THAT(ServerUsage(), HasSubstr(flag));
+  }
+}
+
+}  // namespace
+}  // namespace castserve

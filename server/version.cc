@@ -1,0 +1,9 @@
+#include "server/version.h"
+
+#include <torch/version.h>
+
+namespace castserve {
+
+std::string LibTorchVersion() { return TORCH_VERSION; }
+
+}  // namespace castserve
