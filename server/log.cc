@@ -67,7 +67,8 @@ LogLevel FromGprSeverity(gpr_log_severity severity) {
     case GPR_LOG_SEVERITY_DEBUG:
       return LogLevel::kDebug;
     case GPR_LOG_SEVERITY_INFO:
-      return LogLevel::kInfo;
+      // gRPC's info lines describe its internals (poller, TCP options).
+      return LogLevel::kDebug;
     case GPR_LOG_SEVERITY_ERROR:
       return LogLevel::kError;
   }

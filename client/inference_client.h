@@ -1,0 +1,39 @@
+#ifndef CASTSERVE_CLIENT_INFERENCE_CLIENT_H_
+#define CASTSERVE_CLIENT_INFERENCE_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/health.grpc.pb.h"
+#include "proto/inference.grpc.pb.h"
+
+namespace castserve {
+
+// A thin synchronous client for castserve's gRPC API (any KServe v2 server,
+// in fact). Every call has a deadline of `timeout` from its start; transport
+// and server errors come back as absl::Status with the gRPC code and message.
+// Thread-safe.
+class InferenceClient {
+ public:
+  InferenceClient(const std::string& url, absl::Duration timeout);
+
+  absl::StatusOr<bool> ServerLive();
+  absl::StatusOr<bool> ServerReady();
+  absl::StatusOr<inference::ServerMetadataResponse> ServerMetadata();
+  // grpc.health.v1 Check for `service` ("" = the whole server).
+  absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(
+      const std::string& service);
+
+ private:
+  std::unique_ptr<grpc::ClientContext> NewContext() const;
+
+  const absl::Duration timeout_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> inference_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+}  // namespace castserve
+
+#endif  // CASTSERVE_CLIENT_INFERENCE_CLIENT_H_
