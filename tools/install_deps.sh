@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what castserve needs from Debian 12's packages (run as root).
+# Quick when everything is present already: it only calls apt-get for
+# packages that are missing.
+set -euo pipefail
+
+packages=(
+  # Build: Bazel and the C++ libraries the daemon links.
+  bazel-bootstrap g++ libgrpc++-dev protobuf-compiler protobuf-compiler-grpc
+  libprotobuf-dev libabsl-dev prometheus-cpp-dev libtorch-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # Without it LibTorch's CPU matmul falls back to the reference BLAS (~80x slower).
+  libopenblas0-pthread
+  # Tests: Debian's Python with gRPC, promtool, clang-format.
+  python3 python3-grpcio python3-protobuf prometheus clang-format
+  curl ca-certificates
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]} > 0)); then
+  echo "install_deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

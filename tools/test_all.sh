@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, checks formatting,
+# builds everything (and the CUDA kernels when nvcc is present), then runs
+# every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./tools/install_deps.sh
+./tools/check_format.sh
+
+bazel build //...
+
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  # Compile-and-link check only: no GPU runs the kernels here.
+  bazel build --config=cuda $(bazel query 'attr(tags, "cuda", //...)' 2>/dev/null)
+elif [[ "${CI:-}" == "true" ]]; then
+  echo "test_all: CI needs /usr/local/cuda/bin/nvcc for the CUDA compile check" >&2
+  exit 1
+else
+  echo "test_all: SKIPPED the CUDA compile check (no /usr/local/cuda/bin/nvcc)"
+fi
+
+bazel test //...
