@@ -1,0 +1,114 @@
+// Storage formats: how a weight's elements are laid out between forwards.
+//
+// A format is plain data: an element type plus a scaling mode. Plain formats
+// (F32, F16, BF16, F8_E4M3FN, F8_E5M2 with Scaling::kNone) are element-wise
+// casts. Scaled formats are fp8 elements plus f32 absmax scales, one for the
+// whole tensor or one per output row (dim 0), stored after the data so that
+// small weights are not flushed to zero. Value semantics; thread-compatible.
+//
+// Text syntax (ToString / Parse): the element name, optionally followed by
+// ":per_tensor" or ":per_row", e.g. "BF16", "F8_E4M3FN:per_row".
+#ifndef CASTSERVE_CASTING_STORAGE_FORMAT_H_
+#define CASTSERVE_CASTING_STORAGE_FORMAT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace castserve::casting {
+
+// Element encodings. The numeric values index kernel tables; do not reorder.
+enum class ElementType : uint8_t {
+  kF32 = 0,
+  kF16 = 1,
+  kBF16 = 2,
+  kF8E4M3FN = 3,  // 1-4-3, bias 7, no inf, NaN = S.1111.111, max 448.
+  kF8E5M2 = 4,    // 1-5-2, bias 15, IEEE-like with inf, max 57344.
+};
+inline constexpr int kNumElementTypes = 5;
+
+enum class Scaling : uint8_t {
+  kNone = 0,       // Plain cast.
+  kPerTensor = 1,  // One f32 scale for the tensor.
+  kPerRow = 2,     // One f32 scale per index of dim 0.
+};
+
+constexpr int64_t ElementSizeBytes(ElementType type) {
+  switch (type) {
+    case ElementType::kF32:
+      return 4;
+    case ElementType::kF16:
+    case ElementType::kBF16:
+      return 2;
+    case ElementType::kF8E4M3FN:
+    case ElementType::kF8E5M2:
+      return 1;
+  }
+  return 0;
+}
+
+constexpr bool IsFp8(ElementType type) {
+  return type == ElementType::kF8E4M3FN || type == ElementType::kF8E5M2;
+}
+
+// Types a layer can compute in (and that the codec can encode from).
+constexpr bool IsComputeType(ElementType type) {
+  return type == ElementType::kF32 || type == ElementType::kF16 ||
+         type == ElementType::kBF16;
+}
+
+// Largest finite value of an fp8 type (448 or 57344); 0 for other types.
+float Fp8MaxFinite(ElementType type);
+
+// Canonical names: "F32", "F16", "BF16", "F8_E4M3FN", "F8_E5M2".
+absl::string_view ElementTypeName(ElementType type);
+// Accepts the canonical names case-insensitively plus the usual aliases
+// (float32, fp32, float16, fp16, half, bfloat16, float8_e4m3fn, F8_E4M3 as
+// safetensors spells it, float8_e5m2, ...).
+absl::StatusOr<ElementType> ParseElementType(absl::string_view name);
+
+absl::string_view ScalingName(Scaling scaling);  // "none", "per_tensor", ...
+
+struct StorageFormat {
+  ElementType element = ElementType::kF32;
+  Scaling scaling = Scaling::kNone;
+
+  static StorageFormat Plain(ElementType element) {
+    return {element, Scaling::kNone};
+  }
+
+  bool is_scaled() const { return scaling != Scaling::kNone; }
+  int64_t element_size_bytes() const { return ElementSizeBytes(element); }
+
+  // Scaling is only defined for fp8 elements.
+  absl::Status Validate() const;
+
+  std::string ToString() const;
+  // Inverse of ToString; errors name the offending part and the valid values.
+  static absl::StatusOr<StorageFormat> Parse(absl::string_view text);
+
+  // Sizes for a tensor of `shape` (row = index of dim 0; a rank-0 tensor is
+  // one row). Errors for negative dimensions, overflow or invalid formats.
+  absl::StatusOr<int64_t> NumScales(absl::Span<const int64_t> shape) const;
+  absl::StatusOr<int64_t> DataBytes(absl::Span<const int64_t> shape) const;
+  absl::StatusOr<int64_t> ScaleBytes(absl::Span<const int64_t> shape) const;
+  // Data plus scales, i.e. what a resident copy occupies.
+  absl::StatusOr<int64_t> TotalBytes(absl::Span<const int64_t> shape) const;
+};
+
+inline bool operator==(const StorageFormat& a, const StorageFormat& b) {
+  return a.element == b.element && a.scaling == b.scaling;
+}
+inline bool operator!=(const StorageFormat& a, const StorageFormat& b) {
+  return !(a == b);
+}
+
+// Number of elements of `shape`, with errors for negative dims and overflow.
+absl::StatusOr<int64_t> NumElements(absl::Span<const int64_t> shape);
+
+}  // namespace castserve::casting
+
+#endif  // CASTSERVE_CASTING_STORAGE_FORMAT_H_
