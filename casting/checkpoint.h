@@ -1,0 +1,128 @@
+#ifndef CASTSERVE_CASTING_CHECKPOINT_H_
+#define CASTSERVE_CASTING_CHECKPOINT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "casting/mapped_file.h"
+
+namespace castserve::casting {
+
+// Element types a checkpoint can hold, named as in the safetensors format.
+// F8_E4M3 is the "fn" variant (no infinities), as in PyTorch and ml_dtypes.
+// F4, F6_E2M3 and F6_E3M2 are packed sub-byte types: a tensor's bytes are
+// numel * bits / 8, which must be whole.
+enum class DType {
+  kBool,
+  kU8,
+  kI8,
+  kU16,
+  kI16,
+  kU32,
+  kI32,
+  kU64,
+  kI64,
+  kF16,
+  kBF16,
+  kF32,
+  kF64,
+  kC64,
+  kF8E4M3,
+  kF8E5M2,
+  kF8E8M0,
+  kF6E2M3,
+  kF6E3M2,
+  kF4,
+};
+
+// "F32", "BF16", ... as written in safetensors headers.
+absl::string_view DTypeName(DType dtype);
+// The inverse of DTypeName; InvalidArgument naming the string if unknown.
+absl::StatusOr<DType> DTypeFromName(absl::string_view name);
+int DTypeBits(DType dtype);
+
+// One tensor of a checkpoint: where its bytes are, never the bytes.
+struct TensorEntry {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;  // Row-major, contiguous.
+  int file_index = 0;          // Index into Checkpoint::file().
+  uint64_t offset_bytes = 0;   // Absolute offset of the data in that file.
+  uint64_t size_bytes = 0;
+
+  int64_t numel() const;
+};
+
+struct CheckpointOptions {
+  // PyTorch checkpoints share storage between views and tied weights, so
+  // their entries may overlap; safetensors forbids it.
+  bool allow_overlapping_tensors = false;
+};
+
+// An opened checkpoint: the mapped files and a validated tensor list. Made by
+// the format readers (safetensors_reader.h, torch_zip_reader.h); opening
+// reads headers only, no data page is touched.
+//
+// Validation done by Create (so every reader gets it): each entry's byte
+// size equals numel * dtype bits / 8, lies inside its file, no two entries
+// overlap (unless options allow it), names are unique.
+//
+// Alignment: a tensor's offset need not be a multiple of its element size
+// (the safetensors format does not promise it). Consumers must read the bytes
+// as bytes (memcpy or decode from unaligned loads), never by casting the
+// pointer to `const float*` and the like.
+//
+// Thread safety: immutable after Create; all methods are safe to call
+// concurrently. Spans stay valid as long as the Checkpoint lives.
+class Checkpoint {
+ public:
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Create(
+      std::vector<std::unique_ptr<MappedFile>> files,
+      std::vector<TensorEntry> tensors,
+      std::map<std::string, std::string> metadata,
+      CheckpointOptions options = {});
+
+  // In file order, then offset order within each file.
+  const std::vector<TensorEntry>& tensors() const { return tensors_; }
+  // nullptr if there is no tensor of that name.
+  const TensorEntry* Find(absl::string_view name) const;
+
+  int file_count() const { return static_cast<int>(files_.size()); }
+  const MappedFile& file(int index) const { return *files_[index]; }
+
+  // Free-form string metadata (safetensors `__metadata__`, index `metadata`).
+  const std::map<std::string, std::string>& metadata() const {
+    return metadata_;
+  }
+
+  // The entry's bytes inside the mapping, zero-copy. Reading them faults
+  // pages in; if the file was truncated since Open, the read raises SIGBUS:
+  // use CopyTo unless you guard that yourself.
+  absl::Span<const uint8_t> Bytes(const TensorEntry& entry) const;
+
+  // Copies the entry's bytes to `dst` (which must hold entry.size_bytes),
+  // returning DATA_LOSS instead of crashing if the file shrank under it.
+  absl::Status CopyTo(const TensorEntry& entry, absl::Span<uint8_t> dst) const;
+
+ private:
+  Checkpoint() = default;
+  // Fills index_by_name_ and checks the invariants listed above.
+  absl::Status IndexAndValidate(const CheckpointOptions& options);
+
+  std::vector<std::unique_ptr<MappedFile>> files_;
+  std::vector<TensorEntry> tensors_;
+  std::unordered_map<std::string, size_t> index_by_name_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace castserve::casting
+
+#endif  // CASTSERVE_CASTING_CHECKPOINT_H_

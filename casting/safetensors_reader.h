@@ -1,0 +1,62 @@
+#ifndef CASTSERVE_CASTING_SAFETENSORS_READER_H_
+#define CASTSERVE_CASTING_SAFETENSORS_READER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "casting/checkpoint.h"
+
+namespace castserve::casting {
+
+// Readers for the safetensors format: an 8-byte little-endian header length
+// N, N bytes of JSON ({"name": {"dtype", "shape", "data_offsets": [begin,
+// end]}, "__metadata__": {string: string}}), then the data, offsets relative
+// to byte 8 + N.
+//
+// Opening reads the header with pread (never through the mapping) and maps
+// the file; no data page is touched. All failures are absl::Status errors
+// whose message names the file and, where there is one, the tensor; malformed
+// input never crashes. The JSON parser is strict (RFC 8259, nesting depth at
+// most 64, no duplicate keys). Tensors may come in any order and leave gaps
+// between them; they must not overlap.
+
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100 * 1000 * 1000;
+
+// A parsed header; offsets are relative to the start of the data region.
+struct SafetensorsHeader {
+  struct Tensor {
+    std::string name;
+    DType dtype = DType::kF32;
+    std::vector<int64_t> shape;
+    uint64_t begin = 0;
+    uint64_t end = 0;
+  };
+  std::vector<Tensor> tensors;  // In header order.
+  std::map<std::string, std::string> metadata;
+};
+
+// Parses the JSON header text. `file_label` prefixes error messages.
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(
+    absl::string_view json, absl::string_view file_label);
+
+// Opens one `.safetensors` file.
+absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensors(
+    const std::string& path);
+
+// Opens a sharded set from its `model.safetensors.index.json`: every shard
+// named in `weight_map` (plain file names in the index's folder) is opened;
+// each listed tensor must be in its listed shard, each tensor of a shard must
+// be listed for that shard, and no tensor may appear twice. Index `metadata`
+// values are exposed as strings (numbers keep their JSON text), merged with
+// the first shard's `__metadata__`.
+absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensorsIndex(
+    const std::string& index_path);
+
+}  // namespace castserve::casting
+
+#endif  // CASTSERVE_CASTING_SAFETENSORS_READER_H_
