@@ -11,8 +11,10 @@ cd "$(dirname "$0")/.."
 bazel build //...
 
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  # Compile-and-link check only: no GPU runs the kernels here.
-  bazel build --config=cuda $(bazel query 'attr(tags, "cuda", //...)' 2>/dev/null)
+  # The kernels compile and link; their per-element conversions also run on
+  # the host against the reference. No GPU runs the kernels here.
+  bazel build --config=cuda //casting:codec_cuda //casting:codec_cuda_check
+  bazel test --config=cuda //casting:codec_cuda_test
 elif [[ "${CI:-}" == "true" ]]; then
   echo "test_all: CI needs /usr/local/cuda/bin/nvcc for the CUDA compile check" >&2
   exit 1

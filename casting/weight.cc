@@ -1,0 +1,326 @@
+#include "casting/weight.h"
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+
+namespace castserve::casting {
+namespace {
+
+// The codec's view of a checkpoint dtype, for the floating types it reads.
+std::optional<ElementType> CodecElementType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return ElementType::kF32;
+    case DType::kF16:
+      return ElementType::kF16;
+    case DType::kBF16:
+      return ElementType::kBF16;
+    case DType::kF8E4M3:
+      return ElementType::kF8E4M3FN;
+    case DType::kF8E5M2:
+      return ElementType::kF8E5M2;
+    default:
+      return std::nullopt;
+  }
+}
+
+// LibTorch's type for integer and bool tensors, which pass through uncast.
+std::optional<at::ScalarType> PassthroughScalarType(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+      return at::kBool;
+    case DType::kU8:
+      return at::kByte;
+    case DType::kI8:
+      return at::kChar;
+    case DType::kI16:
+      return at::kShort;
+    case DType::kI32:
+      return at::kInt;
+    case DType::kI64:
+      return at::kLong;
+    default:
+      return std::nullopt;
+  }
+}
+
+// LibTorch's type holding elements of `type`: fp8 has none in LibTorch 1.13,
+// so its elements live in uint8.
+at::ScalarType TorchType(ElementType type) {
+  switch (type) {
+    case ElementType::kF32:
+      return at::kFloat;
+    case ElementType::kF16:
+      return at::kHalf;
+    case ElementType::kBF16:
+      return at::kBFloat16;
+    case ElementType::kF8E4M3FN:
+    case ElementType::kF8E5M2:
+      return at::kByte;
+  }
+  return at::kByte;
+}
+
+absl::Span<uint8_t> BytesOf(at::Tensor& tensor) {
+  return {static_cast<uint8_t*>(tensor.data_ptr()),
+          static_cast<size_t>(tensor.nbytes())};
+}
+
+}  // namespace
+
+ComputeHandle::ComputeHandle(ComputeHandle&& other) noexcept
+    : weight_(other.weight_), tensor_(std::move(other.tensor_)) {
+  other.weight_ = nullptr;
+}
+
+ComputeHandle& ComputeHandle::operator=(ComputeHandle&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    weight_ = other.weight_;
+    tensor_ = std::move(other.tensor_);
+    other.weight_ = nullptr;
+  }
+  return *this;
+}
+
+ComputeHandle::~ComputeHandle() { Reset(); }
+
+void ComputeHandle::Reset() {
+  tensor_.reset();
+  if (weight_ != nullptr) {
+    weight_->Release();
+    weight_ = nullptr;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Weight>> Weight::Create(
+    std::shared_ptr<const Checkpoint> checkpoint, absl::string_view entry_name,
+    WeightOptions options) {
+  const TensorEntry* entry = checkpoint->Find(entry_name);
+  if (entry == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight '", entry_name, "' is not in the checkpoint"));
+  }
+  if (!IsComputeType(options.compute_dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight '", entry_name, "': compute dtype ",
+        ElementTypeName(options.compute_dtype), " is not F32, F16 or BF16"));
+  }
+  if (absl::Status status = options.storage.Validate(); !status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight '", entry_name, "': ", status.message()));
+  }
+  const bool passthrough = PassthroughScalarType(entry->dtype).has_value();
+  if (!passthrough && !CodecElementType(entry->dtype).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight '", entry_name, "' has dtype ", DTypeName(entry->dtype),
+        ", which castserve cannot compute with (floating "
+        "weights must be F32, F16, BF16, F8_E4M3 or F8_E5M2)"));
+  }
+  return std::unique_ptr<Weight>(
+      new Weight(std::move(checkpoint), *entry, options, passthrough));
+}
+
+Weight::Weight(std::shared_ptr<const Checkpoint> checkpoint, TensorEntry entry,
+               WeightOptions options, bool passthrough)
+    : checkpoint_(std::move(checkpoint)),
+      entry_(std::move(entry)),
+      options_(options),
+      passthrough_(passthrough) {}
+
+bool Weight::StorageIsCompute() const {
+  return passthrough_ || (!options_.storage.is_scaled() &&
+                          options_.storage.element == options_.compute_dtype);
+}
+
+int64_t Weight::num_rows() const {
+  return entry_.shape.empty() ? 1 : entry_.shape[0];
+}
+
+absl::StatusOr<at::Tensor> Weight::ReadSource(at::ScalarType dtype) const {
+  at::Tensor bytes = at::empty(
+      {static_cast<int64_t>(entry_.size_bytes) / at::elementSize(dtype)},
+      at::TensorOptions().dtype(dtype));
+  if (absl::Status status = checkpoint_->CopyTo(entry_, BytesOf(bytes));
+      !status.ok()) {
+    return status;
+  }
+  return bytes;
+}
+
+absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
+  if (passthrough_) {
+    absl::StatusOr<at::Tensor> source =
+        ReadSource(*PassthroughScalarType(entry_.dtype));
+    if (!source.ok()) return source.status();
+    return source->view(entry_.shape);
+  }
+  const ElementType source_type = *CodecElementType(entry_.dtype);
+  absl::StatusOr<at::Tensor> source = ReadSource(TorchType(source_type));
+  if (!source.ok()) return source.status();
+  if (source_type == options_.compute_dtype) return source->view(entry_.shape);
+  at::Tensor compute =
+      at::empty(entry_.shape,
+                at::TensorOptions().dtype(TorchType(options_.compute_dtype)));
+  absl::Status status =
+      Decode(StorageFormat::Plain(source_type), source->data_ptr(), nullptr,
+             entry_.numel(), num_rows(), options_.compute_dtype,
+             compute.data_ptr(), options_.codec);
+  if (!status.ok()) return status;
+  return compute;
+}
+
+absl::StatusOr<at::Tensor> Weight::DecodeFromStorage() const {
+  at::Tensor compute =
+      at::empty(entry_.shape,
+                at::TensorOptions().dtype(TorchType(options_.compute_dtype)));
+  absl::Status status = Decode(
+      options_.storage, storage_.data_ptr(),
+      scales_.defined() ? scales_.data_ptr<float>() : nullptr, entry_.numel(),
+      num_rows(), options_.compute_dtype, compute.data_ptr(), options_.codec);
+  if (!status.ok()) return status;
+  return compute;
+}
+
+absl::Status Weight::MaterializeLocked() {
+  if (options_.residency == Residency::kMapped || storage_.defined()) {
+    return absl::OkStatus();
+  }
+  if (StorageIsCompute()) {
+    absl::StatusOr<at::Tensor> compute = DecodeFromSource();
+    if (!compute.ok()) return compute.status();
+    storage_ = *std::move(compute);
+    ++compute_builds_;
+    return absl::OkStatus();
+  }
+  ElementType source_type = *CodecElementType(entry_.dtype);
+  absl::StatusOr<at::Tensor> source = ReadSource(TorchType(source_type));
+  if (!source.ok()) return source.status();
+  if (options_.storage == StorageFormat::Plain(source_type)) {
+    storage_ = *std::move(source);  // Already in the storage format.
+    return absl::OkStatus();
+  }
+  if (!IsComputeType(source_type)) {
+    // fp8 on disk, another format wanted: go through f32.
+    at::Tensor widened = at::empty({entry_.numel()}, at::kFloat);
+    absl::Status status =
+        Decode(StorageFormat::Plain(source_type), source->data_ptr(), nullptr,
+               entry_.numel(), num_rows(), ElementType::kF32,
+               widened.data_ptr(), options_.codec);
+    if (!status.ok()) return status;
+    source = std::move(widened);
+    source_type = ElementType::kF32;
+  }
+  absl::StatusOr<int64_t> data_bytes = options_.storage.DataBytes(entry_.shape);
+  absl::StatusOr<int64_t> num_scales = options_.storage.NumScales(entry_.shape);
+  if (!data_bytes.ok()) return data_bytes.status();
+  if (!num_scales.ok()) return num_scales.status();
+  at::Tensor storage = at::empty({*data_bytes}, at::kByte);
+  at::Tensor scales;
+  if (options_.storage.is_scaled())
+    scales = at::empty({*num_scales}, at::kFloat);
+  absl::Status status = Encode(
+      source_type, source->data_ptr(), entry_.numel(), num_rows(),
+      options_.storage, storage.data_ptr(),
+      scales.defined() ? scales.data_ptr<float>() : nullptr, options_.codec);
+  if (!status.ok()) return status;
+  storage_ = std::move(storage);
+  scales_ = std::move(scales);
+  return absl::OkStatus();
+}
+
+absl::Status Weight::EnsureComputeLocked() {
+  if (compute_.defined()) return absl::OkStatus();
+  absl::StatusOr<at::Tensor> compute;
+  if (options_.residency == Residency::kMapped) {
+    compute = DecodeFromSource();
+    if (compute.ok()) ++compute_builds_;
+  } else {
+    if (absl::Status status = MaterializeLocked(); !status.ok()) return status;
+    if (StorageIsCompute()) {
+      compute = storage_;
+    } else {
+      compute = DecodeFromStorage();
+      if (compute.ok()) ++compute_builds_;
+    }
+  }
+  if (!compute.ok()) return compute.status();
+  compute_ = *std::move(compute);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ComputeHandle> Weight::Acquire() {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status status = EnsureComputeLocked(); !status.ok()) {
+    return status;
+  }
+  ++users_;
+  return ComputeHandle(this, compute_);
+}
+
+void Weight::Release() {
+  absl::MutexLock lock(&mu_);
+  --users_;
+  if (users_ == 0 && options_.compute_copy == ComputeCopyPolicy::kTransient &&
+      !compute_.is_same(storage_)) {
+    compute_.reset();
+  }
+}
+
+absl::Status Weight::Materialize() {
+  absl::MutexLock lock(&mu_);
+  return MaterializeLocked();
+}
+
+absl::Status Weight::PrefetchCompute() {
+  absl::MutexLock lock(&mu_);
+  return EnsureComputeLocked();
+}
+
+void Weight::AdviseWillNeed() const {
+  {
+    absl::MutexLock lock(&mu_);
+    const bool source_still_read = options_.residency == Residency::kMapped
+                                       ? !compute_.defined()
+                                       : !storage_.defined();
+    if (!source_still_read) return;
+  }
+  // A hint: failure only loses the readahead.
+  (void)checkpoint_->file(entry_.file_index)
+      .AdviseWillNeed(entry_.offset_bytes, entry_.size_bytes);
+}
+
+Footprint Weight::footprint() const {
+  absl::MutexLock lock(&mu_);
+  Footprint footprint;
+  if (options_.residency == Residency::kMapped || !storage_.defined()) {
+    footprint.AddMapped(static_cast<int64_t>(entry_.size_bytes));
+  }
+  if (storage_.defined()) {
+    const std::string format =
+        passthrough_ ? absl::AsciiStrToLower(DTypeName(entry_.dtype))
+                     : absl::AsciiStrToLower(options_.storage.ToString());
+    footprint.AddResident(
+        format, storage_.nbytes() + (scales_.defined() ? scales_.nbytes() : 0));
+  }
+  if (compute_.defined() && !compute_.is_same(storage_)) {
+    if (options_.compute_copy == ComputeCopyPolicy::kCached) {
+      footprint.AddCachedCompute(compute_.nbytes());
+    } else {
+      footprint.AddTransientCompute(compute_.nbytes());
+    }
+  }
+  return footprint;
+}
+
+int64_t Weight::compute_builds() const {
+  absl::MutexLock lock(&mu_);
+  return compute_builds_;
+}
+
+}  // namespace castserve::casting

@@ -1,0 +1,172 @@
+// Weight: one tensor of a checkpoint through its lifecycle (DESIGN.md, "The
+// weight lifecycle"): source + storage + compute.
+//
+// - source: a checkpoint entry inside a mapped file. Creating a Weight reads
+//   nothing.
+// - storage, between forwards: kMapped (the file's pages are the storage) or
+//   kResident (a copy in a StorageFormat, made by Materialize at load, or by
+//   the first Acquire).
+// - compute, during a forward: the weight decoded into the compute dtype,
+//   either kCached (kept after first use: the lazy upcast of an mmap'd state
+//   dict) or kTransient (freed when its last user releases it: layerwise
+//   casting).
+//
+// A resident copy whose format is the compute dtype, unscaled, *is* the
+// compute copy: Acquire hands out the storage tensor itself, so skipped
+// modules cost one copy, not two. Likewise integer and bool tensors (token
+// type ids, position ids) are passed through in their own dtype, uncast.
+//
+// Concurrent users share one compute copy, reference-counted: Acquire while a
+// copy exists returns it without decoding again; concurrent first Acquires
+// wait for one decode. Reads from the mapping go through Checkpoint::CopyTo,
+// so a file truncated under the daemon turns into a DATA_LOSS error for this
+// weight, never a crash.
+//
+// Thread safety: all methods are safe to call concurrently. The Weight must
+// outlive every ComputeHandle it handed out.
+#ifndef CASTSERVE_CASTING_WEIGHT_H_
+#define CASTSERVE_CASTING_WEIGHT_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "casting/checkpoint.h"
+#include "casting/codec.h"
+#include "casting/footprint.h"
+#include "casting/storage_format.h"
+
+namespace castserve::casting {
+
+enum class Residency {
+  kMapped,    // Storage is the mapped file; compute copies decode from it.
+  kResident,  // Storage is a copy in WeightOptions::storage.
+};
+
+enum class ComputeCopyPolicy {
+  kCached,     // The compute copy stays after first use.
+  kTransient,  // The compute copy is freed when its last user releases it.
+};
+
+struct WeightOptions {
+  Residency residency = Residency::kResident;
+  // Format of the resident copy; ignored for kMapped, whose storage format
+  // is the checkpoint's dtype.
+  StorageFormat storage = StorageFormat::Plain(ElementType::kF32);
+  // F32, F16 or BF16.
+  ElementType compute_dtype = ElementType::kF32;
+  ComputeCopyPolicy compute_copy = ComputeCopyPolicy::kCached;
+  CodecOptions codec;
+};
+
+class Weight;
+
+// One user's hold on a weight's compute copy. Movable, not copyable;
+// destroying (or Reset) releases the hold.
+class ComputeHandle {
+ public:
+  ComputeHandle() = default;
+  ComputeHandle(ComputeHandle&& other) noexcept;
+  ComputeHandle& operator=(ComputeHandle&& other) noexcept;
+  ~ComputeHandle();
+
+  // The weight in the compute dtype, with the checkpoint's shape. Valid while
+  // the handle holds it; do not keep it past Reset.
+  const at::Tensor& tensor() const { return tensor_; }
+  void Reset();
+
+ private:
+  friend class Weight;
+  ComputeHandle(Weight* weight, at::Tensor tensor)
+      : weight_(weight), tensor_(std::move(tensor)) {}
+
+  Weight* weight_ = nullptr;
+  at::Tensor tensor_;
+};
+
+class Weight {
+ public:
+  // `entry_name` must name a tensor of `checkpoint`. InvalidArgument for an
+  // unknown name, a compute dtype that is not F32/F16/BF16, an invalid
+  // storage format, or a source dtype the codec cannot read (F64, complex,
+  // sub-byte floats). Reads no tensor data.
+  static absl::StatusOr<std::unique_ptr<Weight>> Create(
+      std::shared_ptr<const Checkpoint> checkpoint,
+      absl::string_view entry_name, WeightOptions options);
+
+  Weight(const Weight&) = delete;
+  Weight& operator=(const Weight&) = delete;
+
+  const std::string& name() const { return entry_.name; }
+  const std::vector<int64_t>& shape() const { return entry_.shape; }
+  const WeightOptions& options() const { return options_; }
+
+  // The compute dtype's tensor for one user, decoding it if no copy exists
+  // (and making the resident storage first if that has not happened).
+  // DATA_LOSS if the checkpoint file was truncated; the weight stays usable
+  // for a later retry.
+  absl::StatusOr<ComputeHandle> Acquire() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Makes the resident storage copy now (eager load). No-op when mapped or
+  // already resident.
+  absl::Status Materialize() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Hint that the weight is needed soon: starts readahead of its source
+  // pages (madvise WILLNEED) if they will still be read.
+  void AdviseWillNeed() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Decodes the compute copy now, typically on a prefetch thread, so that
+  // the next Acquire finds it. A transient copy made this way lives until
+  // that user releases it.
+  absl::Status PrefetchCompute() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Bytes by state, as now.
+  Footprint footprint() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // How many times a compute copy was built (decoded or copied) so far.
+  int64_t compute_builds() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  friend class ComputeHandle;
+
+  Weight(std::shared_ptr<const Checkpoint> checkpoint, TensorEntry entry,
+         WeightOptions options, bool passthrough);
+
+  void Release() ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::Status MaterializeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status EnsureComputeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The source bytes copied into an aligned tensor of `dtype` (safe against
+  // truncation).
+  absl::StatusOr<at::Tensor> ReadSource(at::ScalarType dtype) const;
+  absl::StatusOr<at::Tensor> DecodeFromSource() const;
+  absl::StatusOr<at::Tensor> DecodeFromStorage() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when the resident storage tensor doubles as the compute copy.
+  bool StorageIsCompute() const;
+  int64_t num_rows() const;
+
+  const std::shared_ptr<const Checkpoint> checkpoint_;
+  const TensorEntry entry_;
+  const WeightOptions options_;
+  // Integer/bool tensors: copied verbatim, never cast.
+  const bool passthrough_;
+
+  mutable absl::Mutex mu_;
+  // Resident storage: the data (in the compute dtype when StorageIsCompute,
+  // bytes otherwise) and, for scaled formats, the f32 scales.
+  at::Tensor storage_ ABSL_GUARDED_BY(mu_);
+  at::Tensor scales_ ABSL_GUARDED_BY(mu_);
+  at::Tensor compute_ ABSL_GUARDED_BY(mu_);
+  int users_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t compute_builds_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace castserve::casting
+
+#endif  // CASTSERVE_CASTING_WEIGHT_H_

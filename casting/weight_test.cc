@@ -1,0 +1,262 @@
+#include "casting/weight.h"
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "casting/safetensors_reader.h"
+#include "casting/test_util/safetensors_writer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace castserve::casting {
+namespace {
+
+using test_util::HeaderTensor;
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+// A checkpoint with:
+//   "w_bf16"   BF16 [4, 8]  values i/8 - 2 (exact in bf16)
+//   "w_f32"    F32  [3, 5]  with a tiny row (1e-6 scale) and a large row
+//   "ids"      I64  [6]     0..5
+//   "big"      F32  [4096, 4] ones, 64 KiB spanning many pages
+// written to `path`, opened with the safetensors reader.
+std::shared_ptr<const Checkpoint> WriteCheckpoint(const std::string& path) {
+  std::string data;
+  std::vector<HeaderTensor> tensors;
+  auto append = [&](const std::string& name, const std::string& dtype,
+                    std::vector<int64_t> shape, const at::Tensor& values) {
+    const uint64_t begin = data.size();
+    data.append(static_cast<const char*>(values.data_ptr()), values.nbytes());
+    tensors.push_back({name, dtype, std::move(shape), begin, data.size()});
+  };
+  at::Tensor bf16 = (at::arange(32, at::kFloat) / 8 - 2).to(at::kBFloat16);
+  append("w_bf16", "BF16", {4, 8}, bf16);
+  at::Tensor f32 = at::randn({3, 5}, at::kFloat);
+  f32[0] *= 1e-6;
+  f32[2] *= 300;
+  append("w_f32", "F32", {3, 5}, f32);
+  append("ids", "I64", {6}, at::arange(6, at::kLong));
+  append("big", "F32", {4096, 4}, at::ones({4096, 4}, at::kFloat));
+  EXPECT_TRUE(test_util::WriteSafetensorsFile(
+                  path, test_util::MakeHeaderJson(tensors), data)
+                  .ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
+      OpenSafetensors(path);
+  EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
+  return std::shared_ptr<const Checkpoint>(*std::move(checkpoint));
+}
+
+at::Tensor SourceAsFloat(const Checkpoint& checkpoint,
+                         const std::string& name) {
+  const TensorEntry* entry = checkpoint.Find(name);
+  at::ScalarType type =
+      entry->dtype == DType::kBF16 ? at::kBFloat16 : at::kFloat;
+  at::Tensor tensor = at::empty(entry->shape, type);
+  std::memcpy(tensor.data_ptr(), checkpoint.Bytes(*entry).data(),
+              entry->size_bytes);
+  return tensor.to(at::kFloat);
+}
+
+class WeightTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = TempPath(
+        std::string(
+            ::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+        ".safetensors");
+    checkpoint_ = WriteCheckpoint(path_);
+  }
+
+  std::unique_ptr<Weight> MakeWeight(const std::string& name,
+                                     WeightOptions options) {
+    absl::StatusOr<std::unique_ptr<Weight>> weight =
+        Weight::Create(checkpoint_, name, options);
+    EXPECT_TRUE(weight.ok()) << weight.status();
+    return weight.ok() ? *std::move(weight) : nullptr;
+  }
+
+  std::string path_;
+  std::shared_ptr<const Checkpoint> checkpoint_;
+};
+
+TEST_F(WeightTest, LazyUpcastDecodesBf16ToF32OnFirstUseAndCachesIt) {
+  WeightOptions options;
+  options.residency = Residency::kMapped;
+  options.compute_dtype = ElementType::kF32;
+  options.compute_copy = ComputeCopyPolicy::kCached;
+  std::unique_ptr<Weight> weight = MakeWeight("w_bf16", options);
+  EXPECT_EQ(weight->footprint().mapped_bytes(), 64);
+  EXPECT_EQ(weight->compute_builds(), 0);
+
+  {
+    absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    EXPECT_EQ(handle->tensor().scalar_type(), at::kFloat);
+    EXPECT_EQ(handle->tensor().sizes(), (std::vector<int64_t>{4, 8}));
+    EXPECT_TRUE(handle->tensor().equal(SourceAsFloat(*checkpoint_, "w_bf16")));
+  }
+  EXPECT_EQ(weight->footprint().cached_compute_bytes(), 4 * 8 * 4);
+  ASSERT_TRUE(weight->Acquire().ok());
+  EXPECT_EQ(weight->compute_builds(), 1) << "cached: decoded once";
+}
+
+TEST_F(WeightTest, LayerwiseCastingKeepsFp8AndDropsTheTransientCopy) {
+  WeightOptions options;
+  options.residency = Residency::kResident;
+  options.storage = {ElementType::kF8E4M3FN, Scaling::kNone};
+  options.compute_dtype = ElementType::kBF16;
+  options.compute_copy = ComputeCopyPolicy::kTransient;
+  std::unique_ptr<Weight> weight = MakeWeight("w_bf16", options);
+
+  ASSERT_TRUE(weight->Materialize().ok());
+  Footprint resident = weight->footprint();
+  EXPECT_EQ(resident.mapped_bytes(), 0);
+  EXPECT_EQ(resident.resident_bytes("f8_e4m3fn"), 32) << resident.ToString();
+  {
+    absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    EXPECT_EQ(handle->tensor().scalar_type(), at::kBFloat16);
+    // i/8 - 2 for i < 32 needs at most 4 significant bits except a few
+    // values; compare with the fp8 rounding tolerance (2^-4 relative).
+    at::Tensor expected = SourceAsFloat(*checkpoint_, "w_bf16");
+    EXPECT_TRUE(at::allclose(handle->tensor().to(at::kFloat), expected,
+                             /*rtol=*/0.0625, /*atol=*/1e-3));
+    EXPECT_EQ(weight->footprint().transient_compute_bytes(), 64);
+  }
+  EXPECT_EQ(weight->footprint().transient_compute_bytes(), 0)
+      << "the last release frees the transient copy";
+  ASSERT_TRUE(weight->Acquire().ok());
+  EXPECT_EQ(weight->compute_builds(), 2) << "transient: decoded per use";
+}
+
+TEST_F(WeightTest, ConcurrentUsersShareOneDecodedCopy) {
+  WeightOptions options;
+  options.storage = {ElementType::kF8E5M2, Scaling::kPerRow};
+  options.compute_dtype = ElementType::kF32;
+  options.compute_copy = ComputeCopyPolicy::kTransient;
+  std::unique_ptr<Weight> weight = MakeWeight("w_f32", options);
+
+  constexpr int kThreads = 8;
+  std::vector<ComputeHandle> handles(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+      ASSERT_TRUE(handle.ok());
+      handles[i] = *std::move(handle);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(weight->compute_builds(), 1);
+  for (const ComputeHandle& handle : handles) {
+    EXPECT_TRUE(handle.tensor().is_same(handles[0].tensor()));
+  }
+  handles.resize(1);
+  EXPECT_GT(weight->footprint().transient_compute_bytes(), 0);
+  handles.clear();
+  EXPECT_EQ(weight->footprint().transient_compute_bytes(), 0);
+}
+
+TEST_F(WeightTest, PerRowScalingKeepsTinyRowsThatAPlainCastFlushes) {
+  WeightOptions scaled;
+  scaled.storage = {ElementType::kF8E4M3FN, Scaling::kPerRow};
+  WeightOptions plain;
+  plain.storage = {ElementType::kF8E4M3FN, Scaling::kNone};
+  at::Tensor expected = SourceAsFloat(*checkpoint_, "w_f32");
+
+  absl::StatusOr<ComputeHandle> with_scales =
+      MakeWeight("w_f32", scaled)->Acquire();
+  ASSERT_TRUE(with_scales.ok());
+  // Row 0 holds values ~1e-6: far below fp8's smallest subnormal (2^-9).
+  EXPECT_TRUE(at::allclose(with_scales->tensor()[0], expected[0], 0.0625, 0));
+  std::unique_ptr<Weight> plain_weight = MakeWeight("w_f32", plain);
+  absl::StatusOr<ComputeHandle> without = plain_weight->Acquire();
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(without->tensor()[0].abs().max().item<float>(), 0.0f);
+  // Row 2 (~300x) saturates at 448 when plain, not when scaled.
+  EXPECT_TRUE(at::allclose(with_scales->tensor()[2], expected[2], 0.0625, 0));
+}
+
+TEST_F(WeightTest, SkippedModulesStoreTheComputeDtypeOnce) {
+  WeightOptions options;
+  options.storage = StorageFormat::Plain(ElementType::kF32);
+  options.compute_dtype = ElementType::kF32;
+  options.compute_copy = ComputeCopyPolicy::kTransient;
+  std::unique_ptr<Weight> weight = MakeWeight("w_bf16", options);
+  absl::StatusOr<ComputeHandle> first = weight->Acquire();
+  ASSERT_TRUE(first.ok());
+  first->Reset();
+  absl::StatusOr<ComputeHandle> second = weight->Acquire();
+  ASSERT_TRUE(second.ok());
+  const Footprint footprint = weight->footprint();
+  EXPECT_EQ(footprint.resident_bytes("f32"), 4 * 8 * 4) << footprint.ToString();
+  EXPECT_EQ(footprint.transient_compute_bytes(), 0) << "no second copy";
+  EXPECT_EQ(weight->compute_builds(), 1);
+  EXPECT_TRUE(second->tensor().equal(SourceAsFloat(*checkpoint_, "w_bf16")));
+}
+
+TEST_F(WeightTest, IntegerTensorsPassThroughUncast) {
+  WeightOptions options;
+  options.storage = {ElementType::kF8E4M3FN, Scaling::kNone};
+  options.compute_dtype = ElementType::kBF16;
+  std::unique_ptr<Weight> weight = MakeWeight("ids", options);
+  absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+  ASSERT_TRUE(handle.ok());
+  EXPECT_EQ(handle->tensor().scalar_type(), at::kLong);
+  EXPECT_TRUE(handle->tensor().equal(at::arange(6, at::kLong)));
+}
+
+TEST_F(WeightTest, PrefetchComputeMeansTheNextAcquireDoesNotDecode) {
+  WeightOptions options;
+  options.storage = {ElementType::kF8E4M3FN, Scaling::kPerTensor};
+  options.compute_copy = ComputeCopyPolicy::kTransient;
+  std::unique_ptr<Weight> weight = MakeWeight("w_f32", options);
+  weight->AdviseWillNeed();
+  std::thread prefetch([&] { ASSERT_TRUE(weight->PrefetchCompute().ok()); });
+  prefetch.join();
+  EXPECT_EQ(weight->compute_builds(), 1);
+  ASSERT_TRUE(weight->Acquire().ok());
+  EXPECT_EQ(weight->compute_builds(), 1);
+}
+
+TEST_F(WeightTest, TruncatedFileIsAnErrorForThisWeightOnly) {
+  WeightOptions options;
+  options.residency = Residency::kMapped;
+  std::unique_ptr<Weight> big = MakeWeight("big", options);
+  std::unique_ptr<Weight> first = MakeWeight("w_bf16", options);
+  // Cut the file where the last tensor starts: its later pages vanish (a
+  // read there raises SIGBUS), the first page with the others stays.
+  const TensorEntry* entry = checkpoint_->Find("big");
+  ASSERT_EQ(truncate(path_.c_str(), entry->offset_bytes), 0);
+  absl::StatusOr<ComputeHandle> handle = big->Acquire();
+  ASSERT_FALSE(handle.ok());
+  EXPECT_EQ(handle.status().code(), absl::StatusCode::kDataLoss)
+      << handle.status();
+  EXPECT_TRUE(first->Acquire().ok());
+}
+
+TEST_F(WeightTest, CreateRejectsBadOptionsAndNames) {
+  WeightOptions options;
+  EXPECT_THAT(Weight::Create(checkpoint_, "absent", options).status().message(),
+              HasSubstr("'absent' is not in the checkpoint"));
+  options.compute_dtype = ElementType::kF8E5M2;
+  EXPECT_THAT(Weight::Create(checkpoint_, "w_f32", options).status().message(),
+              HasSubstr("compute dtype F8_E5M2"));
+  options.compute_dtype = ElementType::kF32;
+  options.storage = {ElementType::kBF16, Scaling::kPerRow};
+  EXPECT_EQ(Weight::Create(checkpoint_, "w_f32", options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace castserve::casting
