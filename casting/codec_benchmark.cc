@@ -21,6 +21,7 @@
 
 #include "casting/codec.h"
 #include "casting/storage_format.h"
+#include "casting/torch_types.h"
 
 namespace castserve::casting {
 namespace {
@@ -56,17 +57,6 @@ void PrintRow(const std::string& pair, const std::string& impl, double seconds,
               impl.c_str(), seconds * 1e3,
               n * bytes_per_element / seconds / 1e9, n / seconds / 1e9,
               baseline_seconds / seconds);
-}
-
-at::ScalarType TorchType(ElementType type) {
-  switch (type) {
-    case ElementType::kF32:
-      return at::kFloat;
-    case ElementType::kF16:
-      return at::kHalf;
-    default:
-      return at::kBFloat16;
-  }
 }
 
 // Holds one tensor's data in every format the benchmark reads from.
@@ -154,10 +144,11 @@ void RunTorch(const Config& config, const Inputs& inputs, const Pair& pair,
   const ElementType to = pair.encode ? pair.format.element : pair.compute;
   at::Tensor src = at::from_blob(
       const_cast<uint8_t*>(inputs.by_format[static_cast<int>(from)][0].data()),
-      {config.num_elements}, at::TensorOptions().dtype(TorchType(from)));
+      {config.num_elements}, at::TensorOptions().dtype(TorchScalarType(from)));
   at::Tensor dst = at::empty({config.num_elements},
-                             at::TensorOptions().dtype(TorchType(to)));
-  *to_seconds = BestSeconds(config.reps, [&] { (void)src.to(TorchType(to)); });
+                             at::TensorOptions().dtype(TorchScalarType(to)));
+  *to_seconds =
+      BestSeconds(config.reps, [&] { (void)src.to(TorchScalarType(to)); });
   *copy_seconds = BestSeconds(config.reps, [&] { dst.copy_(src); });
 }
 

@@ -102,19 +102,8 @@ int Run() {
     std::printf("no CUDA device\n");
     return 0;
   }
-  const StorageFormat formats[] = {
-      StorageFormat::Plain(ElementType::kF32),
-      StorageFormat::Plain(ElementType::kF16),
-      StorageFormat::Plain(ElementType::kBF16),
-      StorageFormat::Plain(ElementType::kF8E4M3FN),
-      StorageFormat::Plain(ElementType::kF8E5M2),
-      {ElementType::kF8E4M3FN, Scaling::kPerTensor},
-      {ElementType::kF8E4M3FN, Scaling::kPerRow},
-      {ElementType::kF8E5M2, Scaling::kPerTensor},
-      {ElementType::kF8E5M2, Scaling::kPerRow},
-  };
   bool all_ok = true;
-  for (const StorageFormat& format : formats) {
+  for (const StorageFormat& format : AllStorageFormats()) {
     for (ElementType compute :
          {ElementType::kF32, ElementType::kBF16, ElementType::kF16}) {
       all_ok &= CheckPair(format, compute);

@@ -25,17 +25,6 @@ constexpr ElementType kComputeTypes[] = {ElementType::kF32, ElementType::kBF16,
                                          ElementType::kF16};
 constexpr ElementType kFp8Types[] = {ElementType::kF8E4M3FN,
                                      ElementType::kF8E5M2};
-const StorageFormat kAllFormats[] = {
-    StorageFormat::Plain(ElementType::kF32),
-    StorageFormat::Plain(ElementType::kF16),
-    StorageFormat::Plain(ElementType::kBF16),
-    StorageFormat::Plain(ElementType::kF8E4M3FN),
-    StorageFormat::Plain(ElementType::kF8E5M2),
-    {ElementType::kF8E4M3FN, Scaling::kPerTensor},
-    {ElementType::kF8E4M3FN, Scaling::kPerRow},
-    {ElementType::kF8E5M2, Scaling::kPerTensor},
-    {ElementType::kF8E5M2, Scaling::kPerRow},
-};
 
 uint32_t Bits(float value) {
   uint32_t bits;
@@ -312,7 +301,7 @@ TEST(CodecKernelTest, EncodeMatchesReferenceForAllLengthsAndValues) {
   const CodecOptions reference = SingleThreaded(CodecIsa::kReference);
   for (CodecIsa isa : FastIsas()) {
     for (ElementType src_type : kComputeTypes) {
-      for (const StorageFormat& format : kAllFormats) {
+      for (const StorageFormat& format : AllStorageFormats()) {
         for (int64_t n : TestLengths()) {
           for (bool tame : {false, true}) {
             const auto src = MakeElements(src_type, n, tame, n * 7 + tame);
@@ -337,7 +326,7 @@ TEST(CodecKernelTest, DecodeMatchesReferenceForAllLengthsAndValues) {
   const CodecOptions reference = SingleThreaded(CodecIsa::kReference);
   const std::vector<float> scales = {0.0173f, 3.5f, 1e-30f};
   for (CodecIsa isa : FastIsas()) {
-    for (const StorageFormat& format : kAllFormats) {
+    for (const StorageFormat& format : AllStorageFormats()) {
       for (ElementType dst_type : kComputeTypes) {
         for (int64_t n : TestLengths()) {
           const auto src = MakeElements(format.element, n, false, n);
@@ -379,7 +368,7 @@ TEST(CodecThreadingTest, ThreadedMatchesSingleThreaded) {
   threaded.max_threads = 4;
   threaded.min_elements_per_thread = 1000;
   const CodecOptions single = SingleThreaded(BestCodecIsa());
-  for (const StorageFormat& format : kAllFormats) {
+  for (const StorageFormat& format : AllStorageFormats()) {
     for (ElementType compute : kComputeTypes) {
       const auto src = MakeElements(compute, n, true, 3);
       const std::string context =

@@ -214,4 +214,19 @@ absl::StatusOr<int64_t> StorageFormat::TotalBytes(
   return *data_bytes + *scale_bytes;
 }
 
+absl::Span<const StorageFormat> AllStorageFormats() {
+  static constexpr StorageFormat kFormats[] = {
+      {ElementType::kF32, Scaling::kNone},
+      {ElementType::kF16, Scaling::kNone},
+      {ElementType::kBF16, Scaling::kNone},
+      {ElementType::kF8E4M3FN, Scaling::kNone},
+      {ElementType::kF8E5M2, Scaling::kNone},
+      {ElementType::kF8E4M3FN, Scaling::kPerTensor},
+      {ElementType::kF8E4M3FN, Scaling::kPerRow},
+      {ElementType::kF8E5M2, Scaling::kPerTensor},
+      {ElementType::kF8E5M2, Scaling::kPerRow},
+  };
+  return kFormats;
+}
+
 }  // namespace castserve::casting

@@ -109,6 +109,10 @@ inline bool operator!=(const StorageFormat& a, const StorageFormat& b) {
 // Number of elements of `shape`, with errors for negative dims and overflow.
 absl::StatusOr<int64_t> NumElements(absl::Span<const int64_t> shape);
 
+// Every valid storage format: the five plain ones, then fp8 per tensor and per
+// row. For tests, benchmarks and checks that sweep formats.
+absl::Span<const StorageFormat> AllStorageFormats();
+
 }  // namespace castserve::casting
 
 #endif  // CASTSERVE_CASTING_STORAGE_FORMAT_H_

@@ -12,20 +12,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const StorageFormat kAllFormats[] = {
-    StorageFormat::Plain(ElementType::kF32),
-    StorageFormat::Plain(ElementType::kF16),
-    StorageFormat::Plain(ElementType::kBF16),
-    StorageFormat::Plain(ElementType::kF8E4M3FN),
-    StorageFormat::Plain(ElementType::kF8E5M2),
-    {ElementType::kF8E4M3FN, Scaling::kPerTensor},
-    {ElementType::kF8E4M3FN, Scaling::kPerRow},
-    {ElementType::kF8E5M2, Scaling::kPerTensor},
-    {ElementType::kF8E5M2, Scaling::kPerRow},
-};
-
 TEST(StorageFormatTest, ToStringAndParseRoundTrip) {
-  for (const StorageFormat& format : kAllFormats) {
+  for (const StorageFormat& format : AllStorageFormats()) {
     absl::StatusOr<StorageFormat> parsed =
         StorageFormat::Parse(format.ToString());
     ASSERT_TRUE(parsed.ok()) << format.ToString() << ": " << parsed.status();

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "casting/torch_types.h"
 
 namespace castserve::casting {
 namespace {
@@ -47,23 +48,6 @@ std::optional<at::ScalarType> PassthroughScalarType(DType dtype) {
     default:
       return std::nullopt;
   }
-}
-
-// LibTorch's type holding elements of `type`: fp8 has none in LibTorch 1.13,
-// so its elements live in uint8.
-at::ScalarType TorchType(ElementType type) {
-  switch (type) {
-    case ElementType::kF32:
-      return at::kFloat;
-    case ElementType::kF16:
-      return at::kHalf;
-    case ElementType::kBF16:
-      return at::kBFloat16;
-    case ElementType::kF8E4M3FN:
-    case ElementType::kF8E5M2:
-      return at::kByte;
-  }
-  return at::kByte;
 }
 
 absl::Span<uint8_t> BytesOf(at::Tensor& tensor) {
@@ -161,12 +145,12 @@ absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
     return source->view(entry_.shape);
   }
   const ElementType source_type = *CodecElementType(entry_.dtype);
-  absl::StatusOr<at::Tensor> source = ReadSource(TorchType(source_type));
+  absl::StatusOr<at::Tensor> source = ReadSource(TorchScalarType(source_type));
   if (!source.ok()) return source.status();
   if (source_type == options_.compute_dtype) return source->view(entry_.shape);
-  at::Tensor compute =
-      at::empty(entry_.shape,
-                at::TensorOptions().dtype(TorchType(options_.compute_dtype)));
+  at::Tensor compute = at::empty(
+      entry_.shape,
+      at::TensorOptions().dtype(TorchScalarType(options_.compute_dtype)));
   absl::Status status =
       Decode(StorageFormat::Plain(source_type), source->data_ptr(), nullptr,
              entry_.numel(), num_rows(), options_.compute_dtype,
@@ -176,9 +160,9 @@ absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
 }
 
 absl::StatusOr<at::Tensor> Weight::DecodeFromStorage() const {
-  at::Tensor compute =
-      at::empty(entry_.shape,
-                at::TensorOptions().dtype(TorchType(options_.compute_dtype)));
+  at::Tensor compute = at::empty(
+      entry_.shape,
+      at::TensorOptions().dtype(TorchScalarType(options_.compute_dtype)));
   absl::Status status = Decode(
       options_.storage, storage_.data_ptr(),
       scales_.defined() ? scales_.data_ptr<float>() : nullptr, entry_.numel(),
@@ -199,7 +183,7 @@ absl::Status Weight::MaterializeLocked() {
     return absl::OkStatus();
   }
   ElementType source_type = *CodecElementType(entry_.dtype);
-  absl::StatusOr<at::Tensor> source = ReadSource(TorchType(source_type));
+  absl::StatusOr<at::Tensor> source = ReadSource(TorchScalarType(source_type));
   if (!source.ok()) return source.status();
   if (options_.storage == StorageFormat::Plain(source_type)) {
     storage_ = *std::move(source);  // Already in the storage format.
