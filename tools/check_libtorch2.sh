@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Compiles castserve's LibTorch-using code against a LibTorch 2.x: the headers
+# and libraries inside PyPI's `torch` wheel (about 540 MB, CUDA build). Only
+# compiles (the wheel's CUDA libraries need NVIDIA's runtime packages to
+# link), which is what shows the code is written for both 1.13 and 2.x.
+#
+# Usage: tools/check_libtorch2.sh [TARGET...]   (default: the LibTorch users)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+work="${LIBTORCH2_DIR:-/tmp/castserve-libtorch2}"
+if [[ ! -d "$work/torch/include" ]]; then
+  mkdir -p "$work"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$work" torch
+  python3 -m zipfile -e "$work"/torch-*.whl "$work"
+fi
+echo "check_libtorch2: LibTorch $(grep -o '"[0-9][^"]*"' "$work/torch/version.py" | head -1)"
+
+targets=("$@")
+if ((${#targets[@]} == 0)); then
+  targets=($(bazel query 'rdeps(//..., //third_party:libtorch) except attr(tags, manual, //...)' \
+    --output=label 2>/dev/null | grep -v '^//third_party'))
+fi
+LIBTORCH="$work/torch" bazel --output_base="$work/bazel" build --config=libtorch2 \
+  --keep_going --output_groups=compilation_outputs "${targets[@]}"
