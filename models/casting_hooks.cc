@@ -1,0 +1,148 @@
+#include "models/casting_hooks.h"
+
+#include <string>
+
+namespace castserve::models {
+
+std::unique_ptr<CastingHooks> CastingHooks::Attach(Module& root,
+                                                   Options options) {
+  std::unique_ptr<CastingHooks> hooks(new CastingHooks(options));
+  CastingHooks* self = hooks.get();
+  root.Visit([self](Module& module) {
+    if (module.weights().empty()) return;
+    self->attached_.emplace_back(
+        &module, module.AddPreForwardHook(
+                     [self](const Module& m, ForwardContext& context) {
+                       self->PreForward(m, context);
+                     }));
+    self->attached_.emplace_back(
+        &module, module.AddPostForwardHook(
+                     [self](const Module& m, ForwardContext& context) {
+                       self->PostForward(m, context);
+                     }));
+  });
+  if (options.prefetch) {
+    self->prefetch_thread_ = std::thread([self] { self->PrefetchLoop(); });
+  }
+  return hooks;
+}
+
+CastingHooks::CastingHooks(Options options) : options_(options) {}
+
+CastingHooks::~CastingHooks() { Remove(); }
+
+void CastingHooks::Remove() {
+  for (const auto& [module, hook_id] : attached_) module->RemoveHook(hook_id);
+  attached_.clear();
+  {
+    absl::MutexLock lock(&prefetch_mu_);
+    stopping_ = true;
+    pending_.clear();
+  }
+  if (prefetch_thread_.joinable()) prefetch_thread_.join();
+  DropUnclaimedPrefetches();
+}
+
+std::vector<const Module*> CastingHooks::execution_order() const {
+  absl::MutexLock lock(&order_mu_);
+  return order_;
+}
+
+int64_t CastingHooks::prefetches_started() const {
+  absl::MutexLock lock(&prefetch_mu_);
+  return prefetches_started_;
+}
+
+void CastingHooks::PreForward(const Module& module, ForwardContext& context) {
+  if (options_.prefetch) {
+    ClaimPrefetch(module);
+    if (const Module* next = LearnOrderAndGetNext(module)) {
+      for (const auto& [name, weight] : next->weights()) {
+        weight->AdviseWillNeed();
+      }
+      SchedulePrefetch(*next);
+    }
+  }
+  for (const auto& [name, weight] : module.weights()) {
+    context.Hold(&module, name, AcquireOrThrow(*weight));
+  }
+}
+
+void CastingHooks::PostForward(const Module& module, ForwardContext& context) {
+  context.Release(&module);
+}
+
+const Module* CastingHooks::LearnOrderAndGetNext(const Module& module) {
+  absl::MutexLock lock(&order_mu_);
+  auto [it, inserted] = position_.emplace(&module, order_.size());
+  if (inserted) order_.push_back(&module);
+  const size_t next = it->second + 1;
+  return next < order_.size() ? order_[next] : nullptr;
+}
+
+void CastingHooks::SchedulePrefetch(const Module& module) {
+  absl::MutexLock lock(&prefetch_mu_);
+  if (stopping_ || in_flight_ == &module || unclaimed_.count(&module) > 0) {
+    return;
+  }
+  for (const Module* pending : pending_) {
+    if (pending == &module) return;
+  }
+  pending_.push_back(&module);
+}
+
+void CastingHooks::ClaimPrefetch(const Module& module) {
+  absl::MutexLock lock(&prefetch_mu_);
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (*it == &module) {
+      pending_.erase(it);
+      break;
+    }
+  }
+  auto not_in_flight = [this, &module]() ABSL_SHARED_LOCKS_REQUIRED(
+                           prefetch_mu_) { return in_flight_ != &module; };
+  prefetch_mu_.Await(absl::Condition(&not_in_flight));
+  unclaimed_.erase(&module);
+}
+
+void CastingHooks::PrefetchLoop() {
+  while (true) {
+    const Module* module = nullptr;
+    {
+      absl::MutexLock lock(&prefetch_mu_);
+      auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(prefetch_mu_) {
+        return stopping_ || !pending_.empty();
+      };
+      prefetch_mu_.Await(absl::Condition(&has_work));
+      if (stopping_) return;
+      module = pending_.front();
+      pending_.pop_front();
+      in_flight_ = module;
+      ++prefetches_started_;
+    }
+    // Errors are not lost: the module's own Acquire reports them.
+    for (const auto& [name, weight] : module->weights()) {
+      (void)weight->PrefetchCompute();
+    }
+    absl::MutexLock lock(&prefetch_mu_);
+    in_flight_ = nullptr;
+    unclaimed_.insert(module);
+  }
+}
+
+void CastingHooks::DropUnclaimedPrefetches() {
+  std::unordered_set<const Module*> unclaimed;
+  {
+    absl::MutexLock lock(&prefetch_mu_);
+    unclaimed.swap(unclaimed_);
+  }
+  // Acquiring finds the prefetched copy; releasing it frees a transient one.
+  for (const Module* module : unclaimed) {
+    for (const auto& [name, weight] : module->weights()) {
+      absl::StatusOr<casting::ComputeHandle> handle = weight->Acquire();
+      if (handle.ok()) handle->Reset();
+    }
+  }
+}
+
+}  // namespace castserve::models

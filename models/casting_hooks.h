@@ -1,0 +1,97 @@
+// CastingHooks: the layerwise-casting policy attached to a module tree as
+// forward hooks (DESIGN.md, "One request, end to end").
+//
+// For every module with weights of its own:
+//   pre-forward:  acquire the compute copies of the module's own weights and
+//                 hold them in the ForwardContext;
+//   post-forward: release them. With transient compute copies this frees
+//                 them, so only the running module holds compute copies.
+// With prefetch, the pre-hook of module i also hints the weights of the
+// module that runs next (madvise WILLNEED at once, then decoding the compute
+// copies on a background thread), so at most two modules' compute copies are
+// live at a time. The execution order is learned on the first forward (the
+// order in which pre-hooks first fire); the first forward prefetches
+// nothing.
+//
+// Destroying the object (or Remove) detaches every hook and drops the
+// compute copies prefetched for a forward that never used them. The model
+// keeps computing without the hooks: Module::Param acquires on demand.
+//
+// Thread safety: forwards may run concurrently through the hooks. Attach and
+// Remove must not race with a forward. The tree must outlive this object.
+#ifndef CASTSERVE_MODELS_CASTING_HOOKS_H_
+#define CASTSERVE_MODELS_CASTING_HOOKS_H_
+
+#include <deque>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "models/module.h"
+
+namespace castserve::models {
+
+class CastingHooks {
+ public:
+  struct Options {
+    bool prefetch = false;
+  };
+
+  // Attaches the hooks to `root` and every descendant that has weights.
+  static std::unique_ptr<CastingHooks> Attach(Module& root, Options options);
+  ~CastingHooks();
+  CastingHooks(const CastingHooks&) = delete;
+  CastingHooks& operator=(const CastingHooks&) = delete;
+
+  // Detaches the hooks, stops the prefetch thread, drops unused prefetched
+  // copies. Idempotent.
+  void Remove();
+
+  // Modules with weights in the order their first forward ran them.
+  std::vector<const Module*> execution_order() const;
+  // Prefetches started so far (each one module's weights).
+  int64_t prefetches_started() const;
+
+ private:
+  explicit CastingHooks(Options options);
+
+  void PreForward(const Module& module, ForwardContext& context);
+  void PostForward(const Module& module, ForwardContext& context);
+
+  // Records `module` in the execution order; returns the module after it,
+  // if the order knows one.
+  const Module* LearnOrderAndGetNext(const Module& module);
+  // Queues the prefetch of `module`'s weights.
+  void SchedulePrefetch(const Module& module);
+  // Called before `module` acquires: it no longer wants a prefetch, and
+  // waits for one in flight.
+  void ClaimPrefetch(const Module& module);
+  void PrefetchLoop();
+  void DropUnclaimedPrefetches();
+
+  const Options options_;
+  std::vector<std::pair<Module*, int>> attached_;  // Module, hook id.
+
+  mutable absl::Mutex order_mu_;
+  std::vector<const Module*> order_ ABSL_GUARDED_BY(order_mu_);
+  std::unordered_map<const Module*, size_t> position_
+      ABSL_GUARDED_BY(order_mu_);
+
+  mutable absl::Mutex prefetch_mu_;
+  std::deque<const Module*> pending_ ABSL_GUARDED_BY(prefetch_mu_);
+  const Module* in_flight_ ABSL_GUARDED_BY(prefetch_mu_) = nullptr;
+  // Prefetched, not yet acquired by a forward.
+  std::unordered_set<const Module*> unclaimed_ ABSL_GUARDED_BY(prefetch_mu_);
+  bool stopping_ ABSL_GUARDED_BY(prefetch_mu_) = false;
+  int64_t prefetches_started_ ABSL_GUARDED_BY(prefetch_mu_) = 0;
+  std::thread prefetch_thread_;
+};
+
+}  // namespace castserve::models
+
+#endif  // CASTSERVE_MODELS_CASTING_HOOKS_H_

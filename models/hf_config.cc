@@ -1,0 +1,190 @@
+#include "models/hf_config.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "casting/json_value.h"
+
+namespace castserve::models {
+
+using casting::JsonValue;
+
+absl::StatusOr<HfConfig> HfConfig::Load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int error = errno;
+    std::string message =
+        absl::StrCat("cannot open ", path, ": ", std::strerror(error));
+    return error == ENOENT ? absl::NotFoundError(message)
+                           : absl::FailedPreconditionError(message);
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  return Parse(text.str(), path);
+}
+
+absl::StatusOr<HfConfig> HfConfig::Parse(absl::string_view json,
+                                         absl::string_view label) {
+  absl::StatusOr<JsonValue> parsed = casting::ParseJson(json);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": ", parsed.status().message()));
+  }
+  if (parsed->kind != JsonValue::Kind::kObject) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": expected a JSON object, got ",
+                     casting::JsonKindName(parsed->kind)));
+  }
+  return HfConfig(std::make_shared<const JsonValue>(*std::move(parsed)),
+                  std::string(label));
+}
+
+HfConfig::HfConfig(std::shared_ptr<const JsonValue> object, std::string label)
+    : object_(std::move(object)), label_(std::move(label)) {}
+
+std::string HfConfig::model_type() const {
+  const JsonValue* value = Lookup("model_type");
+  return value != nullptr && value->kind == JsonValue::Kind::kString
+             ? value->text
+             : "";
+}
+
+const JsonValue* HfConfig::Lookup(absl::string_view key) const {
+  const JsonValue* value = object_->Member(key);
+  if (value == nullptr || value->kind == JsonValue::Kind::kNull) return nullptr;
+  return value;
+}
+
+bool HfConfig::Has(absl::string_view key) const {
+  return Lookup(key) != nullptr;
+}
+
+absl::Status HfConfig::Missing(absl::string_view key) const {
+  return absl::NotFoundError(
+      absl::StrCat(label_, ": missing required key '", key, "'"));
+}
+
+absl::Status HfConfig::WrongType(absl::string_view key,
+                                 absl::string_view expected) const {
+  return absl::InvalidArgumentError(
+      absl::StrCat(label_, ": key '", key, "' is not ", expected));
+}
+
+namespace {
+
+bool ToInt(const JsonValue& value, int64_t* out) {
+  return value.kind == JsonValue::Kind::kNumber &&
+         absl::SimpleAtoi(value.text, out);
+}
+
+bool ToDouble(const JsonValue& value, double* out) {
+  return value.kind == JsonValue::Kind::kNumber &&
+         absl::SimpleAtod(value.text, out);
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> HfConfig::GetInt(absl::string_view key) const {
+  const JsonValue* value = Lookup(key);
+  if (value == nullptr) return Missing(key);
+  int64_t out = 0;
+  if (!ToInt(*value, &out)) return WrongType(key, "an integer");
+  return out;
+}
+
+absl::StatusOr<double> HfConfig::GetDouble(absl::string_view key) const {
+  const JsonValue* value = Lookup(key);
+  if (value == nullptr) return Missing(key);
+  double out = 0;
+  if (!ToDouble(*value, &out)) return WrongType(key, "a number");
+  return out;
+}
+
+absl::StatusOr<bool> HfConfig::GetBool(absl::string_view key) const {
+  const JsonValue* value = Lookup(key);
+  if (value == nullptr) return Missing(key);
+  if (value->kind != JsonValue::Kind::kBool) return WrongType(key, "a boolean");
+  return value->boolean;
+}
+
+absl::StatusOr<std::string> HfConfig::GetString(absl::string_view key) const {
+  const JsonValue* value = Lookup(key);
+  if (value == nullptr) return Missing(key);
+  if (value->kind != JsonValue::Kind::kString) {
+    return WrongType(key, "a string");
+  }
+  return value->text;
+}
+
+absl::StatusOr<HfConfig> HfConfig::GetObject(absl::string_view key) const {
+  const JsonValue* value = Lookup(key);
+  if (value == nullptr) return Missing(key);
+  if (value->kind != JsonValue::Kind::kObject) {
+    return WrongType(key, "an object");
+  }
+  // Shares ownership of the whole document, points at the member.
+  return HfConfig(std::shared_ptr<const JsonValue>(object_, value),
+                  absl::StrCat(label_, ":", key));
+}
+
+absl::StatusOr<std::vector<std::string>> HfConfig::GetStringList(
+    absl::string_view key) const {
+  const JsonValue* value = Lookup(key);
+  if (value == nullptr) return Missing(key);
+  std::vector<std::string> out;
+  if (value->kind != JsonValue::Kind::kArray) {
+    return WrongType(key, "a list of strings");
+  }
+  for (const JsonValue& item : value->items) {
+    if (item.kind != JsonValue::Kind::kString) {
+      return WrongType(key, "a list of strings");
+    }
+    out.push_back(item.text);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> HfConfig::GetIntList(
+    absl::string_view key) const {
+  const JsonValue* value = Lookup(key);
+  if (value == nullptr) return Missing(key);
+  if (value->kind != JsonValue::Kind::kArray) {
+    return WrongType(key, "a list of integers");
+  }
+  std::vector<int64_t> out;
+  for (const JsonValue& item : value->items) {
+    int64_t number = 0;
+    if (!ToInt(item, &number)) return WrongType(key, "a list of integers");
+    out.push_back(number);
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> HfConfig::GetInt(absl::string_view key,
+                                         int64_t default_value) const {
+  return Has(key) ? GetInt(key) : default_value;
+}
+
+absl::StatusOr<double> HfConfig::GetDouble(absl::string_view key,
+                                           double default_value) const {
+  return Has(key) ? GetDouble(key) : default_value;
+}
+
+absl::StatusOr<bool> HfConfig::GetBool(absl::string_view key,
+                                       bool default_value) const {
+  return Has(key) ? GetBool(key) : default_value;
+}
+
+absl::StatusOr<std::string> HfConfig::GetString(
+    absl::string_view key, absl::string_view default_value) const {
+  return Has(key) ? GetString(key) : std::string(default_value);
+}
+
+}  // namespace castserve::models

@@ -1,0 +1,86 @@
+// HfConfig: a read-only view of a Hugging Face `config.json` (or of one of
+// its nested objects, such as a SigLIP checkpoint's "vision_config" or a
+// Llama 3 "rope_scaling"), with typed getters whose errors name the key and
+// the file.
+//
+// A key whose value is JSON null counts as absent (transformers writes
+// `"rope_scaling": null`). Integer getters accept integral literals only
+// ("12", not "12.5"); number getters accept any number.
+//
+// Value type, cheap to copy (the parsed document is shared); immutable and
+// safe to read concurrently.
+#ifndef CASTSERVE_MODELS_HF_CONFIG_H_
+#define CASTSERVE_MODELS_HF_CONFIG_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace castserve::casting {
+struct JsonValue;
+}  // namespace castserve::casting
+
+namespace castserve::models {
+
+class HfConfig {
+ public:
+  // Reads and parses `path`. NotFound if it does not exist; InvalidArgument
+  // if it is not a JSON object.
+  static absl::StatusOr<HfConfig> Load(const std::string& path);
+  // Parses `json`; `label` (a file name) prefixes error messages.
+  static absl::StatusOr<HfConfig> Parse(absl::string_view json,
+                                        absl::string_view label);
+
+  // "bert", "llama", ... or "" when the config has none.
+  std::string model_type() const;
+  // Where this view came from, e.g. "config.json" or
+  // "config.json:vision_config": for error messages.
+  const std::string& label() const { return label_; }
+
+  // True when `key` is present and not null.
+  bool Has(absl::string_view key) const;
+
+  // Required values: NotFound if absent, InvalidArgument if of another type.
+  absl::StatusOr<int64_t> GetInt(absl::string_view key) const;
+  absl::StatusOr<double> GetDouble(absl::string_view key) const;
+  absl::StatusOr<bool> GetBool(absl::string_view key) const;
+  absl::StatusOr<std::string> GetString(absl::string_view key) const;
+  // A nested object as a config of its own.
+  absl::StatusOr<HfConfig> GetObject(absl::string_view key) const;
+  absl::StatusOr<std::vector<std::string>> GetStringList(
+      absl::string_view key) const;
+  absl::StatusOr<std::vector<int64_t>> GetIntList(absl::string_view key) const;
+
+  // Optional values: `default_value` if absent, InvalidArgument if present
+  // with another type.
+  absl::StatusOr<int64_t> GetInt(absl::string_view key,
+                                 int64_t default_value) const;
+  absl::StatusOr<double> GetDouble(absl::string_view key,
+                                   double default_value) const;
+  absl::StatusOr<bool> GetBool(absl::string_view key, bool default_value) const;
+  absl::StatusOr<std::string> GetString(absl::string_view key,
+                                        absl::string_view default_value) const;
+
+ private:
+  HfConfig(std::shared_ptr<const casting::JsonValue> object, std::string label);
+
+  // The value of `key`, nullptr if absent or null.
+  const casting::JsonValue* Lookup(absl::string_view key) const;
+  // NotFound naming the key.
+  absl::Status Missing(absl::string_view key) const;
+  // InvalidArgument: `key` is not a `expected`.
+  absl::Status WrongType(absl::string_view key,
+                         absl::string_view expected) const;
+
+  // Points into a shared parsed document (aliasing shared_ptr).
+  std::shared_ptr<const casting::JsonValue> object_;
+  std::string label_;
+};
+
+}  // namespace castserve::models
+
+#endif  // CASTSERVE_MODELS_HF_CONFIG_H_

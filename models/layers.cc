@@ -1,0 +1,185 @@
+#include "models/layers.h"
+
+#include <ATen/ATen.h>
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "c10/util/Exception.h"
+
+namespace castserve::models {
+namespace {
+
+// Adds weight `local_name` of `module` made by `weights`; absent optional
+// weights are skipped.
+absl::Status AddWeightTo(Module& module, const WeightFactory& weights,
+                         absl::string_view local_name, bool required) {
+  if (!required && !weights.Has(module.name(), local_name)) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<casting::Weight>> weight =
+      weights.Make(module.name(), module.kind(), local_name);
+  if (!weight.ok()) return weight.status();
+  module.AddWeight(std::string(local_name), *std::move(weight));
+  return absl::OkStatus();
+}
+
+// Checks that weight `local_name` of `module` has rank `rank`.
+absl::Status CheckRank(const Module& module, absl::string_view local_name,
+                       size_t rank) {
+  const casting::Weight* weight = module.weight(local_name);
+  if (weight == nullptr || weight->shape().size() == rank) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "weight '", weight->name(), "' of ", module.kind(), " '", module.name(),
+      "' has rank ", weight->shape().size(), ", expected ", rank));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(
+    std::string name, const WeightFactory& weights, bool bias) {
+  std::unique_ptr<Linear> linear(new Linear(std::move(name), "Linear"));
+  absl::Status status = AddWeightTo(*linear, weights, "weight", true);
+  if (status.ok() && bias) status = AddWeightTo(*linear, weights, "bias", true);
+  if (status.ok()) status = CheckRank(*linear, "weight", 2);
+  if (!status.ok()) return status;
+  return linear;
+}
+
+at::Tensor Linear::Forward(ForwardContext& context, const at::Tensor& x) const {
+  ModuleCall call(*this, context);
+  return at::linear(x, Param(context, "weight"),
+                    OptionalParam(context, "bias"));
+}
+
+absl::StatusOr<std::unique_ptr<Embedding>> Embedding::Create(
+    std::string name, const WeightFactory& weights) {
+  std::unique_ptr<Embedding> embedding(
+      new Embedding(std::move(name), "Embedding"));
+  absl::Status status = AddWeightTo(*embedding, weights, "weight", true);
+  if (status.ok()) status = CheckRank(*embedding, "weight", 2);
+  if (!status.ok()) return status;
+  return embedding;
+}
+
+int64_t Embedding::num_embeddings() const {
+  return weight("weight")->shape()[0];
+}
+
+at::Tensor Embedding::Forward(ForwardContext& context,
+                              const at::Tensor& ids) const {
+  ModuleCall call(*this, context);
+  TORCH_CHECK_TYPE(
+      ids.scalar_type() == at::kLong || ids.scalar_type() == at::kInt,
+      "embedding '", name(), "': ids must be int64 or int32, got ",
+      ids.scalar_type());
+  const int64_t num = num_embeddings();
+  if (ids.numel() > 0) {
+    const int64_t min_id = ids.min().item<int64_t>();
+    const int64_t max_id = ids.max().item<int64_t>();
+    const int64_t bad = min_id < 0 ? min_id : max_id;
+    TORCH_CHECK_INDEX(min_id >= 0 && max_id < num, "embedding '", name(),
+                      "': id ", bad, " is outside the table of ", num, " rows");
+  }
+  return at::embedding(Param(context, "weight"), ids);
+}
+
+LayerNorm::LayerNorm(std::string name, double eps)
+    : Module(std::move(name), "LayerNorm"), eps_(eps) {}
+
+absl::StatusOr<std::unique_ptr<LayerNorm>> LayerNorm::Create(
+    std::string name, const WeightFactory& weights, double eps) {
+  std::unique_ptr<LayerNorm> norm(new LayerNorm(std::move(name), eps));
+  absl::Status status = AddWeightTo(*norm, weights, "weight", true);
+  if (status.ok()) status = AddWeightTo(*norm, weights, "bias", false);
+  if (status.ok()) status = CheckRank(*norm, "weight", 1);
+  if (!status.ok()) return status;
+  return norm;
+}
+
+at::Tensor LayerNorm::Forward(ForwardContext& context,
+                              const at::Tensor& x) const {
+  ModuleCall call(*this, context);
+  const at::Tensor& gamma = Param(context, "weight");
+  return at::layer_norm(x, {gamma.size(0)}, gamma,
+                        OptionalParam(context, "bias"), eps_);
+}
+
+RMSNorm::RMSNorm(std::string name, double eps)
+    : Module(std::move(name), "RMSNorm"), eps_(eps) {}
+
+absl::StatusOr<std::unique_ptr<RMSNorm>> RMSNorm::Create(
+    std::string name, const WeightFactory& weights, double eps) {
+  std::unique_ptr<RMSNorm> norm(new RMSNorm(std::move(name), eps));
+  absl::Status status = AddWeightTo(*norm, weights, "weight", true);
+  if (status.ok()) status = CheckRank(*norm, "weight", 1);
+  if (!status.ok()) return status;
+  return norm;
+}
+
+at::Tensor RMSNorm::Forward(ForwardContext& context,
+                            const at::Tensor& x) const {
+  ModuleCall call(*this, context);
+  const at::Tensor& gamma = Param(context, "weight");
+  at::Tensor x32 = x.to(at::kFloat);
+  at::Tensor inv_rms = at::rsqrt(x32.pow(2).mean({-1}, true) + eps_);
+  return gamma * (x32 * inv_rms).to(x.scalar_type());
+}
+
+Conv2d::Conv2d(std::string name, int64_t stride, int64_t padding)
+    : Module(std::move(name), "Conv2d"), stride_(stride), padding_(padding) {}
+
+absl::StatusOr<std::unique_ptr<Conv2d>> Conv2d::Create(
+    std::string name, const WeightFactory& weights, int64_t stride,
+    int64_t padding, bool bias) {
+  std::unique_ptr<Conv2d> conv(new Conv2d(std::move(name), stride, padding));
+  absl::Status status = AddWeightTo(*conv, weights, "weight", true);
+  if (status.ok() && bias) status = AddWeightTo(*conv, weights, "bias", true);
+  if (status.ok()) status = CheckRank(*conv, "weight", 4);
+  if (!status.ok()) return status;
+  return conv;
+}
+
+at::Tensor Conv2d::Forward(ForwardContext& context, const at::Tensor& x) const {
+  ModuleCall call(*this, context);
+  return at::conv2d(x, Param(context, "weight"), OptionalParam(context, "bias"),
+                    {stride_, stride_}, {padding_, padding_});
+}
+
+absl::StatusOr<Activation> ParseActivation(absl::string_view hf_name) {
+  const std::string name = absl::AsciiStrToLower(hf_name);
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" ||
+      name == "gelu_fast") {
+    return Activation::kGeluTanh;
+  }
+  if (name == "quick_gelu") return Activation::kQuickGelu;
+  if (name == "silu" || name == "swish") return Activation::kSilu;
+  if (name == "relu") return Activation::kRelu;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unsupported activation '", std::string(hf_name),
+      "'; supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, "
+      "quick_gelu, silu, swish, relu"));
+}
+
+at::Tensor Activate(Activation activation, const at::Tensor& x) {
+  switch (activation) {
+    case Activation::kGelu:
+      return at::gelu(x);
+    case Activation::kGeluTanh:
+      return at::gelu(x, "tanh");
+    case Activation::kQuickGelu:
+      return x * at::sigmoid(x * 1.702);
+    case Activation::kSilu:
+      return at::silu(x);
+    case Activation::kRelu:
+      return at::relu(x);
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown activation");
+}
+
+}  // namespace castserve::models

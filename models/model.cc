@@ -1,0 +1,112 @@
+#include "models/model.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <new>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "c10/core/InferenceMode.h"
+#include "c10/util/Exception.h"
+
+namespace castserve::models {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+absl::Status CheckInput(const TensorSpec& spec, const at::Tensor& tensor) {
+  if (!tensor.defined()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", spec.name, "' is an undefined tensor"));
+  }
+  if (tensor.scalar_type() != spec.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", spec.name, "' has dtype ",
+                     c10::toString(tensor.scalar_type()), ", expected ",
+                     c10::toString(spec.dtype)));
+  }
+  const std::vector<int64_t> shape = tensor.sizes().vec();
+  bool dims_match = shape.size() == spec.shape.size();
+  for (size_t i = 0; dims_match && i < shape.size(); ++i) {
+    dims_match = spec.shape[i] == -1 || spec.shape[i] == shape[i];
+  }
+  if (!dims_match) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", spec.name, "' has shape ", ShapeString(shape), ", expected ",
+        ShapeString(spec.shape), " (-1: any size)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSignature(const std::vector<TensorSpec>& specs,
+                            const NamedTensors& inputs) {
+  std::vector<std::string> names;
+  for (const TensorSpec& spec : specs) names.push_back(spec.name);
+  for (const auto& [name, tensor] : inputs) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown input '", name,
+                       "'; the model takes: ", absl::StrJoin(names, ", ")));
+    }
+  }
+  for (const TensorSpec& spec : specs) {
+    auto it = inputs.find(spec.name);
+    if (it == inputs.end()) {
+      if (spec.optional) continue;
+      return absl::InvalidArgumentError(
+          absl::StrCat("missing required input '", spec.name, "'"));
+    }
+    absl::Status status = CheckInput(spec, it->second);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+bool IsOutOfMemory(absl::string_view message) {
+  return absl::StrContains(message, "out of memory") ||
+         absl::StrContains(message, "not enough memory");
+}
+
+}  // namespace
+
+absl::Status StatusFromTorchError(const c10::Error& error) {
+  const std::string message = error.what_without_backtrace();
+  if (const auto* weight_error =
+          dynamic_cast<const WeightUnavailableError*>(&error)) {
+    return absl::Status(weight_error->status().code(), message);
+  }
+  if (IsOutOfMemory(message)) return absl::ResourceExhaustedError(message);
+  if (dynamic_cast<const c10::NotImplementedError*>(&error) != nullptr) {
+    return absl::UnimplementedError(message);
+  }
+  if (dynamic_cast<const c10::IndexError*>(&error) != nullptr ||
+      dynamic_cast<const c10::ValueError*>(&error) != nullptr ||
+      dynamic_cast<const c10::TypeError*>(&error) != nullptr) {
+    return absl::InvalidArgumentError(message);
+  }
+  return absl::InternalError(message);
+}
+
+absl::StatusOr<NamedTensors> Model::Forward(const NamedTensors& inputs) const {
+  absl::Status valid = CheckSignature(this->inputs(), inputs);
+  if (valid.ok()) valid = ValidateInputs(inputs);
+  if (!valid.ok()) return valid;
+  try {
+    c10::InferenceMode inference_mode;
+    ForwardContext context;
+    return ForwardImpl(context, inputs);
+  } catch (const c10::Error& error) {
+    return StatusFromTorchError(error);
+  } catch (const std::bad_alloc& error) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of memory during the forward of ", architecture()));
+  }
+}
+
+}  // namespace castserve::models

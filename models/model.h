@@ -1,0 +1,79 @@
+// A servable model: a module tree plus a signature, run one forward at a
+// time per call (calls may run concurrently; each gets its own context).
+#ifndef CASTSERVE_MODELS_MODEL_H_
+#define CASTSERVE_MODELS_MODEL_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "c10/util/Exception.h"
+#include "models/module.h"
+
+namespace castserve::models {
+
+// One input or output of a signature. `shape` includes the batch dimension
+// first; -1 marks a variable dimension.
+struct TensorSpec {
+  std::string name;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+  // Inputs only: a request may leave it out.
+  bool optional = false;
+};
+
+using NamedTensors = std::map<std::string, at::Tensor>;
+
+// The Status for a c10::Error thrown by a forward, as Model::Forward maps it.
+absl::Status StatusFromTorchError(const c10::Error& error);
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // "bert", "llama", "siglip_vision_model", ...
+  virtual std::string architecture() const = 0;
+  virtual const std::vector<TensorSpec>& inputs() const = 0;
+  virtual const std::vector<TensorSpec>& outputs() const = 0;
+  virtual Module& root() = 0;
+
+  // Checks `inputs` against the signature and the model's limits (dtype,
+  // rank, dimensions, token ids outside the vocabulary, sequences longer
+  // than the position table): InvalidArgument naming the input. Then runs
+  // one forward under at::InferenceMode and returns every output.
+  //
+  // The one place where c10::Error becomes a Status: out of memory ->
+  // RESOURCE_EXHAUSTED, bad value/type/index -> INVALID_ARGUMENT, not
+  // implemented -> UNIMPLEMENTED, a weight whose file vanished -> DATA_LOSS,
+  // anything else -> INTERNAL. Thread-safe.
+  absl::StatusOr<NamedTensors> Forward(const NamedTensors& inputs) const;
+
+ protected:
+  // For models that wrap another one (model_loader.cc): the wrapped model's
+  // hooks, reachable from a derived class.
+  static absl::Status ValidateInputsOf(const Model& model,
+                                       const NamedTensors& inputs) {
+    return model.ValidateInputs(inputs);
+  }
+  static NamedTensors ForwardImplOf(const Model& model, ForwardContext& context,
+                                    const NamedTensors& inputs) {
+    return model.ForwardImpl(context, inputs);
+  }
+
+  // Architecture-specific checks beyond names, dtypes and ranks (vocabulary,
+  // position table). Called by Forward before ForwardImpl.
+  virtual absl::Status ValidateInputs(const NamedTensors& inputs) const {
+    return absl::OkStatus();
+  }
+  // The forward itself; may throw c10::Error.
+  virtual NamedTensors ForwardImpl(ForwardContext& context,
+                                   const NamedTensors& inputs) const = 0;
+};
+
+}  // namespace castserve::models
+
+#endif  // CASTSERVE_MODELS_MODEL_H_

@@ -1,0 +1,163 @@
+#include "models/model_loader.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "casting/safetensors_reader.h"
+#include "casting/torch_zip_reader.h"
+#include "models/casting_hooks.h"
+
+namespace castserve::models {
+namespace {
+
+struct Registry {
+  absl::Mutex mu;
+  std::map<std::string, ArchitectureFactory> factories ABSL_GUARDED_BY(mu);
+};
+
+Registry& GetRegistry() {
+  static Registry* const registry = new Registry();
+  return *registry;
+}
+
+bool FileExists(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+// A model with casting hooks attached to its tree: the hooks are declared
+// after the model, so they are removed before the tree is destroyed.
+class HookedModel final : public Model {
+ public:
+  HookedModel(std::unique_ptr<Model> model, CastingHooks::Options options)
+      : model_(std::move(model)),
+        hooks_(CastingHooks::Attach(model_->root(), options)) {}
+
+  std::string architecture() const override { return model_->architecture(); }
+  const std::vector<TensorSpec>& inputs() const override {
+    return model_->inputs();
+  }
+  const std::vector<TensorSpec>& outputs() const override {
+    return model_->outputs();
+  }
+  Module& root() override { return model_->root(); }
+
+ protected:
+  absl::Status ValidateInputs(const NamedTensors& inputs) const override {
+    return ValidateInputsOf(*model_, inputs);
+  }
+  NamedTensors ForwardImpl(ForwardContext& context,
+                           const NamedTensors& inputs) const override {
+    return ForwardImplOf(*model_, context, inputs);
+  }
+
+ private:
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<CastingHooks> hooks_;
+};
+
+}  // namespace
+
+absl::Status RegisterArchitecture(std::string model_type,
+                                  ArchitectureFactory factory) {
+  if (model_type.empty()) {
+    return absl::InvalidArgumentError("architecture name must not be empty");
+  }
+  Registry& registry = GetRegistry();
+  absl::MutexLock lock(&registry.mu);
+  if (!registry.factories.emplace(model_type, std::move(factory)).second) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("architecture '", model_type, "' is already registered"));
+  }
+  return absl::OkStatus();
+}
+
+ArchitectureRegistration::ArchitectureRegistration(
+    std::string model_type, ArchitectureFactory factory) {
+  absl::Status status =
+      RegisterArchitecture(std::move(model_type), std::move(factory));
+  if (!status.ok()) {
+    std::cerr << "castserve: " << status << std::endl;
+    std::abort();
+  }
+}
+
+std::vector<std::string> RegisteredArchitectures() {
+  Registry& registry = GetRegistry();
+  absl::MutexLock lock(&registry.mu);
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : registry.factories) names.push_back(name);
+  return names;  // std::map keeps them sorted.
+}
+
+absl::StatusOr<std::unique_ptr<casting::Checkpoint>> OpenHfCheckpoint(
+    const std::string& folder) {
+  const std::string safetensors = folder + "/model.safetensors";
+  if (FileExists(safetensors)) return casting::OpenSafetensors(safetensors);
+  const std::string index = folder + "/model.safetensors.index.json";
+  if (FileExists(index)) return casting::OpenSafetensorsIndex(index);
+  const std::string torch_zip = folder + "/pytorch_model.bin";
+  if (FileExists(torch_zip)) return casting::OpenTorchZip(torch_zip);
+  return absl::NotFoundError(
+      absl::StrCat(folder,
+                   " has no checkpoint: tried model.safetensors, "
+                   "model.safetensors.index.json, pytorch_model.bin"));
+}
+
+namespace {
+
+absl::StatusOr<ArchitectureFactory> FindArchitecture(
+    absl::string_view model_type, absl::string_view config_label) {
+  Registry& registry = GetRegistry();
+  absl::MutexLock lock(&registry.mu);
+  auto it = registry.factories.find(std::string(model_type));
+  if (it != registry.factories.end()) return it->second;
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : registry.factories) names.push_back(name);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unsupported architecture '", model_type, "' (model_type of ",
+      config_label, "); supported: ",
+      names.empty() ? "none linked in" : absl::StrJoin(names, ", ")));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
+    const std::string& folder, const WeightPolicyOptions& options,
+    absl::string_view architecture_override) {
+  absl::StatusOr<HfConfig> config = HfConfig::Load(folder + "/config.json");
+  if (!config.ok()) return config.status();
+  const std::string model_type = architecture_override.empty()
+                                     ? config->model_type()
+                                     : std::string(architecture_override);
+  absl::StatusOr<ArchitectureFactory> factory =
+      FindArchitecture(model_type, config->label());
+  if (!factory.ok()) return factory.status();
+  absl::StatusOr<std::unique_ptr<casting::Checkpoint>> checkpoint =
+      OpenHfCheckpoint(folder);
+  if (!checkpoint.ok()) return checkpoint.status();
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      (*factory)(*config, std::move(*checkpoint), options);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(),
+                        absl::StrCat(folder, " as ", model_type, ": ",
+                                     model.status().message()));
+  }
+  if (options.compute_copy != casting::ComputeCopyPolicy::kTransient) {
+    return model;
+  }
+  CastingHooks::Options hook_options;
+  hook_options.prefetch = options.prefetch;
+  return std::make_unique<HookedModel>(*std::move(model), hook_options);
+}
+
+}  // namespace castserve::models

@@ -1,0 +1,92 @@
+#include "models/weight_factory.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "casting/torch_types.h"
+
+namespace castserve::models {
+
+casting::ElementType EffectiveComputeDtype(const WeightPolicyOptions& options) {
+  return options.casting.has_value() ? options.casting->options().compute_dtype
+                                     : options.compute_dtype;
+}
+
+absl::StatusOr<std::string> FindKeyPrefix(
+    const casting::Checkpoint& checkpoint, absl::string_view probe_key,
+    const std::vector<std::string>& candidate_prefixes) {
+  std::vector<std::string> tried;
+  for (const std::string& prefix : candidate_prefixes) {
+    std::string key = absl::StrCat(prefix, probe_key);
+    if (checkpoint.Find(key) != nullptr) return prefix;
+    tried.push_back(std::move(key));
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "checkpoint has none of the tensors ", absl::StrJoin(tried, ", "), " (",
+      checkpoint.tensors().size(), " tensors in it)"));
+}
+
+WeightFactory::WeightFactory(
+    std::shared_ptr<const casting::Checkpoint> checkpoint,
+    WeightPolicyOptions options, std::string key_prefix)
+    : checkpoint_(std::move(checkpoint)),
+      options_(std::move(options)),
+      key_prefix_(std::move(key_prefix)) {}
+
+const casting::TensorEntry* WeightFactory::Find(
+    absl::string_view module_name, absl::string_view local_name) const {
+  return checkpoint_->Find(
+      absl::StrCat(key_prefix_, module_name, ".", local_name));
+}
+
+bool WeightFactory::Has(absl::string_view module_name,
+                        absl::string_view local_name) const {
+  return Find(module_name, local_name) != nullptr;
+}
+
+casting::ElementType WeightFactory::compute_dtype() const {
+  return EffectiveComputeDtype(options_);
+}
+
+at::ScalarType WeightFactory::compute_scalar_type() const {
+  return casting::TorchScalarType(compute_dtype());
+}
+
+absl::StatusOr<std::unique_ptr<casting::Weight>> WeightFactory::Make(
+    absl::string_view module_name, absl::string_view kind,
+    absl::string_view local_name) const {
+  const std::string key =
+      absl::StrCat(key_prefix_, module_name, ".", local_name);
+  if (checkpoint_->Find(key) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("checkpoint has no tensor '", key,
+                                            "' (weight '", local_name, "' of ",
+                                            kind, " '", module_name, "')"));
+  }
+  casting::WeightOptions weight_options;
+  weight_options.residency = options_.residency;
+  weight_options.compute_dtype = compute_dtype();
+  weight_options.storage = casting::StorageFormat::Plain(compute_dtype());
+  weight_options.compute_copy = options_.compute_copy;
+  weight_options.codec = options_.codec;
+  if (options_.casting.has_value()) {
+    casting::WeightDecision decision =
+        options_.casting->Decide(module_name, kind);
+    if (decision.cast) {
+      weight_options.residency = casting::Residency::kResident;
+      weight_options.storage = decision.storage;
+      weight_options.compute_dtype = decision.compute_dtype;
+    }
+  }
+  absl::StatusOr<std::unique_ptr<casting::Weight>> weight =
+      casting::Weight::Create(checkpoint_, key, weight_options);
+  if (!weight.ok()) return weight.status();
+  if (options_.eager) {
+    absl::Status materialized = (*weight)->Materialize();
+    if (!materialized.ok()) return materialized;
+  }
+  return weight;
+}
+
+}  // namespace castserve::models

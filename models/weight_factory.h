@@ -1,0 +1,92 @@
+// Makes the casting::Weights of a model's modules as its weight policy says:
+// the layerwise-casting policy decides per (module name, module kind) whether
+// a weight is stored narrow; residency and compute-copy policy apply to all.
+#ifndef CASTSERVE_MODELS_WEIGHT_FACTORY_H_
+#define CASTSERVE_MODELS_WEIGHT_FACTORY_H_
+
+#include <c10/core/ScalarType.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "casting/casting_policy.h"
+#include "casting/checkpoint.h"
+#include "casting/weight.h"
+
+namespace castserve::models {
+
+struct WeightPolicyOptions {
+  casting::Residency residency = casting::Residency::kResident;
+  casting::ComputeCopyPolicy compute_copy = casting::ComputeCopyPolicy::kCached;
+  // Compute dtype of every layer (F32, F16, BF16).
+  casting::ElementType compute_dtype = casting::ElementType::kF32;
+  // Absent: no layerwise casting (storage = compute dtype everywhere).
+  // Present: its compute dtype is the model's (it overrides compute_dtype),
+  // and the weights it casts are resident in its storage format whatever
+  // `residency` says (a mapped file cannot hold another format); the
+  // weights it keeps follow `residency`.
+  std::optional<casting::CastingPolicy> casting;
+  // Make resident copies at load instead of at first use.
+  bool eager = false;
+  // With transient compute copies: while module i runs, read and decode the
+  // weights of the module that runs after it on a background thread
+  // (casting_hooks.h). Ignored with cached copies.
+  bool prefetch = false;
+  casting::CodecOptions codec;
+};
+
+// The dtype layers compute in under `options`: the casting policy's when
+// there is one, else options.compute_dtype.
+casting::ElementType EffectiveComputeDtype(const WeightPolicyOptions& options);
+
+// The first of `candidate_prefixes` ("" included if listed) for which
+// `checkpoint` has `<prefix><probe_key>`: how an architecture finds its
+// weights inside a checkpoint saved from a wrapping model ("bert." in a
+// BertForMaskedLM). NotFound listing the keys tried.
+absl::StatusOr<std::string> FindKeyPrefix(
+    const casting::Checkpoint& checkpoint, absl::string_view probe_key,
+    const std::vector<std::string>& candidate_prefixes);
+
+// Thread-compatible; Make is const and may be called concurrently.
+class WeightFactory {
+ public:
+  // `key_prefix` is prepended to every module name to find checkpoint keys
+  // ("bert." for a BertModel saved inside BertForMaskedLM, "" otherwise).
+  WeightFactory(std::shared_ptr<const casting::Checkpoint> checkpoint,
+                WeightPolicyOptions options, std::string key_prefix = "");
+
+  // The weight `<prefix><module_name>.<local_name>` of a module of `kind`.
+  // NotFound naming the key when the checkpoint lacks it; the Weight's errors
+  // otherwise. Does not read tensor data unless the policy is eager.
+  absl::StatusOr<std::unique_ptr<casting::Weight>> Make(
+      absl::string_view module_name, absl::string_view kind,
+      absl::string_view local_name) const;
+
+  // True when the checkpoint has `<prefix><module_name>.<local_name>`.
+  bool Has(absl::string_view module_name, absl::string_view local_name) const;
+
+  // The checkpoint entry of `<prefix><module_name>.<local_name>`, or nullptr.
+  const casting::TensorEntry* Find(absl::string_view module_name,
+                                   absl::string_view local_name) const;
+
+  // EffectiveComputeDtype(options()), and as a LibTorch scalar type.
+  casting::ElementType compute_dtype() const;
+  at::ScalarType compute_scalar_type() const;
+  const std::string& key_prefix() const { return key_prefix_; }
+
+  const casting::Checkpoint& checkpoint() const { return *checkpoint_; }
+  const WeightPolicyOptions& options() const { return options_; }
+
+ private:
+  std::shared_ptr<const casting::Checkpoint> checkpoint_;
+  WeightPolicyOptions options_;
+  std::string key_prefix_;
+};
+
+}  // namespace castserve::models
+
+#endif  // CASTSERVE_MODELS_WEIGHT_FACTORY_H_
