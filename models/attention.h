@@ -1,0 +1,51 @@
+// Scaled dot-product attention for castserve's architectures, written with
+// matmul and softmax (LibTorch 1.13 has no fused kernel): padding masks,
+// causal masks for decoders and grouped-query attention.
+//
+// Shapes use [batch, heads, seq, head_dim] for queries, keys and values.
+// Masks are additive biases: 0 where a query may attend, the lowest finite
+// value of the scores' dtype where it may not (so a row with every key
+// masked attends uniformly instead of producing NaN).
+//
+// Everything here is a pure function of its arguments: thread-safe.
+#ifndef CASTSERVE_MODELS_ATTENTION_H_
+#define CASTSERVE_MODELS_ATTENTION_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace castserve::models {
+
+// The additive bias [batch, 1, query_len, key_len] in `dtype` for a padding
+// mask `key_mask` (integer or bool [batch, key_len], nonzero = a real
+// token), combined with a causal mask when `causal` (query i, aligned with
+// the last query_len keys, sees keys up to its own position). An undefined
+// `key_mask` means every key is real. With causal and `sliding_window` > 0
+// (Mistral), query i also sees only keys j with i - j < sliding_window.
+at::Tensor MakeAttentionBias(const at::Tensor& key_mask, int64_t batch,
+                             int64_t query_len, int64_t key_len, bool causal,
+                             at::ScalarType dtype, int64_t sliding_window = 0);
+
+// Repeats each of the kv heads of `x` [batch, kv_heads, seq, dim]
+// `repeats` times consecutively: head h of the result is kv head
+// h / repeats (the grouping of grouped-query attention).
+at::Tensor RepeatKeyValueHeads(const at::Tensor& x, int64_t repeats);
+
+// softmax(q k^T * scale + bias) v for q [batch, q_heads, q_len, dim] and
+// k, v [batch, kv_heads, k_len, dim] with q_heads a multiple of kv_heads
+// (grouped-query attention repeats the kv heads). `bias` is undefined or
+// broadcastable to [batch, q_heads, q_len, k_len]. The softmax runs in f32
+// and its result is cast back to q's dtype before multiplying by v.
+// Returns [batch, q_heads, q_len, dim].
+at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
+                                     const at::Tensor& v,
+                                     const at::Tensor& bias, double scale);
+
+// [batch, seq, heads * dim] <-> [batch, heads, seq, dim].
+at::Tensor SplitHeads(const at::Tensor& x, int64_t heads);
+at::Tensor MergeHeads(const at::Tensor& x);
+
+}  // namespace castserve::models
+
+#endif  // CASTSERVE_MODELS_ATTENTION_H_

@@ -1,0 +1,79 @@
+#include "models/hf_config.h"
+
+#include <gtest/gtest.h>
+
+namespace castserve::models {
+namespace {
+
+constexpr char kConfig[] = R"({
+  "model_type": "bert", "hidden_size": 32, "layer_norm_eps": 1e-12,
+  "tie_word_embeddings": true, "rope_scaling": null,
+  "architectures": ["BertModel"], "eos_token_id": [1, 2],
+  "vision_config": {"hidden_size": 16, "hidden_act": "gelu_pytorch_tanh"},
+  "ratio": 2.5
+})";
+
+TEST(HfConfigTest, ReadsTypedValues) {
+  absl::StatusOr<HfConfig> config = HfConfig::Parse(kConfig, "config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model_type(), "bert");
+  EXPECT_EQ(*config->GetInt("hidden_size"), 32);
+  EXPECT_DOUBLE_EQ(*config->GetDouble("layer_norm_eps"), 1e-12);
+  EXPECT_TRUE(*config->GetBool("tie_word_embeddings"));
+  EXPECT_EQ(*config->GetStringList("architectures"),
+            std::vector<std::string>{"BertModel"});
+  EXPECT_EQ(*config->GetIntList("eos_token_id"), (std::vector<int64_t>{1, 2}));
+}
+
+TEST(HfConfigTest, NullCountsAsAbsentAndDefaultsApply) {
+  HfConfig config = *HfConfig::Parse(kConfig, "config.json");
+  EXPECT_FALSE(config.Has("rope_scaling"));
+  EXPECT_EQ(config.GetObject("rope_scaling").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(*config.GetInt("num_layers", 7), 7);
+  EXPECT_EQ(*config.GetString("hidden_act", "gelu"), "gelu");
+  EXPECT_DOUBLE_EQ(*config.GetDouble("ratio", 1.0), 2.5);
+}
+
+TEST(HfConfigTest, NestedObjectKeepsDocumentAliveAndNamesItself) {
+  absl::StatusOr<HfConfig> vision;
+  {
+    HfConfig config = *HfConfig::Parse(kConfig, "config.json");
+    vision = config.GetObject("vision_config");
+  }
+  ASSERT_TRUE(vision.ok()) << vision.status();
+  EXPECT_EQ(*vision->GetInt("hidden_size"), 16);
+  EXPECT_EQ(*vision->GetString("hidden_act"), "gelu_pytorch_tanh");
+  absl::Status missing = vision->GetInt("num_layers").status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find("config.json:vision_config"),
+            std::string::npos);
+  EXPECT_NE(missing.message().find("num_layers"), std::string::npos);
+}
+
+TEST(HfConfigTest, WrongTypesAreInvalidArgument) {
+  HfConfig config = *HfConfig::Parse(kConfig, "config.json");
+  EXPECT_EQ(config.GetInt("ratio").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(config.GetInt("ratio", 3).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(config.GetString("hidden_size").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(config.GetBool("model_type").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(config.GetIntList("architectures").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HfConfigTest, RejectsNonObjectsAndBadJson) {
+  EXPECT_EQ(HfConfig::Parse("[1]", "c.json").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::Status bad = HfConfig::Parse("{\"a\": }", "c.json").status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("c.json"), std::string::npos);
+  EXPECT_EQ(HfConfig::Load("/nonexistent/config.json").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace castserve::models

@@ -1,0 +1,145 @@
+#include "models/layers.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "casting/safetensors_reader.h"
+#include "models/test_util/tensor_files.h"
+
+namespace castserve::models {
+namespace {
+
+class LayersTest : public ::testing::Test {
+ protected:
+  // Writes `tensors` and returns a factory over them.
+  WeightFactory Factory(const std::map<std::string, at::Tensor>& tensors,
+                        WeightPolicyOptions options = {}) {
+    const std::string path =
+        test_util::MakeScratchDir("layers") + "/model.safetensors";
+    EXPECT_TRUE(test_util::WriteSafetensors(path, tensors).ok());
+    return WeightFactory(*casting::OpenSafetensors(path), options);
+  }
+  void SetUp() override { at::manual_seed(1); }
+};
+
+TEST_F(LayersTest, LinearMatchesAtLinear) {
+  at::Tensor w = at::randn({6, 4}), b = at::randn({6}), x = at::randn({3, 4});
+  WeightFactory factory = Factory({{"fc.weight", w}, {"fc.bias", b}});
+  auto linear = Linear::Create("fc", factory, /*bias=*/true);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  EXPECT_EQ((*linear)->kind(), "Linear");
+  ForwardContext context;
+  EXPECT_TRUE(at::allclose((*linear)->Forward(context, x), at::linear(x, w, b),
+                           1e-6, 1e-6));
+}
+
+TEST_F(LayersTest, LinearWithoutBiasAndMissingWeights) {
+  at::Tensor w = at::randn({6, 4}), x = at::randn({2, 4});
+  WeightFactory factory = Factory({{"fc.weight", w}});
+  auto linear = Linear::Create("fc", factory, /*bias=*/false);
+  ASSERT_TRUE(linear.ok());
+  ForwardContext context;
+  EXPECT_TRUE(at::allclose((*linear)->Forward(context, x), at::matmul(x, w.t()),
+                           1e-6, 1e-6));
+  EXPECT_EQ(Linear::Create("fc", factory, true).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Linear::Create("other", factory, false).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(LayersTest, LinearRejectsWrongRank) {
+  WeightFactory factory = Factory({{"fc.weight", at::randn({6})}});
+  EXPECT_EQ(Linear::Create("fc", factory, false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(LayersTest, EmbeddingLooksUpRowsAndChecksIds) {
+  at::Tensor table = at::randn({10, 3});
+  WeightFactory factory = Factory({{"emb.weight", table}});
+  auto embedding = Embedding::Create("emb", factory);
+  ASSERT_TRUE(embedding.ok());
+  EXPECT_EQ((*embedding)->num_embeddings(), 10);
+  ForwardContext context;
+  at::Tensor ids = at::tensor({1, 9, 0, 4}, at::kLong).view({2, 2});
+  EXPECT_TRUE(at::equal((*embedding)->Forward(context, ids),
+                        at::embedding(table, ids)));
+  EXPECT_THROW((*embedding)->Forward(context, at::tensor({10}, at::kLong)),
+               c10::IndexError);
+  EXPECT_THROW((*embedding)->Forward(context, at::tensor({-1}, at::kLong)),
+               c10::IndexError);
+  EXPECT_THROW((*embedding)->Forward(context, at::ones({1})), c10::TypeError);
+}
+
+TEST_F(LayersTest, LayerNormMatchesAtLayerNorm) {
+  at::Tensor g = at::randn({5}), b = at::randn({5}), x = at::randn({2, 3, 5});
+  WeightFactory factory = Factory({{"ln.weight", g}, {"ln.bias", b}});
+  auto norm = LayerNorm::Create("ln", factory, 1e-5);
+  ASSERT_TRUE(norm.ok());
+  ForwardContext context;
+  EXPECT_TRUE(at::allclose((*norm)->Forward(context, x),
+                           at::layer_norm(x, {5}, g, b, 1e-5), 1e-5, 1e-6));
+}
+
+TEST_F(LayersTest, RMSNormMatchesFormulaAndKeepsInputDtype) {
+  at::Tensor g = at::randn({8}), x = at::randn({2, 8});
+  WeightFactory factory = Factory({{"norm.weight", g}});
+  auto norm = RMSNorm::Create("norm", factory, 1e-6);
+  ASSERT_TRUE(norm.ok());
+  ForwardContext context;
+  at::Tensor expected = g * x / at::sqrt(x.pow(2).mean({-1}, true) + 1e-6);
+  EXPECT_TRUE(at::allclose((*norm)->Forward(context, x), expected, 1e-5, 1e-6));
+
+  WeightPolicyOptions bf16;
+  bf16.compute_dtype = casting::ElementType::kBF16;
+  WeightFactory bf16_factory = Factory({{"norm.weight", g}}, bf16);
+  auto bf16_norm = RMSNorm::Create("norm", bf16_factory, 1e-6);
+  ForwardContext bf16_context;
+  at::Tensor y = (*bf16_norm)->Forward(bf16_context, x.to(at::kBFloat16));
+  EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::allclose(y.to(at::kFloat), expected, 2e-2, 2e-2));
+}
+
+TEST_F(LayersTest, Conv2dMatchesAtConv2d) {
+  at::Tensor w = at::randn({4, 3, 2, 2}), b = at::randn({4});
+  at::Tensor x = at::randn({1, 3, 6, 6});
+  WeightFactory factory = Factory({{"patch.weight", w}, {"patch.bias", b}});
+  auto conv = Conv2d::Create("patch", factory, /*stride=*/2, /*padding=*/0,
+                             /*bias=*/true);
+  ASSERT_TRUE(conv.ok());
+  ForwardContext context;
+  at::Tensor y = (*conv)->Forward(context, x);
+  EXPECT_EQ(y.sizes(), at::IntArrayRef({1, 4, 3, 3}));
+  EXPECT_TRUE(at::allclose(y, at::conv2d(x, w, b, {2, 2}), 1e-5, 1e-6));
+}
+
+TEST_F(LayersTest, ActivationsFollowTheirFormulas) {
+  at::Tensor x = at::linspace(-4, 4, 33);
+  at::Tensor erf_gelu = 0.5 * x * (1 + at::erf(x / std::sqrt(2.0)));
+  at::Tensor tanh_gelu =
+      0.5 * x *
+      (1 + at::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x.pow(3))));
+  auto activate = [&](const char* name) {
+    return Activate(*ParseActivation(name), x);
+  };
+  EXPECT_TRUE(at::allclose(activate("gelu"), erf_gelu, 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(activate("gelu_new"), tanh_gelu, 1e-5, 1e-6));
+  EXPECT_TRUE(
+      at::allclose(activate("gelu_pytorch_tanh"), tanh_gelu, 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(activate("quick_gelu"), x * at::sigmoid(1.702 * x),
+                           1e-6, 1e-6));
+  EXPECT_TRUE(at::allclose(activate("silu"), x * at::sigmoid(x), 1e-6, 1e-6));
+  EXPECT_TRUE(at::allclose(activate("swish"), x * at::sigmoid(x), 1e-6, 1e-6));
+  EXPECT_TRUE(at::equal(activate("relu"), at::clamp_min(x, 0)));
+}
+
+TEST_F(LayersTest, UnknownActivationListsSupportedOnes) {
+  absl::StatusOr<Activation> unknown = ParseActivation("mish");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("gelu_pytorch_tanh"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace castserve::models

@@ -1,0 +1,98 @@
+#include "models/model.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace castserve::models {
+namespace {
+
+// A model whose forward runs `body` and returns its input as "y".
+class FakeModel : public Model {
+ public:
+  explicit FakeModel(std::function<void()> body) : body_(std::move(body)) {}
+  std::string architecture() const override { return "fake"; }
+  const std::vector<TensorSpec>& inputs() const override { return inputs_; }
+  const std::vector<TensorSpec>& outputs() const override { return outputs_; }
+  Module& root() override { return root_; }
+
+ protected:
+  NamedTensors ForwardImpl(ForwardContext& context,
+                           const NamedTensors& inputs) const override {
+    body_();
+    EXPECT_TRUE(c10::InferenceMode::is_enabled());
+    return {{"y", inputs.at("x")}};
+  }
+
+ private:
+  std::function<void()> body_;
+  Module root_{"", "Fake"};
+  std::vector<TensorSpec> inputs_ = {{"x", at::kFloat, {-1, 4}},
+                                     {"mask", at::kLong, {-1}, true}};
+  std::vector<TensorSpec> outputs_ = {{"y", at::kFloat, {-1, 4}}};
+};
+
+absl::StatusCode CodeOf(std::function<void()> body) {
+  FakeModel model(std::move(body));
+  return model.Forward({{"x", at::ones({2, 4})}}).status().code();
+}
+
+TEST(ModelTest, MapsTorchErrorsToStatusCodes) {
+  EXPECT_EQ(CodeOf([] {}), absl::StatusCode::kOk);
+  EXPECT_EQ(CodeOf([] { TORCH_CHECK_INDEX(false, "bad index"); }),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CodeOf([] { TORCH_CHECK_VALUE(false, "bad value"); }),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CodeOf([] { TORCH_CHECK_TYPE(false, "bad type"); }),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CodeOf([] { TORCH_CHECK_NOT_IMPLEMENTED(false, "later"); }),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(CodeOf([] {
+              TORCH_CHECK(false, "DefaultCPUAllocator: not enough memory");
+            }),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(CodeOf([] { throw std::bad_alloc(); }),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(CodeOf([] {
+              throw WeightUnavailableError("w", absl::DataLossError("gone"));
+            }),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(CodeOf([] { TORCH_CHECK(false, "we are wrong"); }),
+            absl::StatusCode::kInternal);
+  // A real LibTorch error: mismatched matmul shapes.
+  EXPECT_NE(CodeOf([] {
+              at::matmul(at::ones({2, 3}), at::ones({2, 3}));
+            }),
+            absl::StatusCode::kOk);
+}
+
+TEST(ModelTest, ErrorMessageKeepsTheCause) {
+  FakeModel model([] { TORCH_CHECK_INDEX(false, "id 7 is outside"); });
+  absl::Status status = model.Forward({{"x", at::ones({1, 4})}}).status();
+  EXPECT_NE(status.message().find("id 7 is outside"), std::string::npos);
+}
+
+TEST(ModelTest, ChecksInputsAgainstTheSignature) {
+  FakeModel model([] {});
+  auto code = [&](NamedTensors inputs) {
+    return model.Forward(inputs).status().code();
+  };
+  EXPECT_EQ(code({{"x", at::ones({3, 4})}}), absl::StatusCode::kOk);
+  EXPECT_EQ(code({{"x", at::ones({3, 4})}, {"mask", at::ones({3}, at::kLong)}}),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(code({}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({{"x", at::ones({3, 5})}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({{"x", at::ones({3, 4}, at::kDouble)}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({{"x", at::ones({4})}}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({{"x", at::ones({3, 4})}, {"extra", at::ones({1})}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({{"x", at::Tensor()}}), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace castserve::models

@@ -1,0 +1,337 @@
+#include "models/siglip_vision.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "casting/casting_policy.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/model_loader.h"
+#include "models/test_util/tensor_files.h"
+
+namespace castserve::models {
+namespace {
+
+using ::testing::HasSubstr;
+using Tensors = std::map<std::string, at::Tensor>;
+
+// Hidden 8, 2 heads, 1 layer, 2 channels, 8x8 images of 4x4 patches.
+constexpr const char* kConfig = R"({"model_type": "siglip_vision_model",
+  "hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 1,
+  "num_attention_heads": 2, "num_channels": 2, "image_size": 8,
+  "patch_size": 4, "layer_norm_eps": 1e-6,
+  "hidden_act": "gelu_pytorch_tanh"})";
+
+Tensors RandomWeights() {
+  at::manual_seed(11);
+  Tensors w;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape,
+                 double scale, double offset = 0) {
+    w["vision_model." + name] = at::randn(shape) * scale + offset;
+  };
+  add("embeddings.patch_embedding.weight", {8, 2, 4, 4}, 0.2);
+  add("embeddings.patch_embedding.bias", {8}, 0.1);
+  add("embeddings.position_embedding.weight", {4, 8}, 0.5);
+  auto linear = [&](const std::string& name, int64_t out, int64_t in) {
+    add(name + ".weight", {out, in}, 1 / std::sqrt(in));
+    add(name + ".bias", {out}, 0.1);
+  };
+  auto norm = [&](const std::string& name) {
+    add(name + ".weight", {8}, 0.1, 1);
+    add(name + ".bias", {8}, 0.1);
+  };
+  const std::string layer = "encoder.layers.0.";
+  for (const char* proj : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
+    linear(layer + "self_attn." + proj, 8, 8);
+  }
+  norm(layer + "layer_norm1");
+  norm(layer + "layer_norm2");
+  linear(layer + "mlp.fc1", 12, 8);
+  linear(layer + "mlp.fc2", 8, 12);
+  norm("post_layernorm");
+  add("head.probe", {1, 1, 8}, 0.5);
+  add("head.attention.in_proj_weight", {24, 8}, 0.35);
+  add("head.attention.in_proj_bias", {24}, 0.1);
+  linear("head.attention.out_proj", 8, 8);
+  norm("head.layernorm");
+  linear("head.mlp.fc1", 12, 8);
+  linear("head.mlp.fc2", 8, 12);
+  return w;
+}
+
+// ---- The reference, written out in double for one image. ----
+
+at::Tensor Norm(const at::Tensor& x, Tensors& w, const std::string& name) {
+  at::Tensor mean = x.mean(-1, true);
+  at::Tensor var = (x - mean).pow(2).mean(-1, true);
+  return (x - mean) / (var + 1e-6).sqrt() * w[name + ".weight"] +
+         w[name + ".bias"];
+}
+
+at::Tensor Lin(const at::Tensor& x, Tensors& w, const std::string& name) {
+  return at::matmul(x, w[name + ".weight"].t()) + w[name + ".bias"];
+}
+
+at::Tensor GeluTanh(const at::Tensor& x) {
+  return 0.5 * x *
+         (1 + at::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x.pow(3))));
+}
+
+// q [n, 8], k, v [m, 8] -> [n, 8] with 2 heads of 4.
+at::Tensor Attend(const at::Tensor& q, const at::Tensor& k,
+                  const at::Tensor& v) {
+  std::vector<at::Tensor> heads;
+  for (int64_t h = 0; h < 2; ++h) {
+    at::Tensor scores =
+        at::matmul(q.narrow(1, 4 * h, 4), k.narrow(1, 4 * h, 4).t()) / 2.0;
+    heads.push_back(at::matmul(scores.softmax(-1), v.narrow(1, 4 * h, 4)));
+  }
+  return at::cat(heads, 1);
+}
+
+// image [2, 8, 8] -> (last_hidden_state [4, 8], pooler_output [8]).
+std::pair<at::Tensor, at::Tensor> Reference(Tensors w,
+                                            const at::Tensor& image) {
+  for (auto& [name, t] : w) t = t.to(at::kDouble);
+  const std::string p = "vision_model.";
+  // Patch (r, c) at token r * 2 + c: a dot product with each filter.
+  at::Tensor x = at::empty({4, 8}, at::kDouble);
+  at::Tensor filters = w[p + "embeddings.patch_embedding.weight"];
+  for (int r = 0; r < 2; ++r) {
+    for (int c = 0; c < 2; ++c) {
+      at::Tensor patch = image.to(at::kDouble)
+                             .narrow(1, 4 * r, 4)
+                             .narrow(2, 4 * c, 4)
+                             .reshape({1, -1});
+      x[r * 2 + c] = at::matmul(filters.reshape({8, -1}), patch.t()).flatten() +
+                     w[p + "embeddings.patch_embedding.bias"];
+    }
+  }
+  x = x + w[p + "embeddings.position_embedding.weight"];
+  const std::string l = p + "encoder.layers.0.";
+  at::Tensor n = Norm(x, w, l + "layer_norm1");
+  x = x + Lin(Attend(Lin(n, w, l + "self_attn.q_proj"),
+                     Lin(n, w, l + "self_attn.k_proj"),
+                     Lin(n, w, l + "self_attn.v_proj")),
+              w, l + "self_attn.out_proj");
+  n = Norm(x, w, l + "layer_norm2");
+  x = x + Lin(GeluTanh(Lin(n, w, l + "mlp.fc1")), w, l + "mlp.fc2");
+  at::Tensor last = Norm(x, w, p + "post_layernorm");
+  const std::string h = p + "head.";
+  std::vector<at::Tensor> in_w = w[h + "attention.in_proj_weight"].chunk(3);
+  std::vector<at::Tensor> in_b = w[h + "attention.in_proj_bias"].chunk(3);
+  at::Tensor probe = w[h + "probe"].view({1, 8});
+  at::Tensor pooled = Lin(Attend(at::matmul(probe, in_w[0].t()) + in_b[0],
+                                 at::matmul(last, in_w[1].t()) + in_b[1],
+                                 at::matmul(last, in_w[2].t()) + in_b[2]),
+                          w, h + "attention.out_proj");
+  n = Norm(pooled, w, h + "layernorm");
+  pooled = pooled + Lin(GeluTanh(Lin(n, w, h + "mlp.fc1")), w, h + "mlp.fc2");
+  return {last.to(at::kFloat), pooled.flatten().to(at::kFloat)};
+}
+
+std::string WriteModel(const Tensors& weights, const std::string& name,
+                       const std::string& config = kConfig) {
+  const std::string dir = test_util::MakeScratchDir(name);
+  EXPECT_TRUE(
+      test_util::WriteSafetensors(dir + "/model.safetensors", weights).ok());
+  std::FILE* f = std::fopen((dir + "/config.json").c_str(), "w");
+  std::fwrite(config.data(), 1, config.size(), f);
+  std::fclose(f);
+  return dir;
+}
+
+TEST(SiglipVisionTest, MatchesReference) {
+  Tensors weights = RandomWeights();
+  auto model = LoadHfModel(WriteModel(weights, "siglip_ref"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  at::Tensor pixels = at::randn({2, 2, 8, 8});
+  auto outputs = (*model)->Forward({{"pixel_values", pixels}});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  ASSERT_EQ(outputs->at("last_hidden_state").sizes(),
+            (std::vector<int64_t>{2, 4, 8}));
+  ASSERT_EQ(outputs->at("pooler_output").sizes(), (std::vector<int64_t>{2, 8}));
+  for (int64_t b = 0; b < 2; ++b) {
+    auto [last, pooled] = Reference(weights, pixels[b]);
+    EXPECT_LT(
+        test_util::RelativeMaxError(outputs->at("last_hidden_state")[b], last),
+        1e-5);
+    EXPECT_LT(
+        test_util::RelativeMaxError(outputs->at("pooler_output")[b], pooled),
+        1e-5);
+  }
+}
+
+TEST(SiglipVisionTest, FullSiglipConfigAndNoHead) {
+  Tensors weights = RandomWeights();
+  const std::string config = absl::StrCat(
+      R"({"model_type": "siglip", "text_config": {}, "vision_config": )",
+      std::string(kConfig).replace(1, 0, R"("vision_use_head": false, )"), "}");
+  auto model = LoadHfModel(WriteModel(weights, "siglip_full", config), {},
+                           "siglip_vision_model");
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ((*model)->outputs().size(), 1u);
+  auto outputs = (*model)->Forward({{"pixel_values", at::randn({1, 2, 8, 8})}});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_EQ(outputs->count("pooler_output"), 0u);
+}
+
+TEST(SiglipVisionTest, NamesKindsAndInputErrors) {
+  auto model = LoadHfModel(WriteModel(RandomWeights(), "siglip_names"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::map<std::string, std::string> kinds;
+  (*model)->root().Visit([&](Module& m) { kinds[m.name()] = m.kind(); });
+  EXPECT_EQ(kinds["vision_model.head"], "SiglipMultiheadAttentionPoolingHead");
+  EXPECT_EQ(kinds["vision_model.head.attention"], "MultiheadAttention");
+  EXPECT_EQ(kinds["vision_model.head.attention.out_proj"], "Linear");
+  EXPECT_EQ(kinds["vision_model.encoder.layers.0.self_attn"],
+            "SiglipAttention");
+  EXPECT_EQ(kinds["vision_model.embeddings.patch_embedding"], "Conv2d");
+  EXPECT_EQ((*model)->inputs()[0].shape, (std::vector<int64_t>{-1, 2, 8, 8}));
+  auto image_size =
+      (*model)->Forward({{"pixel_values", at::randn({1, 2, 16, 16})}});
+  EXPECT_EQ(image_size.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(image_size.status().message()),
+              HasSubstr("pixel_values"));
+  auto dtype = (*model)->Forward(
+      {{"pixel_values", at::randn({1, 2, 8, 8}).to(at::kDouble)}});
+  EXPECT_THAT(std::string(dtype.status().message()), HasSubstr("dtype"));
+  auto empty = (*model)->Forward({{"pixel_values", at::randn({0, 2, 8, 8})}});
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+  Tensors bad = RandomWeights();
+  bad["vision_model.head.probe"] = at::zeros({1, 2, 8});
+  EXPECT_THAT(
+      std::string(
+          LoadHfModel(WriteModel(bad, "siglip_bad"), {}).status().message()),
+      HasSubstr("vision_model.head.probe"));
+}
+
+// ---- Fixtures recorded with transformers, for SigLIP and CLIP ----
+
+constexpr const char* kFormats[] = {"BF16",
+                                    "F16",
+                                    "F8_E4M3FN",
+                                    "F8_E5M2",
+                                    "F8_E4M3FN:per_row",
+                                    "F8_E5M2:per_row",
+                                    "F8_E4M3FN:per_tensor",
+                                    "F8_E5M2:per_tensor"};
+constexpr const char* kOutputs[] = {"last_hidden_state", "pooler_output"};
+
+class VisionFixtureTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    folder_ = "models/testdata/" + GetParam();
+    auto reference =
+        test_util::ReadSafetensors(folder_ + "/reference.safetensors");
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    reference_ = *std::move(reference);
+  }
+
+  NamedTensors Run(const WeightPolicyOptions& options) {
+    auto model = LoadHfModel(folder_, options);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return {};
+    auto outputs = (*model)->Forward(
+        {{"pixel_values", reference_.at("input.pixel_values")}});
+    EXPECT_TRUE(outputs.ok()) << outputs.status();
+    return outputs.ok() ? *outputs : NamedTensors{};
+  }
+
+  static WeightPolicyOptions Casting(const std::string& format,
+                                     casting::ElementType compute) {
+    auto storage = casting::StorageFormat::Parse(format);
+    casting::CastingPolicy::Options policy;
+    policy.storage_dtype = storage->element;
+    policy.scaling = storage->scaling;
+    policy.compute_dtype = compute;
+    WeightPolicyOptions options;
+    options.compute_copy = casting::ComputeCopyPolicy::kTransient;
+    options.casting = *casting::CastingPolicy::Create(policy);
+    return options;
+  }
+
+  std::string folder_;
+  Tensors reference_;
+};
+
+TEST_P(VisionFixtureTest, F32MatchesTransformers) {
+  WeightPolicyOptions mapped;
+  mapped.residency = casting::Residency::kMapped;
+  WeightPolicyOptions streamed = mapped;
+  streamed.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  streamed.prefetch = true;
+  WeightPolicyOptions eager;
+  eager.eager = true;
+  for (const WeightPolicyOptions& options :
+       {WeightPolicyOptions{}, mapped, streamed, eager}) {
+    NamedTensors outputs = Run(options);
+    for (const char* name : kOutputs) {
+      const double error = test_util::RelativeMaxError(
+          outputs.at(name), reference_.at(absl::StrCat("output.", name)));
+      EXPECT_LE(error, 1e-4) << name;
+      std::cout << GetParam() << " f32 " << name << " max rel error " << error
+                << "\n";
+    }
+  }
+}
+
+TEST_P(VisionFixtureTest, LayerwiseCastingMatchesRoundTripReference) {
+  std::map<std::string, double> cosine;  // By format + output.
+  for (const char* format : kFormats) {
+    NamedTensors outputs = Run(Casting(format, casting::ElementType::kF32));
+    for (const char* name : kOutputs) {
+      const double error = test_util::RelativeMaxError(
+          outputs.at(name),
+          reference_.at(absl::StrCat("roundtrip.", format, ".output.", name)));
+      EXPECT_LE(error, 1e-4) << format << " " << name;
+      const std::string key = absl::StrCat(format, " ", name);
+      cosine[key] = test_util::CosineSimilarity(
+          outputs.at(name), reference_.at(absl::StrCat("output.", name)));
+      std::cout << GetParam() << " " << key << " max rel error vs roundtrip "
+                << error << ", cosine vs f32 reference " << cosine[key] << "\n";
+    }
+  }
+  // Scaled fp8 is at least as accurate as the plain cast.
+  for (const std::string fp8 : {"F8_E4M3FN", "F8_E5M2"}) {
+    for (const std::string name : kOutputs) {
+      const double plain = cosine[fp8 + " " + name];
+      EXPECT_GE(cosine[fp8 + ":per_row " + name], plain) << fp8 << name;
+      EXPECT_GE(cosine[fp8 + ":per_tensor " + name], plain) << fp8 << name;
+    }
+  }
+}
+
+TEST_P(VisionFixtureTest, Bf16ComputeIsClose) {
+  WeightPolicyOptions bf16;
+  bf16.compute_dtype = casting::ElementType::kBF16;
+  NamedTensors outputs = Run(bf16);
+  for (const char* name : kOutputs) {
+    const double cosine = test_util::CosineSimilarity(
+        outputs.at(name), reference_.at(absl::StrCat("output.", name)));
+    EXPECT_GE(cosine, 0.999) << name;
+    std::cout << GetParam() << " bf16 compute " << name << " cosine " << cosine
+              << "\n";
+  }
+  for (const char* format : kFormats) {
+    NamedTensors cast = Run(Casting(format, casting::ElementType::kBF16));
+    for (const char* name : kOutputs) {
+      const double cosine = test_util::CosineSimilarity(
+          cast.at(name),
+          reference_.at(absl::StrCat("roundtrip.", format, ".output.", name)));
+      EXPECT_GE(cosine, 0.999) << format << " " << name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, VisionFixtureTest,
+                         ::testing::Values("siglip_vision", "clip_vision"));
+
+}  // namespace
+}  // namespace castserve::models
