@@ -9,8 +9,9 @@ namespace castserve::models {
 
 WeightUnavailableError::WeightUnavailableError(absl::string_view weight_name,
                                                absl::Status status)
-    : c10::Error(absl::StrCat("weight '", weight_name, "': ", status.message()),
-                 /*backtrace=*/""),
+    : c10::Error(
+          c10::SourceLocation{__func__, __FILE__, __LINE__},
+          absl::StrCat("weight '", weight_name, "': ", status.message())),
       status_(std::move(status)) {}
 
 casting::ComputeHandle AcquireOrThrow(casting::Weight& weight) {
