@@ -14,12 +14,15 @@ if [[ ! -d "$work/torch/include" ]]; then
   python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$work" torch
   python3 -m zipfile -e "$work"/torch-*.whl "$work"
 fi
-echo "check_libtorch2: LibTorch $(grep -o '"[0-9][^"]*"' "$work/torch/version.py" | head -1)"
+version=$(sed -n "s/^__version__ = '\(.*\)'/\1/p" "$work/torch/version.py")
+echo "check_libtorch2: LibTorch ${version}"
 
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=($(bazel query 'rdeps(//..., //third_party:libtorch) except attr(tags, manual, //...)' \
-    --output=label 2>/dev/null | grep -v '^//third_party'))
+  mapfile -t targets < <(LIBTORCH="$work/torch" bazel --output_base="$work/bazel" \
+    query --output=label \
+    'kind("cc_.*", rdeps(//..., //third_party:libtorch)) except attr(tags, manual, //...)')
+  ((${#targets[@]} > 0)) || { echo "check_libtorch2: no targets found" >&2; exit 1; }
 fi
 LIBTORCH="$work/torch" bazel --output_base="$work/bazel" build --config=libtorch2 \
   --keep_going --output_groups=compilation_outputs "${targets[@]}"
