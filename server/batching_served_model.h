@@ -1,0 +1,109 @@
+// The ServedModel around a models::Model: one queue, a dynamic batcher and N
+// instance threads running forwards on one shared set of weights.
+//
+// Batching (config.dynamic_batching present and max_batch_size > 0): queued
+// requests whose inputs have the same names, dtypes and non-batch dimensions
+// join, oldest first, into a batch of at most max_batch_size items. A batch
+// runs as soon as it is full or reaches a preferred batch size, else when the
+// oldest request has waited max_queue_delay_microseconds. Inputs are
+// concatenated along dimension 0 and every output is split back along it.
+// Variable-length text is never padded: only identical shapes join. Without
+// dynamic_batching every request runs alone.
+//
+// Deadlines and cancellation are checked while requests wait (a few
+// milliseconds apart) and right before a batch runs. The queue holds at most
+// default_queue_policy.max_queue_size requests (1024 when 0); beyond that
+// Infer answers RESOURCE_EXHAUSTED at once. default_timeout_microseconds
+// bounds the time in the queue.
+//
+// If a batched forward fails with INVALID_ARGUMENT (one request's token id
+// outside the vocabulary, say), each of its requests runs again alone so that
+// only the bad one fails.
+//
+// Memory: every forward (and the concatenation and split around it) runs
+// under a casting::ScopedModelTag of the model's TrackedModelId.
+#ifndef CASTSERVE_SERVER_BATCHING_SERVED_MODEL_H_
+#define CASTSERVE_SERVER_BATCHING_SERVED_MODEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "casting/footprint.h"
+#include "models/model.h"
+#include "proto/model_config.pb.h"
+#include "server/served_model.h"
+
+namespace castserve {
+
+// A model id registered with the process's tracking allocator while the
+// object lives, so that allocations made under casting::ScopedModelTag(id())
+// count for the model. Ids are unique per object ("<name>#<n>"): a reload's
+// new model is measured apart from the old one. Without an installed
+// tracking allocator nothing is registered and live_bytes() is 0.
+// Thread-safe.
+class TrackedModelId {
+ public:
+  static std::unique_ptr<TrackedModelId> Register(absl::string_view name);
+  ~TrackedModelId();
+  TrackedModelId(const TrackedModelId&) = delete;
+  TrackedModelId& operator=(const TrackedModelId&) = delete;
+
+  const std::string& id() const { return id_; }
+  // Bytes the tracking allocator attributes to the id now.
+  int64_t live_bytes() const;
+
+ private:
+  TrackedModelId(std::string id, bool registered)
+      : id_(std::move(id)), registered_(registered) {}
+
+  const std::string id_;
+  const bool registered_;
+};
+
+// Thread-safe. Destroying it fails the queued requests with UNAVAILABLE and
+// waits for running forwards; it may be destroyed from inside a `done`
+// callback (the last reference dropped on a worker thread).
+class BatchingServedModel final : public ServedModel {
+ public:
+  // `config` is the effective configuration (signature filled in);
+  // `model` runs the forwards; `tracked_id` (may be null) tags them and is
+  // released only after the model is destroyed. InvalidArgument for a
+  // negative max_batch_size or instance count.
+  static absl::StatusOr<std::unique_ptr<BatchingServedModel>> Create(
+      inference::ModelConfig config, std::shared_ptr<models::Model> model,
+      std::unique_ptr<TrackedModelId> tracked_id);
+  ~BatchingServedModel() override;
+
+  // Runs `request` alone on the calling thread, outside the queue and the
+  // statistics: what warmup requests use before the model is served.
+  absl::Status Warmup(const InferenceRequest& request);
+
+  // ServedModel.
+  const inference::ModelConfig& config() const override;
+  const std::vector<models::TensorSpec>& inputs() const override;
+  const std::vector<models::TensorSpec>& outputs() const override;
+  void Infer(InferenceRequest request,
+             std::function<void(InferenceResult)> done) override;
+  int64_t pending_requests() const override;
+  ServedModelStatistics statistics() const override;
+  casting::Footprint footprint() const override;
+  int64_t tracked_bytes() const override;
+
+ private:
+  class Impl;
+  explicit BatchingServedModel(std::shared_ptr<Impl> impl);
+
+  // Shared with the worker threads, which may outlive this object by the
+  // time it takes them to notice it is gone.
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace castserve
+
+#endif  // CASTSERVE_SERVER_BATCHING_SERVED_MODEL_H_

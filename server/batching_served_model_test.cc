@@ -1,0 +1,393 @@
+#include "server/batching_served_model.h"
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "casting/tracking_allocator.h"
+#include "gtest/gtest.h"
+#include "models/model.h"
+
+namespace castserve {
+namespace {
+
+using ::castserve::models::NamedTensors;
+
+// "x" [batch, n] f32 -> "doubled" = 2x, "row_sum" = x.sum(1). Rejects
+// negative values as a bad value of one request. Each forward takes
+// `forward_time` and is counted.
+class FakeModel : public models::Model {
+ public:
+  explicit FakeModel(absl::Duration forward_time = absl::ZeroDuration())
+      : forward_time_(forward_time), root_("", "FakeModel") {}
+
+  std::string architecture() const override { return "fake"; }
+  const std::vector<models::TensorSpec>& inputs() const override {
+    return inputs_;
+  }
+  const std::vector<models::TensorSpec>& outputs() const override {
+    return outputs_;
+  }
+  models::Module& root() override { return root_; }
+
+  int forwards_started() const { return forwards_started_; }
+  int max_concurrent_forwards() const { return max_running_; }
+
+ protected:
+  absl::Status ValidateInputs(const NamedTensors& inputs) const override {
+    if ((inputs.at("x") < 0).any().item<bool>()) {
+      return absl::InvalidArgumentError("x must not be negative");
+    }
+    return absl::OkStatus();
+  }
+
+  NamedTensors ForwardImpl(models::ForwardContext& context,
+                           const NamedTensors& inputs) const override {
+    ++forwards_started_;
+    const int running = ++running_;
+    int seen = max_running_;
+    while (running > seen &&
+           !max_running_.compare_exchange_weak(seen, running)) {
+    }
+    absl::SleepFor(forward_time_);
+    --running_;
+    const at::Tensor& x = inputs.at("x");
+    return {{"doubled", x * 2}, {"row_sum", x.sum(1)}};
+  }
+
+ private:
+  const absl::Duration forward_time_;
+  models::Module root_;
+  const std::vector<models::TensorSpec> inputs_ = {
+      {"x", at::kFloat, {-1, -1}, false}};
+  const std::vector<models::TensorSpec> outputs_ = {
+      {"doubled", at::kFloat, {-1, -1}, false},
+      {"row_sum", at::kFloat, {-1}, false}};
+  mutable std::atomic<int> forwards_started_{0};
+  mutable std::atomic<int> running_{0};
+  mutable std::atomic<int> max_running_{0};
+};
+
+inference::ModelConfig BatchingConfig(int max_batch_size,
+                                      int64_t max_queue_delay_us) {
+  inference::ModelConfig config;
+  config.set_name("fake");
+  config.set_max_batch_size(max_batch_size);
+  config.mutable_dynamic_batching()->set_max_queue_delay_microseconds(
+      max_queue_delay_us);
+  return config;
+}
+
+std::shared_ptr<BatchingServedModel> Serve(
+    inference::ModelConfig config, std::shared_ptr<FakeModel> model,
+    std::unique_ptr<TrackedModelId> tracked_id = nullptr) {
+  absl::StatusOr<std::unique_ptr<BatchingServedModel>> served =
+      BatchingServedModel::Create(std::move(config), std::move(model),
+                                  std::move(tracked_id));
+  EXPECT_TRUE(served.ok()) << served.status();
+  return served.ok() ? std::shared_ptr<BatchingServedModel>(*std::move(served))
+                     : nullptr;
+}
+
+// A request whose "x" is `rows` rows of `width` values, row r = base + r.
+InferenceRequest RowsRequest(int rows, int width, float base) {
+  InferenceRequest request;
+  request.inputs["x"] =
+      (at::arange(rows, at::kFloat).unsqueeze(1) + base).expand({rows, width}) *
+      at::ones({rows, width});
+  return request;
+}
+
+std::future<InferenceResult> Send(ServedModel& model,
+                                  InferenceRequest request) {
+  auto promise = std::make_shared<std::promise<InferenceResult>>();
+  std::future<InferenceResult> future = promise->get_future();
+  model.Infer(std::move(request), [promise](InferenceResult result) {
+    promise->set_value(std::move(result));
+  });
+  return future;
+}
+
+void WaitUntil(const std::function<bool()>& condition) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!condition() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(condition());
+}
+
+TEST(BatchingServedModelTest, JoinsRequestsThatArriveTogether) {
+  auto model = std::make_shared<FakeModel>();
+  auto served = Serve(BatchingConfig(8, 2'000'000), model);
+  std::vector<std::future<InferenceResult>> futures;
+  for (int i = 0; i < 8; ++i) {
+    futures.push_back(Send(*served, RowsRequest(1, 4, 10.0f * i)));
+  }
+  for (int i = 0; i < 8; ++i) {
+    InferenceResult result = futures[i].get();
+    ASSERT_TRUE(result.outputs.ok()) << result.outputs.status();
+    EXPECT_EQ(result.executed_batch_size, 8);
+    EXPECT_TRUE(
+        at::equal(result.outputs->at("doubled"), at::full({1, 4}, 20.0f * i)));
+    EXPECT_TRUE(
+        at::equal(result.outputs->at("row_sum"), at::full({1}, 40.0f * i)));
+  }
+  const ServedModelStatistics stats = served->statistics();
+  EXPECT_EQ(stats.execution_count, 1u);
+  EXPECT_EQ(stats.inference_count, 8u);
+  EXPECT_EQ(stats.success_count, 8u);
+  ASSERT_EQ(stats.batches.count(8), 1u);
+  EXPECT_EQ(stats.batches.at(8).first, 1u);
+  EXPECT_EQ(model->forwards_started(), 1);
+}
+
+TEST(BatchingServedModelTest, SplitsOutputsOfMultiItemRequestsBack) {
+  auto served =
+      Serve(BatchingConfig(6, 2'000'000), std::make_shared<FakeModel>());
+  std::future<InferenceResult> one = Send(*served, RowsRequest(1, 3, 0));
+  std::future<InferenceResult> two = Send(*served, RowsRequest(2, 3, 100));
+  std::future<InferenceResult> three = Send(*served, RowsRequest(3, 3, 200));
+  InferenceResult a = one.get(), b = two.get(), c = three.get();
+  ASSERT_TRUE(a.outputs.ok() && b.outputs.ok() && c.outputs.ok());
+  EXPECT_EQ(c.executed_batch_size, 6);
+  EXPECT_TRUE(at::equal(b.outputs->at("doubled"),
+                        RowsRequest(2, 3, 100).inputs["x"] * 2));
+  EXPECT_TRUE(at::equal(c.outputs->at("row_sum"),
+                        RowsRequest(3, 3, 200).inputs["x"].sum(1)));
+  EXPECT_EQ(a.outputs->at("doubled").size(0), 1);
+}
+
+TEST(BatchingServedModelTest, ConcurrentClientsEachGetTheirOwnOutputs) {
+  inference::ModelConfig config = BatchingConfig(8, 1'000);
+  config.add_instance_group()->set_count(2);
+  auto served = Serve(config, std::make_shared<FakeModel>());
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> clients;
+  for (int client = 0; client < 8; ++client) {
+    clients.emplace_back([&, client] {
+      for (int i = 0; i < 50; ++i) {
+        const int rows = 1 + (i % 3);
+        const int width = 3 + (client % 2);
+        InferenceRequest request = RowsRequest(rows, width, 1000 * client + i);
+        const at::Tensor expected = request.inputs["x"] * 2;
+        InferenceResult result = Send(*served, std::move(request)).get();
+        if (!result.outputs.ok() ||
+            !at::equal(result.outputs->at("doubled"), expected)) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  EXPECT_EQ(wrong, 0);
+  const ServedModelStatistics stats = served->statistics();
+  EXPECT_EQ(stats.success_count, 400u);
+  EXPECT_LT(stats.execution_count, 400u);  // Some requests joined.
+}
+
+TEST(BatchingServedModelTest, RequestsOfDifferentShapesNeverJoin) {
+  auto served =
+      Serve(BatchingConfig(8, 100'000), std::make_shared<FakeModel>());
+  std::future<InferenceResult> narrow = Send(*served, RowsRequest(1, 4, 1));
+  std::future<InferenceResult> wide = Send(*served, RowsRequest(1, 5, 1));
+  EXPECT_EQ(narrow.get().executed_batch_size, 1);
+  EXPECT_EQ(wide.get().executed_batch_size, 1);
+  EXPECT_EQ(served->statistics().batches.at(1).first, 2u);
+}
+
+TEST(BatchingServedModelTest, PreferredBatchSizeRunsWithoutWaiting) {
+  inference::ModelConfig config = BatchingConfig(8, 10'000'000);
+  config.mutable_dynamic_batching()->add_preferred_batch_size(2);
+  auto served = Serve(config, std::make_shared<FakeModel>());
+  const absl::Time start = absl::Now();
+  std::future<InferenceResult> first = Send(*served, RowsRequest(1, 2, 1));
+  std::future<InferenceResult> second = Send(*served, RowsRequest(1, 2, 2));
+  EXPECT_EQ(second.get().executed_batch_size, 2);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // Not the 10 s delay.
+  EXPECT_TRUE(first.get().outputs.ok());
+}
+
+TEST(BatchingServedModelTest, WithoutDynamicBatchingEachRequestRunsAlone) {
+  inference::ModelConfig config;
+  config.set_max_batch_size(8);
+  auto served = Serve(config, std::make_shared<FakeModel>());
+  std::vector<std::future<InferenceResult>> futures;
+  for (int i = 0; i < 4; ++i)
+    futures.push_back(Send(*served, RowsRequest(1, 2, i)));
+  for (auto& future : futures) EXPECT_EQ(future.get().executed_batch_size, 1);
+  EXPECT_EQ(served->statistics().execution_count, 4u);
+}
+
+TEST(BatchingServedModelTest, QueuedRequestFailsAtItsDeadline) {
+  auto model = std::make_shared<FakeModel>(absl::Milliseconds(800));
+  inference::ModelConfig config;
+  config.set_max_batch_size(4);
+  auto served = Serve(config, model);
+  std::future<InferenceResult> busy = Send(*served, RowsRequest(1, 2, 0));
+  WaitUntil([&] { return model->forwards_started() == 1; });
+  InferenceRequest late = RowsRequest(1, 2, 0);
+  late.deadline = absl::Now() + absl::Milliseconds(30);
+  const absl::Time start = absl::Now();
+  InferenceResult result = Send(*served, std::move(late)).get();
+  EXPECT_EQ(result.outputs.status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(600));  // Not after busy.
+  EXPECT_TRUE(busy.get().outputs.ok());
+  EXPECT_EQ(model->forwards_started(), 1);
+  EXPECT_EQ(served->statistics().fail_count, 1u);
+}
+
+TEST(BatchingServedModelTest, QueuedRequestIsDroppedWhenCancelled) {
+  auto model = std::make_shared<FakeModel>(absl::Milliseconds(800));
+  auto served = Serve(inference::ModelConfig(), model);
+  std::future<InferenceResult> busy = Send(*served, RowsRequest(1, 2, 0));
+  WaitUntil([&] { return model->forwards_started() == 1; });
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  InferenceRequest request = RowsRequest(1, 2, 0);
+  request.is_cancelled = [cancelled] { return cancelled->load(); };
+  std::future<InferenceResult> future = Send(*served, std::move(request));
+  absl::SleepFor(absl::Milliseconds(20));
+  *cancelled = true;
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(future.get().outputs.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
+  EXPECT_TRUE(busy.get().outputs.ok());
+  EXPECT_EQ(model->forwards_started(), 1);
+}
+
+TEST(BatchingServedModelTest, FullQueueRejectsWithResourceExhausted) {
+  auto model = std::make_shared<FakeModel>(absl::Milliseconds(300));
+  inference::ModelConfig config = BatchingConfig(1, 0);
+  config.mutable_dynamic_batching()
+      ->mutable_default_queue_policy()
+      ->set_max_queue_size(2);
+  auto served = Serve(config, model);
+  std::future<InferenceResult> running = Send(*served, RowsRequest(1, 2, 0));
+  WaitUntil([&] { return model->forwards_started() == 1; });
+  std::future<InferenceResult> queued1 = Send(*served, RowsRequest(1, 2, 0));
+  std::future<InferenceResult> queued2 = Send(*served, RowsRequest(1, 2, 0));
+  std::future<InferenceResult> rejected = Send(*served, RowsRequest(1, 2, 0));
+  // Rejected inline: the answer is there before Infer returned.
+  ASSERT_EQ(rejected.wait_for(std::chrono::seconds(0)),
+            std::future_status::ready);
+  EXPECT_EQ(rejected.get().outputs.status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(served->pending_requests(), 3);
+  EXPECT_TRUE(running.get().outputs.ok());
+  EXPECT_TRUE(queued1.get().outputs.ok());
+  EXPECT_TRUE(queued2.get().outputs.ok());
+  WaitUntil([&] { return served->pending_requests() == 0; });
+}
+
+TEST(BatchingServedModelTest, InstancesRunForwardsConcurrently) {
+  auto model = std::make_shared<FakeModel>(absl::Milliseconds(300));
+  inference::ModelConfig config;
+  config.add_instance_group()->set_count(3);
+  auto served = Serve(config, model);
+  std::vector<std::future<InferenceResult>> futures;
+  for (int i = 0; i < 3; ++i)
+    futures.push_back(Send(*served, RowsRequest(1, 2, i)));
+  for (auto& future : futures) EXPECT_TRUE(future.get().outputs.ok());
+  EXPECT_EQ(model->max_concurrent_forwards(), 3);
+}
+
+TEST(BatchingServedModelTest, OneBadRequestFailsAloneInsideABatch) {
+  auto served =
+      Serve(BatchingConfig(4, 2'000'000), std::make_shared<FakeModel>());
+  std::vector<std::future<InferenceResult>> futures;
+  for (int i = 0; i < 4; ++i) {
+    futures.push_back(Send(*served, RowsRequest(1, 2, i == 2 ? -5.0f : i)));
+  }
+  for (int i = 0; i < 4; ++i) {
+    InferenceResult result = futures[i].get();
+    if (i == 2) {
+      EXPECT_EQ(result.outputs.status().code(),
+                absl::StatusCode::kInvalidArgument);
+    } else {
+      EXPECT_TRUE(result.outputs.ok()) << result.outputs.status();
+    }
+  }
+  EXPECT_EQ(served->statistics().fail_count, 1u);
+  EXPECT_EQ(served->statistics().success_count, 3u);
+}
+
+TEST(BatchingServedModelTest, RequestedOutputsFilterTheResponse) {
+  auto served = Serve(inference::ModelConfig(), std::make_shared<FakeModel>());
+  InferenceRequest request = RowsRequest(1, 2, 1);
+  request.requested_outputs = {"row_sum"};
+  InferenceResult result = Send(*served, std::move(request)).get();
+  ASSERT_TRUE(result.outputs.ok());
+  EXPECT_EQ(result.outputs->size(), 1u);
+  EXPECT_EQ(result.outputs->count("row_sum"), 1u);
+
+  InferenceRequest unknown = RowsRequest(1, 2, 1);
+  unknown.requested_outputs = {"logits"};
+  EXPECT_EQ(Send(*served, std::move(unknown)).get().outputs.status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BatchingServedModelTest, BatchAboveMaxBatchSizeIsInvalid) {
+  auto served = Serve(BatchingConfig(2, 0), std::make_shared<FakeModel>());
+  EXPECT_EQ(Send(*served, RowsRequest(3, 2, 1)).get().outputs.status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BatchingServedModelTest, DestructionFailsQueuedRequestsWithUnavailable) {
+  auto model = std::make_shared<FakeModel>(absl::Milliseconds(300));
+  auto served = Serve(inference::ModelConfig(), model);
+  std::future<InferenceResult> running = Send(*served, RowsRequest(1, 2, 0));
+  WaitUntil([&] { return model->forwards_started() == 1; });
+  std::future<InferenceResult> queued = Send(*served, RowsRequest(1, 2, 0));
+  served.reset();  // Waits for the running forward.
+  EXPECT_TRUE(running.get().outputs.ok());
+  EXPECT_EQ(queued.get().outputs.status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(BatchingServedModelTest, MayBeDestroyedFromItsOwnCallback) {
+  std::shared_ptr<ServedModel> served =
+      Serve(inference::ModelConfig(), std::make_shared<FakeModel>());
+  std::weak_ptr<ServedModel> watch = served;
+  absl::Notification finished;
+  ServedModel* raw = served.get();
+  raw->Infer(RowsRequest(1, 2, 0),
+             [owner = std::move(served), &finished](InferenceResult) mutable {
+               owner.reset();  // The last reference, on a worker thread.
+               finished.Notify();
+             });
+  ASSERT_TRUE(finished.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  WaitUntil([&] { return watch.expired(); });
+}
+
+TEST(BatchingServedModelTest, AttributesForwardAllocationsToTheModel) {
+  ASSERT_TRUE(casting::TrackingAllocator::InstallTrackingCpuAllocator().ok());
+  auto served = Serve(inference::ModelConfig(), std::make_shared<FakeModel>(),
+                      TrackedModelId::Register("fake"));
+  constexpr int kWidth = 1 << 18;  // 1 MiB of f32 per output row.
+  InferenceResult result = Send(*served, RowsRequest(1, kWidth, 1)).get();
+  ASSERT_TRUE(result.outputs.ok());
+  EXPECT_GE(served->tracked_bytes(), int64_t{kWidth} * 4);
+  result = InferenceResult();  // Frees the outputs made by the forward,
+  // once the worker has let go of the batch's too.
+  WaitUntil([&] { return served->tracked_bytes() < int64_t{kWidth} * 4; });
+}
+
+TEST(TrackedModelIdTest, IdsAreUniquePerRegistration) {
+  ASSERT_TRUE(casting::TrackingAllocator::InstallTrackingCpuAllocator().ok());
+  std::unique_ptr<TrackedModelId> first = TrackedModelId::Register("m");
+  std::unique_ptr<TrackedModelId> second = TrackedModelId::Register("m");
+  EXPECT_NE(first->id(), second->id());
+  const std::string id = first->id();
+  first.reset();
+  EXPECT_FALSE(casting::TrackingAllocator::Installed()->GetModelUsage(id).ok());
+}
+
+}  // namespace
+}  // namespace castserve

@@ -1,0 +1,495 @@
+#include "server/hf_served_model_factory.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "casting/casting_policy.h"
+#include "casting/storage_format.h"
+#include "casting/tracking_allocator.h"
+#include "models/model_loader.h"
+#include "server/batching_served_model.h"
+#include "server/log.h"
+#include "server/tensor_conversion.h"
+
+namespace castserve {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kDefaultPlatform[] = "castserve_torch";
+constexpr char kDefaultBackend[] = "castserve";
+
+absl::StatusOr<casting::ElementType> ComputeElementType(
+    inference::ComputeDtype dtype) {
+  switch (dtype) {
+    case inference::COMPUTE_DTYPE_UNSPECIFIED:
+    case inference::COMPUTE_DTYPE_F32:
+      return casting::ElementType::kF32;
+    case inference::COMPUTE_DTYPE_F16:
+      return casting::ElementType::kF16;
+    case inference::COMPUTE_DTYPE_BF16:
+      return casting::ElementType::kBF16;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown compute_dtype ", static_cast<int>(dtype)));
+  }
+}
+
+absl::StatusOr<casting::ElementType> StorageElementType(
+    inference::StorageDtype dtype) {
+  switch (dtype) {
+    case inference::STORAGE_DTYPE_F32:
+      return casting::ElementType::kF32;
+    case inference::STORAGE_DTYPE_F16:
+      return casting::ElementType::kF16;
+    case inference::STORAGE_DTYPE_BF16:
+      return casting::ElementType::kBF16;
+    case inference::STORAGE_DTYPE_F8_E4M3FN:
+      return casting::ElementType::kF8E4M3FN;
+    case inference::STORAGE_DTYPE_F8_E5M2:
+      return casting::ElementType::kF8E5M2;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown storage_dtype ", static_cast<int>(dtype)));
+  }
+}
+
+casting::Scaling ScalingOf(inference::Scaling scaling) {
+  switch (scaling) {
+    case inference::SCALING_PER_TENSOR:
+      return casting::Scaling::kPerTensor;
+    case inference::SCALING_PER_ROW:
+      return casting::Scaling::kPerRow;
+    default:
+      return casting::Scaling::kNone;
+  }
+}
+
+// A path from the model directory that stays inside the repository.
+absl::StatusOr<fs::path> ResolveInsideRepository(
+    const std::string& model_directory, const std::string& relative_path,
+    absl::string_view what) {
+  if (relative_path.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " contains a NUL character"));
+  }
+  const fs::path relative(relative_path);
+  if (relative.is_absolute()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " '", relative_path,
+                     "' is absolute; give it relative to the model directory"));
+  }
+  fs::path model_dir = fs::path(model_directory).lexically_normal();
+  if (!model_dir.has_filename()) model_dir = model_dir.parent_path();
+  fs::path repository = model_dir.parent_path();
+  if (repository.empty()) repository = ".";
+  const fs::path resolved = (model_dir / relative).lexically_normal();
+  const fs::path inside = resolved.lexically_relative(repository);
+  if (inside.empty() || *inside.begin() == "..") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " '", relative_path, "' leads outside the model repository"));
+  }
+  return resolved;
+}
+
+// Dims as a config lists them: without the batch dimension when batched.
+absl::StatusOr<std::vector<int64_t>> ConfigDims(const models::TensorSpec& spec,
+                                                bool batched) {
+  if (!batched) return spec.shape;
+  if (spec.shape.empty()) {
+    return absl::InternalError(
+        absl::StrCat("tensor ", spec.name, " has no batch dimension"));
+  }
+  return std::vector<int64_t>(spec.shape.begin() + 1, spec.shape.end());
+}
+
+absl::StatusOr<inference::DataType> ConfigDataTypeOf(
+    const models::TensorSpec& spec) {
+  const inference::DataType type = ConfigDataType(spec.dtype);
+  if (type == inference::TYPE_INVALID) {
+    return absl::InternalError(
+        absl::StrCat("tensor ", spec.name, " has a dtype with no config type"));
+  }
+  return type;
+}
+
+const models::TensorSpec* FindSpec(const std::vector<models::TensorSpec>& specs,
+                                   const std::string& name) {
+  for (const models::TensorSpec& spec : specs) {
+    if (spec.name == name) return &spec;
+  }
+  return nullptr;
+}
+
+std::string SpecNames(const std::vector<models::TensorSpec>& specs) {
+  return absl::StrJoin(specs, ", ",
+                       [](std::string* out, const models::TensorSpec& spec) {
+                         absl::StrAppend(out, spec.name);
+                       });
+}
+
+// Checks one configured tensor (`kind` "input" or "output") against the
+// signature.
+absl::Status CheckConfiguredTensor(
+    absl::string_view kind, const std::string& name,
+    inference::DataType data_type,
+    const google::protobuf::RepeatedField<int64_t>& dims,
+    const std::vector<models::TensorSpec>& specs, bool batched) {
+  const models::TensorSpec* spec = FindSpec(specs, name);
+  if (spec == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config ", kind, " ", name, " is not an ", kind,
+                     " of the model (", SpecNames(specs), ")"));
+  }
+  absl::StatusOr<inference::DataType> expected_type = ConfigDataTypeOf(*spec);
+  if (!expected_type.ok()) return expected_type.status();
+  if (data_type != *expected_type) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config ", kind, " ", name, " has data_type ",
+                     inference::DataType_Name(data_type), "; the model's is ",
+                     inference::DataType_Name(*expected_type)));
+  }
+  absl::StatusOr<std::vector<int64_t>> expected = ConfigDims(*spec, batched);
+  if (!expected.ok()) return expected.status();
+  bool match = dims.size() == static_cast<int>(expected->size());
+  for (int i = 0; match && i < dims.size(); ++i) {
+    match = (*expected)[i] == -1 ? dims[i] == -1 || dims[i] > 0
+                                 : dims[i] == (*expected)[i];
+  }
+  if (!match) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config ", kind, " ", name, " has dims [", absl::StrJoin(dims, ","),
+        "]; the model's are [", absl::StrJoin(*expected, ","), "]",
+        batched ? " (without the batch dimension)" : ""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FillInputs(const std::vector<models::TensorSpec>& specs,
+                        inference::ModelConfig* config) {
+  const bool batched = config->max_batch_size() > 0;
+  for (const models::TensorSpec& spec : specs) {
+    absl::StatusOr<inference::DataType> type = ConfigDataTypeOf(spec);
+    absl::StatusOr<std::vector<int64_t>> dims = ConfigDims(spec, batched);
+    if (!type.ok()) return type.status();
+    if (!dims.ok()) return dims.status();
+    inference::ModelInput* input = config->add_input();
+    input->set_name(spec.name);
+    input->set_data_type(*type);
+    input->mutable_dims()->Add(dims->begin(), dims->end());
+    input->set_optional(spec.optional);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FillOutputs(const std::vector<models::TensorSpec>& specs,
+                         inference::ModelConfig* config) {
+  const bool batched = config->max_batch_size() > 0;
+  for (const models::TensorSpec& spec : specs) {
+    absl::StatusOr<inference::DataType> type = ConfigDataTypeOf(spec);
+    absl::StatusOr<std::vector<int64_t>> dims = ConfigDims(spec, batched);
+    if (!type.ok()) return type.status();
+    if (!dims.ok()) return dims.status();
+    inference::ModelOutput* output = config->add_output();
+    output->set_name(spec.name);
+    output->set_data_type(*type);
+    output->mutable_dims()->Add(dims->begin(), dims->end());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckConfiguredSignature(
+    const std::vector<models::TensorSpec>& inputs,
+    const std::vector<models::TensorSpec>& outputs,
+    const inference::ModelConfig& config) {
+  const bool batched = config.max_batch_size() > 0;
+  for (const inference::ModelInput& input : config.input()) {
+    absl::Status valid =
+        CheckConfiguredTensor("input", input.name(), input.data_type(),
+                              input.dims(), inputs, batched);
+    if (!valid.ok()) return valid;
+  }
+  for (const models::TensorSpec& spec : inputs) {
+    if (config.input_size() == 0) break;  // Filled in from the signature.
+    const bool listed =
+        std::any_of(config.input().begin(), config.input().end(),
+                    [&](const inference::ModelInput& input) {
+                      return input.name() == spec.name;
+                    });
+    if (!listed && !spec.optional) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config lacks the model's required input ", spec.name));
+    }
+  }
+  for (const inference::ModelOutput& output : config.output()) {
+    absl::Status valid =
+        CheckConfiguredTensor("output", output.name(), output.data_type(),
+                              output.dims(), outputs, batched);
+    if (!valid.ok()) return valid;
+  }
+  return absl::OkStatus();
+}
+
+const inference::ModelInput* FindConfiguredInput(
+    const inference::ModelConfig& config, const std::string& name) {
+  for (const inference::ModelInput& input : config.input()) {
+    if (input.name() == name) return &input;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<at::ScalarType> ScalarTypeOf(inference::DataType type) {
+  const std::string& name = inference::DataType_Name(type);
+  constexpr absl::string_view kPrefix = "TYPE_";
+  if (type == inference::TYPE_INVALID || name.size() <= kPrefix.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data type ", static_cast<int>(type), " is not valid"));
+  }
+  return ScalarTypeFromDatatype(absl::string_view(name).substr(kPrefix.size()));
+}
+
+absl::StatusOr<std::string> ReadFileBytes(const fs::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read warmup data file ", path.string()));
+  }
+  return std::string(std::istreambuf_iterator<char>(file), {});
+}
+
+// One warmup input tensor of `shape` (batch dimension included).
+absl::StatusOr<at::Tensor> MakeWarmupTensor(
+    const std::string& name, const inference::ModelWarmup::Input& input,
+    at::ScalarType dtype, const std::vector<int64_t>& shape, int64_t batch_size,
+    const std::string& model_directory) {
+  const at::TensorOptions options = at::TensorOptions().dtype(dtype);
+  switch (input.input_data_type_case()) {
+    case inference::ModelWarmup::Input::kRandomData:
+      if (at::isFloatingType(dtype)) {
+        return at::randn(shape).to(dtype);
+      }
+      return at::randint(0, 2, shape, at::kLong).to(dtype);
+    case inference::ModelWarmup::Input::kInputDataFile:
+      break;
+    default:
+      return at::zeros(shape, options);
+  }
+  absl::StatusOr<fs::path> path = ResolveInsideRepository(
+      model_directory, input.input_data_file(), "warmup input_data_file");
+  if (!path.ok()) return path.status();
+  absl::StatusOr<std::string> bytes = ReadFileBytes(*path);
+  if (!bytes.ok()) return bytes.status();
+  at::Tensor tensor = at::empty(shape, options);
+  const int64_t total = tensor.numel() * tensor.element_size();
+  const int64_t item = batch_size > 0 ? total / batch_size : total;
+  const int64_t size = static_cast<int64_t>(bytes->size());
+  if (size != total && size != item) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("warmup data for input ", name, " has ", size,
+                     " bytes; expected ", item, " (one item) or ", total));
+  }
+  auto* data = static_cast<char*>(tensor.data_ptr());
+  for (int64_t offset = 0; offset < total; offset += size) {
+    std::copy(bytes->begin(), bytes->end(), data + offset);
+  }
+  return tensor;
+}
+
+absl::Status RunWarmups(BatchingServedModel& served,
+                        const inference::ModelConfig& config,
+                        const std::string& model_directory) {
+  for (const inference::ModelWarmup& warmup : config.model_warmup()) {
+    absl::StatusOr<InferenceRequest> request =
+        MakeWarmupRequest(warmup, config, model_directory);
+    if (!request.ok()) return request.status();
+    const uint32_t count = std::max<uint32_t>(warmup.count(), 1);
+    for (uint32_t i = 0; i < count; ++i) {
+      absl::Status status = served.Warmup(*request);
+      if (!status.ok()) {
+        return absl::Status(status.code(),
+                            absl::StrCat("warmup '", warmup.name(),
+                                         "' failed: ", status.message()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDevice(const inference::ModelConfig& config) {
+  for (const inference::ModelInstanceGroup& group : config.instance_group()) {
+    if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
+      return absl::UnimplementedError(
+          "instance_group kind KIND_GPU: this build serves models on the CPU");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WithContext(const absl::Status& status, absl::string_view prefix) {
+  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<models::WeightPolicyOptions> WeightPolicyFromConfig(
+    const inference::WeightPolicy& weights) {
+  models::WeightPolicyOptions options;
+  options.residency = weights.residency() == inference::RESIDENCY_MAPPED
+                          ? casting::Residency::kMapped
+                          : casting::Residency::kResident;
+  options.compute_copy =
+      weights.compute_copy() == inference::COMPUTE_COPY_TRANSIENT
+          ? casting::ComputeCopyPolicy::kTransient
+          : casting::ComputeCopyPolicy::kCached;
+  options.eager = weights.materialization() == inference::MATERIALIZATION_EAGER;
+  options.prefetch = weights.prefetch();
+  const inference::LayerwiseCasting& layerwise = weights.casting();
+  absl::StatusOr<casting::ElementType> compute =
+      ComputeElementType(layerwise.compute_dtype());
+  if (!compute.ok()) return compute.status();
+  options.compute_dtype = *compute;
+  if (layerwise.storage_dtype() == inference::STORAGE_DTYPE_UNSPECIFIED) {
+    return options;
+  }
+  absl::StatusOr<casting::ElementType> storage =
+      StorageElementType(layerwise.storage_dtype());
+  if (!storage.ok()) return storage.status();
+  casting::CastingPolicy::Options policy;
+  policy.storage_dtype = *storage;
+  policy.compute_dtype = *compute;
+  // Scaling means nothing for non-fp8 storage; the proto says it is ignored.
+  policy.scaling = casting::IsFp8(*storage) ? ScalingOf(layerwise.scaling())
+                                            : casting::Scaling::kNone;
+  if (layerwise.no_default_skip_patterns()) policy.skip_modules_pattern.clear();
+  policy.skip_modules_pattern.insert(policy.skip_modules_pattern.end(),
+                                     layerwise.skip_modules_pattern().begin(),
+                                     layerwise.skip_modules_pattern().end());
+  policy.skip_modules_classes.assign(layerwise.skip_modules_classes().begin(),
+                                     layerwise.skip_modules_classes().end());
+  policy.non_blocking = layerwise.non_blocking();
+  absl::StatusOr<casting::CastingPolicy> created =
+      casting::CastingPolicy::Create(std::move(policy));
+  if (!created.ok()) return WithContext(created.status(), "weights.casting: ");
+  options.casting = *std::move(created);
+  return options;
+}
+
+absl::StatusOr<std::string> CheckpointFolder(
+    const std::string& model_directory, const std::string& checkpoint_path) {
+  if (checkpoint_path.empty()) return model_directory;
+  absl::StatusOr<fs::path> folder = ResolveInsideRepository(
+      model_directory, checkpoint_path, "checkpoint.path");
+  if (!folder.ok()) return folder.status();
+  return folder->string();
+}
+
+absl::Status ApplySignature(const std::vector<models::TensorSpec>& inputs,
+                            const std::vector<models::TensorSpec>& outputs,
+                            inference::ModelConfig* config) {
+  absl::Status valid = CheckConfiguredSignature(inputs, outputs, *config);
+  if (valid.ok() && config->input_size() == 0) {
+    valid = FillInputs(inputs, config);
+  }
+  if (valid.ok() && config->output_size() == 0) {
+    valid = FillOutputs(outputs, config);
+  }
+  return valid;
+}
+
+absl::StatusOr<InferenceRequest> MakeWarmupRequest(
+    const inference::ModelWarmup& warmup, const inference::ModelConfig& config,
+    const std::string& model_directory) {
+  const bool batched = config.max_batch_size() > 0;
+  const int64_t batch_size = std::max<int64_t>(warmup.batch_size(), 1);
+  if (batched && batch_size > config.max_batch_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("warmup '", warmup.name(), "' has batch_size ", batch_size,
+                     " above max_batch_size ", config.max_batch_size()));
+  }
+  InferenceRequest request;
+  for (const auto& [name, input] : warmup.inputs()) {
+    const inference::ModelInput* configured = FindConfiguredInput(config, name);
+    if (configured == nullptr || configured->data_type() != input.data_type()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("warmup '", warmup.name(), "' input ", name,
+                       " is not a model input of data type ",
+                       inference::DataType_Name(input.data_type())));
+    }
+    std::vector<int64_t> shape;
+    if (batched) shape.push_back(batch_size);
+    shape.insert(shape.end(), input.dims().begin(), input.dims().end());
+    if (std::any_of(shape.begin(), shape.end(),
+                    [](int64_t d) { return d < 0; })) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "warmup '", warmup.name(), "' input ", name, " has a negative dim"));
+    }
+    absl::StatusOr<at::ScalarType> dtype = ScalarTypeOf(input.data_type());
+    if (!dtype.ok()) return dtype.status();
+    absl::StatusOr<at::Tensor> tensor = MakeWarmupTensor(
+        name, input, *dtype, shape, batched ? batch_size : 0, model_directory);
+    if (!tensor.ok()) return tensor.status();
+    request.inputs[name] = *std::move(tensor);
+  }
+  return request;
+}
+
+HfServedModelFactory::HfServedModelFactory() {
+  absl::StatusOr<casting::TrackingAllocator*> installed =
+      casting::TrackingAllocator::InstallTrackingCpuAllocator();
+  if (!installed.ok()) {
+    Log(LogLevel::kWarning,
+        "tracking allocator not installed; models are measured by their "
+        "weights alone",
+        {{"error", installed.status().ToString()}});
+  }
+}
+
+absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Create(
+    const std::string& model_directory, const inference::ModelConfig& config) {
+  if (absl::Status valid = CheckDevice(config); !valid.ok()) return valid;
+  absl::StatusOr<std::string> folder =
+      CheckpointFolder(model_directory, config.checkpoint().path());
+  if (!folder.ok()) return folder.status();
+  absl::StatusOr<models::WeightPolicyOptions> options =
+      WeightPolicyFromConfig(config.weights());
+  if (!options.ok()) return options.status();
+  std::unique_ptr<TrackedModelId> tracked_id =
+      TrackedModelId::Register(config.name());
+  absl::StatusOr<std::unique_ptr<models::Model>> model;
+  {
+    casting::ScopedModelTag tag(tracked_id->id());
+    model = models::LoadHfModel(*folder, *options, config.architecture());
+  }
+  if (!model.ok()) {
+    return WithContext(model.status(), absl::StrCat(*folder, ": "));
+  }
+  inference::ModelConfig effective = config;
+  if (effective.platform().empty()) effective.set_platform(kDefaultPlatform);
+  if (effective.backend().empty()) effective.set_backend(kDefaultBackend);
+  if (absl::Status valid =
+          ApplySignature((*model)->inputs(), (*model)->outputs(), &effective);
+      !valid.ok()) {
+    return valid;
+  }
+  absl::StatusOr<std::unique_ptr<BatchingServedModel>> served =
+      BatchingServedModel::Create(
+          std::move(effective),
+          std::shared_ptr<models::Model>(*std::move(model)),
+          std::move(tracked_id));
+  if (!served.ok()) return served.status();
+  if (absl::Status warm =
+          RunWarmups(**served, (*served)->config(), model_directory);
+      !warm.ok()) {
+    return warm;
+  }
+  return std::shared_ptr<ServedModel>(*std::move(served));
+}
+
+}  // namespace castserve

@@ -1,0 +1,73 @@
+// The ServedModelFactory for Hugging Face checkpoint folders: a model's
+// config.pbtxt becomes a weight policy, the folder is loaded with
+// models::LoadHfModel (attributed to the model by the tracking allocator),
+// the config's signature is filled in or checked against the architecture's,
+// and the warmup requests run before the model is handed over.
+#ifndef CASTSERVE_SERVER_HF_SERVED_MODEL_FACTORY_H_
+#define CASTSERVE_SERVER_HF_SERVED_MODEL_FACTORY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/model.h"
+#include "models/weight_factory.h"
+#include "proto/model_config.pb.h"
+#include "server/model_manager.h"
+#include "server/served_model.h"
+
+namespace castserve {
+
+// Thread-safe: Create may run for several models at once. Serves on the CPU;
+// a config asking for KIND_GPU instances is UNIMPLEMENTED.
+class HfServedModelFactory final : public ServedModelFactory {
+ public:
+  // Installs the tracking CPU allocator if no one has (idempotent). Should
+  // another allocator hold the slot, models are measured by their weights'
+  // footprint alone (logged).
+  HfServedModelFactory();
+
+  // Errors: INVALID_ARGUMENT for a bad checkpoint path, weight policy,
+  // signature mismatch or warmup request; the loader's errors (NOT_FOUND for
+  // a folder without a checkpoint, ...) prefixed with the folder.
+  absl::StatusOr<std::shared_ptr<ServedModel>> Create(
+      const std::string& model_directory,
+      const inference::ModelConfig& config) override;
+};
+
+// The pieces of Create, exposed for tests.
+
+// The weight policy of `weights`: residency, compute copy, eager
+// materialization, prefetch, and a casting policy when a storage dtype is
+// set (the default skip patterns first unless no_default_skip_patterns).
+absl::StatusOr<models::WeightPolicyOptions> WeightPolicyFromConfig(
+    const inference::WeightPolicy& weights);
+
+// `model_directory` joined with `checkpoint_path` (the directory itself when
+// empty). INVALID_ARGUMENT for an absolute path or one that leaves the
+// repository (the model directory's parent) through "..". Lexical: symbolic
+// links inside the repository are followed as the operator placed them.
+absl::StatusOr<std::string> CheckpointFolder(
+    const std::string& model_directory, const std::string& checkpoint_path);
+
+// Fills `config`'s empty inputs / outputs from the signature (dims without
+// the batch dimension when max_batch_size > 0), or checks the ones given:
+// every name must be in the signature with its data type and rank, a fixed
+// dimension must match (a variable one may be fixed by the config), and every
+// required input must be listed. INVALID_ARGUMENT naming the tensor.
+absl::Status ApplySignature(const std::vector<models::TensorSpec>& inputs,
+                            const std::vector<models::TensorSpec>& outputs,
+                            inference::ModelConfig* config);
+
+// The request `warmup` describes against `config` (inputs and data types
+// checked; data files read relative to `model_directory`, same path rules
+// as the checkpoint).
+absl::StatusOr<InferenceRequest> MakeWarmupRequest(
+    const inference::ModelWarmup& warmup, const inference::ModelConfig& config,
+    const std::string& model_directory);
+
+}  // namespace castserve
+
+#endif  // CASTSERVE_SERVER_HF_SERVED_MODEL_FACTORY_H_

@@ -1,0 +1,331 @@
+#include "server/hf_served_model_factory.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <string>
+
+#include "casting/casting_policy.h"
+#include "casting/tracking_allocator.h"
+#include "gtest/gtest.h"
+#include "models/test_util/tensor_files.h"
+#include "server/batching_served_model.h"
+
+namespace castserve {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Runfiles-relative: a Hugging Face BertModel folder with reference outputs.
+constexpr char kBertDirectory[] = "models/testdata/bert";
+constexpr int kHiddenSize = 32;
+
+std::map<std::string, at::Tensor> Reference() {
+  auto tensors = models::test_util::ReadSafetensors(
+      std::string(kBertDirectory) + "/reference.safetensors");
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  return tensors.ok() ? *tensors : std::map<std::string, at::Tensor>{};
+}
+
+InferenceRequest ReferenceRequest(
+    const std::map<std::string, at::Tensor>& reference) {
+  InferenceRequest request;
+  for (const char* name : {"input_ids", "attention_mask", "token_type_ids"}) {
+    request.inputs[name] = reference.at(std::string("input.") + name);
+  }
+  return request;
+}
+
+inference::ModelConfig BertConfig() {
+  inference::ModelConfig config;
+  config.set_name("bert");
+  config.set_max_batch_size(4);
+  config.mutable_dynamic_batching()->set_max_queue_delay_microseconds(1000);
+  return config;
+}
+
+InferenceResult InferNow(ServedModel& model, InferenceRequest request) {
+  std::promise<InferenceResult> promise;
+  std::future<InferenceResult> future = promise.get_future();
+  model.Infer(std::move(request), [&promise](InferenceResult result) {
+    promise.set_value(std::move(result));
+  });
+  return future.get();
+}
+
+TEST(HfServedModelFactoryTest, ServesTheBertFixtureWithReferenceOutputs) {
+  HfServedModelFactory factory;
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      factory.Create(kBertDirectory, BertConfig());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const auto reference = Reference();
+  InferenceResult result = InferNow(**model, ReferenceRequest(reference));
+  ASSERT_TRUE(result.outputs.ok()) << result.outputs.status();
+  for (const char* name : {"last_hidden_state", "pooler_output"}) {
+    EXPECT_LT(models::test_util::RelativeMaxError(
+                  result.outputs->at(name),
+                  reference.at(std::string("output.") + name)),
+              1e-4)
+        << name;
+  }
+}
+
+TEST(HfServedModelFactoryTest, FillsTheSignatureWithoutTheBatchDimension) {
+  HfServedModelFactory factory;
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      factory.Create(kBertDirectory, BertConfig());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const inference::ModelConfig& config = (*model)->config();
+  EXPECT_EQ(config.platform(), "castserve_torch");
+  ASSERT_EQ(config.input_size(), 3);
+  EXPECT_EQ(config.input(0).name(), "input_ids");
+  EXPECT_EQ(config.input(0).data_type(), inference::TYPE_INT64);
+  EXPECT_EQ(config.input(0).dims_size(), 1);
+  EXPECT_EQ(config.input(0).dims(0), -1);
+  EXPECT_FALSE(config.input(0).optional());
+  EXPECT_TRUE(config.input(1).optional());
+  ASSERT_GE(config.output_size(), 1);
+  EXPECT_EQ(config.output(0).name(), "last_hidden_state");
+  EXPECT_EQ(config.output(0).data_type(), inference::TYPE_FP32);
+  ASSERT_EQ(config.output(0).dims_size(), 2);
+  EXPECT_EQ(config.output(0).dims(1), kHiddenSize);
+
+  inference::ModelConfig unbatched = BertConfig();
+  unbatched.set_max_batch_size(0);
+  unbatched.clear_dynamic_batching();
+  model = factory.Create(kBertDirectory, unbatched);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config().input(0).dims_size(), 2);  // Batch kept.
+}
+
+TEST(HfServedModelFactoryTest, ConfiguredSignatureIsCheckedAgainstTheModel) {
+  const std::vector<models::TensorSpec> inputs = {
+      {"input_ids", at::kLong, {-1, -1}, false},
+      {"attention_mask", at::kLong, {-1, -1}, true}};
+  const std::vector<models::TensorSpec> outputs = {
+      {"last_hidden_state", at::kFloat, {-1, -1, 32}, false}};
+  auto with_input = [](const std::string& name, inference::DataType type,
+                       std::vector<int64_t> dims) {
+    inference::ModelConfig config;
+    config.set_max_batch_size(8);
+    inference::ModelInput* input = config.add_input();
+    input->set_name(name);
+    input->set_data_type(type);
+    input->mutable_dims()->Add(dims.begin(), dims.end());
+    return config;
+  };
+  inference::ModelConfig fixed =
+      with_input("input_ids", inference::TYPE_INT64, {16});
+  EXPECT_TRUE(ApplySignature(inputs, outputs, &fixed).ok());
+  EXPECT_EQ(fixed.output_size(), 1);  // Outputs still filled in.
+
+  for (inference::ModelConfig bad :
+       {with_input("input_ids", inference::TYPE_INT32, {-1}),
+        with_input("input_ids", inference::TYPE_INT64, {-1, -1}),
+        with_input("pixel_values", inference::TYPE_INT64, {-1}),
+        with_input("attention_mask", inference::TYPE_INT64, {-1})}) {
+    EXPECT_EQ(ApplySignature(inputs, outputs, &bad).code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad.DebugString();
+  }
+  inference::ModelConfig wrong_output;
+  inference::ModelOutput* output = wrong_output.add_output();
+  output->set_name("last_hidden_state");
+  output->set_data_type(inference::TYPE_FP32);
+  output->add_dims(-1);
+  output->add_dims(-1);
+  output->add_dims(64);
+  EXPECT_EQ(ApplySignature(inputs, outputs, &wrong_output).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HfServedModelFactoryTest, WeightPolicyFollowsTheConfig) {
+  inference::WeightPolicy weights;
+  weights.set_residency(inference::RESIDENCY_MAPPED);
+  weights.set_compute_copy(inference::COMPUTE_COPY_TRANSIENT);
+  weights.set_materialization(inference::MATERIALIZATION_EAGER);
+  weights.set_prefetch(true);
+  inference::LayerwiseCasting* casting = weights.mutable_casting();
+  casting->set_storage_dtype(inference::STORAGE_DTYPE_F8_E4M3FN);
+  casting->set_compute_dtype(inference::COMPUTE_DTYPE_BF16);
+  casting->set_scaling(inference::SCALING_PER_ROW);
+  casting->add_skip_modules_pattern("pooler");
+  casting->add_skip_modules_classes("Embedding");
+
+  absl::StatusOr<models::WeightPolicyOptions> options =
+      WeightPolicyFromConfig(weights);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->residency, casting::Residency::kMapped);
+  EXPECT_EQ(options->compute_copy, casting::ComputeCopyPolicy::kTransient);
+  EXPECT_TRUE(options->eager);
+  EXPECT_TRUE(options->prefetch);
+  EXPECT_EQ(options->compute_dtype, casting::ElementType::kBF16);
+  ASSERT_TRUE(options->casting.has_value());
+  const casting::CastingPolicy::Options& policy = options->casting->options();
+  EXPECT_EQ(policy.storage_dtype, casting::ElementType::kF8E4M3FN);
+  EXPECT_EQ(policy.scaling, casting::Scaling::kPerRow);
+  std::vector<std::string> patterns =
+      casting::CastingPolicy::DefaultSkipModulesPattern();
+  patterns.push_back("pooler");
+  EXPECT_EQ(policy.skip_modules_pattern, patterns);
+  EXPECT_EQ(policy.skip_modules_classes, std::vector<std::string>{"Embedding"});
+
+  casting->set_no_default_skip_patterns(true);
+  casting->set_storage_dtype(inference::STORAGE_DTYPE_BF16);  // Not fp8.
+  options = WeightPolicyFromConfig(weights);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->casting->options().skip_modules_pattern,
+            std::vector<std::string>{"pooler"});
+  EXPECT_EQ(options->casting->options().scaling, casting::Scaling::kNone);
+
+  casting->add_skip_modules_pattern("(unclosed");
+  EXPECT_EQ(WeightPolicyFromConfig(weights).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(WeightPolicyFromConfig(inference::WeightPolicy())->casting);
+}
+
+TEST(HfServedModelFactoryTest, LayerwiseCastingMatchesTheRoundTripReference) {
+  inference::ModelConfig config = BertConfig();
+  inference::WeightPolicy* weights = config.mutable_weights();
+  weights->set_compute_copy(inference::COMPUTE_COPY_TRANSIENT);
+  weights->set_materialization(inference::MATERIALIZATION_EAGER);
+  weights->mutable_casting()->set_storage_dtype(
+      inference::STORAGE_DTYPE_F8_E4M3FN);
+  weights->mutable_casting()->set_compute_dtype(inference::COMPUTE_DTYPE_F32);
+  weights->mutable_casting()->set_scaling(inference::SCALING_PER_ROW);
+  HfServedModelFactory factory;
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      factory.Create(kBertDirectory, config);
+  ASSERT_TRUE(model.ok()) << model.status();
+  // Eager: the narrow copies exist and were made under the model's tag.
+  EXPECT_GT((*model)->footprint().total_resident_bytes(), 0);
+  EXPECT_GT((*model)->tracked_bytes(), 0);
+
+  const auto reference = Reference();
+  InferenceResult result = InferNow(**model, ReferenceRequest(reference));
+  ASSERT_TRUE(result.outputs.ok()) << result.outputs.status();
+  EXPECT_LT(
+      models::test_util::RelativeMaxError(
+          result.outputs->at("last_hidden_state"),
+          reference.at("roundtrip.F8_E4M3FN:per_row.output.last_hidden_state")),
+      1e-4);
+}
+
+TEST(HfServedModelFactoryTest, UnloadReleasesTheTrackedMemory) {
+  ASSERT_TRUE(casting::TrackingAllocator::InstallTrackingCpuAllocator().ok());
+  casting::TrackingAllocator* tracker = casting::TrackingAllocator::Installed();
+  HfServedModelFactory factory;
+  inference::ModelConfig config = BertConfig();
+  config.mutable_weights()->set_materialization(
+      inference::MATERIALIZATION_EAGER);
+  // First cycle warms LibTorch's lazily made state.
+  for (int i = 0; i < 2; ++i) {
+    const int64_t before = tracker->AllocatedBytes();
+    absl::StatusOr<std::shared_ptr<ServedModel>> model =
+        factory.Create(kBertDirectory, config);
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_TRUE(InferNow(**model, ReferenceRequest(Reference())).outputs.ok());
+    EXPECT_GT((*model)->tracked_bytes(), 0);
+    model->reset();
+    if (i == 1) {
+      EXPECT_EQ(tracker->AllocatedBytes(), before);
+    }
+  }
+}
+
+TEST(HfServedModelFactoryTest, CheckpointPathStaysInsideTheRepository) {
+  EXPECT_EQ(*CheckpointFolder("/repo/m", ""), "/repo/m");
+  EXPECT_EQ(*CheckpointFolder("/repo/m", "ckpt"), "/repo/m/ckpt");
+  EXPECT_EQ(*CheckpointFolder("/repo/m/", "./ckpt/"), "/repo/m/ckpt/");
+  EXPECT_EQ(*CheckpointFolder("/repo/m", "../shared/ckpt"),
+            "/repo/shared/ckpt");
+  for (const std::string& path :
+       {std::string("/etc"), std::string("../../etc"),
+        std::string("ckpt/../../../x"), std::string("a\0b", 3)}) {
+    EXPECT_EQ(CheckpointFolder("/repo/m", path).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << path;
+  }
+  HfServedModelFactory factory;
+  inference::ModelConfig config = BertConfig();
+  config.mutable_checkpoint()->set_path("/models/testdata/bert");
+  EXPECT_EQ(factory.Create(kBertDirectory, config).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  config.mutable_checkpoint()->set_path("missing");
+  const absl::Status missing = factory.Create(kBertDirectory, config).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+  EXPECT_NE(missing.message().find("missing"), absl::string_view::npos);
+}
+
+TEST(HfServedModelFactoryTest, WarmupRequestsRunBeforeTheModelIsReturned) {
+  HfServedModelFactory factory;
+  inference::ModelConfig config = BertConfig();
+  inference::ModelWarmup* warmup = config.add_model_warmup();
+  warmup->set_name("zeros");
+  warmup->set_batch_size(2);
+  warmup->set_count(2);
+  inference::ModelWarmup::Input& ids = (*warmup->mutable_inputs())["input_ids"];
+  ids.set_data_type(inference::TYPE_INT64);
+  ids.add_dims(8);
+  ids.set_random_data(true);
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      factory.Create(kBertDirectory, config);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->statistics().execution_count, 0u);  // Not counted.
+
+  ids.set_data_type(inference::TYPE_FP32);
+  EXPECT_EQ(factory.Create(kBertDirectory, config).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ids.set_data_type(inference::TYPE_INT64);
+  ids.set_input_data_file("../../outside.bin");
+  EXPECT_EQ(factory.Create(kBertDirectory, config).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HfServedModelFactoryTest, WarmupDataFileIsRepeatedOverTheBatch) {
+  const fs::path directory =
+      fs::path(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR")
+                                          : "/tmp") /
+      "warmup_model";
+  fs::create_directories(directory);
+  const std::vector<int64_t> ids = {1, 2, 3};
+  std::ofstream(directory / "ids.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(ids.data()), 3 * sizeof(int64_t));
+  inference::ModelConfig config = BertConfig();
+  config.add_input()->set_name("input_ids");
+  config.mutable_input(0)->set_data_type(inference::TYPE_INT64);
+  config.mutable_input(0)->add_dims(-1);
+  inference::ModelWarmup warmup;
+  warmup.set_batch_size(2);
+  inference::ModelWarmup::Input& input =
+      (*warmup.mutable_inputs())["input_ids"];
+  input.set_data_type(inference::TYPE_INT64);
+  input.add_dims(3);
+  input.set_input_data_file("ids.bin");
+  absl::StatusOr<InferenceRequest> request =
+      MakeWarmupRequest(warmup, config, directory.string());
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_TRUE(
+      at::equal(request->inputs.at("input_ids"),
+                at::tensor({1, 2, 3, 1, 2, 3}, at::kLong).view({2, 3})));
+  input.clear_dims();
+  input.add_dims(4);  // 32 bytes: neither one item nor the batch.
+  EXPECT_EQ(
+      MakeWarmupRequest(warmup, config, directory.string()).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HfServedModelFactoryTest, GpuInstancesAreUnimplementedOnThisBuild) {
+  HfServedModelFactory factory;
+  inference::ModelConfig config = BertConfig();
+  config.add_instance_group()->set_kind(
+      inference::ModelInstanceGroup::KIND_GPU);
+  EXPECT_EQ(factory.Create(kBertDirectory, config).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace castserve
