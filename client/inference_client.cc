@@ -61,4 +61,75 @@ InferenceClient::Health(const std::string& service) {
   return response.status();
 }
 
+absl::StatusOr<inference::ModelMetadataResponse> InferenceClient::ModelMetadata(
+    const std::string& model) {
+  inference::ModelMetadataRequest request;
+  request.set_name(model);
+  inference::ModelMetadataResponse response;
+  grpc::Status status =
+      inference_->ModelMetadata(NewContext().get(), request, &response);
+  if (!status.ok()) return ToAbsl(status);
+  return response;
+}
+
+absl::StatusOr<inference::ModelConfigResponse> InferenceClient::ModelConfig(
+    const std::string& model) {
+  inference::ModelConfigRequest request;
+  request.set_name(model);
+  inference::ModelConfigResponse response;
+  grpc::Status status =
+      inference_->ModelConfig(NewContext().get(), request, &response);
+  if (!status.ok()) return ToAbsl(status);
+  return response;
+}
+
+absl::StatusOr<inference::ModelInferResponse> InferenceClient::ModelInfer(
+    const inference::ModelInferRequest& request) {
+  inference::ModelInferResponse response;
+  grpc::Status status =
+      inference_->ModelInfer(NewContext().get(), request, &response);
+  if (!status.ok()) return ToAbsl(status);
+  return response;
+}
+
+absl::StatusOr<inference::ModelStatisticsResponse>
+InferenceClient::ModelStatistics(const std::string& model) {
+  inference::ModelStatisticsRequest request;
+  request.set_name(model);
+  inference::ModelStatisticsResponse response;
+  grpc::Status status =
+      inference_->ModelStatistics(NewContext().get(), request, &response);
+  if (!status.ok()) return ToAbsl(status);
+  return response;
+}
+
+absl::StatusOr<inference::RepositoryIndexResponse>
+InferenceClient::RepositoryIndex() {
+  inference::RepositoryIndexResponse response;
+  grpc::Status status =
+      inference_->RepositoryIndex(NewContext().get(), {}, &response);
+  if (!status.ok()) return ToAbsl(status);
+  return response;
+}
+
+absl::Status InferenceClient::Load(const std::string& model,
+                                   const std::string& config_json) {
+  inference::RepositoryModelLoadRequest request;
+  request.set_model_name(model);
+  if (!config_json.empty()) {
+    (*request.mutable_parameters())["config"].set_string_param(config_json);
+  }
+  inference::RepositoryModelLoadResponse response;
+  return ToAbsl(
+      inference_->RepositoryModelLoad(NewContext().get(), request, &response));
+}
+
+absl::Status InferenceClient::Unload(const std::string& model) {
+  inference::RepositoryModelUnloadRequest request;
+  request.set_model_name(model);
+  inference::RepositoryModelUnloadResponse response;
+  return ToAbsl(inference_->RepositoryModelUnload(NewContext().get(), request,
+                                                  &response));
+}
+
 }  // namespace castserve

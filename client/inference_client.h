@@ -26,6 +26,21 @@ class InferenceClient {
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(
       const std::string& service);
 
+  absl::StatusOr<inference::ModelMetadataResponse> ModelMetadata(
+      const std::string& model);
+  absl::StatusOr<inference::ModelConfigResponse> ModelConfig(
+      const std::string& model);
+  absl::StatusOr<inference::ModelInferResponse> ModelInfer(
+      const inference::ModelInferRequest& request);
+  // `model` empty: every loaded model.
+  absl::StatusOr<inference::ModelStatisticsResponse> ModelStatistics(
+      const std::string& model);
+  absl::StatusOr<inference::RepositoryIndexResponse> RepositoryIndex();
+  // `config_json` (a ModelConfig as JSON) replaces the model's config.pbtxt
+  // when not empty.
+  absl::Status Load(const std::string& model, const std::string& config_json);
+  absl::Status Unload(const std::string& model);
+
  private:
   std::unique_ptr<grpc::ClientContext> NewContext() const;
 

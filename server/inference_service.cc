@@ -1,20 +1,365 @@
 #include "server/inference_service.h"
 
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/status_conversion.h"
+#include "server/tensor_conversion.h"
 #include "server/version.h"
 
 namespace castserve {
 namespace {
 
-grpc::ServerUnaryReactor* FinishOk(grpc::CallbackServerContext* context) {
+using ModelOrStatus = absl::StatusOr<std::shared_ptr<ServedModel>>;
+
+// What the config says when it leaves these empty (model_config.proto).
+constexpr char kDefaultPlatform[] = "castserve_torch";
+constexpr char kDefaultBackend[] = "castserve";
+// Requests of one stream in flight at once before reading pauses.
+constexpr size_t kMaxStreamRequestsInFlight = 64;
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
+                                 const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+// The call's deadline, shortened by the request's "timeout" parameter
+// (microseconds, Triton's reserved key).
+absl::Time RequestDeadline(const grpc::CallbackServerContext& context,
+                           const inference::ModelInferRequest* request) {
+  const auto call_deadline = context.deadline();
+  absl::Time deadline =
+      call_deadline == std::chrono::system_clock::time_point::max()
+          ? absl::InfiniteFuture()
+          : absl::FromChrono(call_deadline);
+  if (request != nullptr) {
+    auto timeout = request->parameters().find("timeout");
+    if (timeout != request->parameters().end() &&
+        timeout->second.int64_param() > 0) {
+      deadline = std::min(
+          deadline,
+          absl::Now() + absl::Microseconds(timeout->second.int64_param()));
+    }
+  }
+  return deadline;
+}
+
+// Calls `then` with the READY model `name`: inline when it is READY now,
+// otherwise on a thread of its own, since a first-request load can take
+// seconds and must not hold a gRPC thread.
+void WithReadyModel(ModelManager* manager, const std::string& name,
+                    const std::string& version, absl::Time deadline,
+                    std::function<void(ModelOrStatus)> then) {
+  absl::StatusOr<ModelStatus> status = manager->Status(name);
+  if (status.ok() && status->state == ModelState::kReady) {
+    then(manager->GetReady(name, version, deadline));
+    return;
+  }
+  std::thread([manager, name, version, deadline, then = std::move(then)] {
+    then(manager->GetReady(name, version, deadline));
+  }).detach();
+}
+
+// Runs `work` (which finishes a call) on a thread of its own.
+void RunDetached(std::function<void()> work) {
+  std::thread(std::move(work)).detach();
+}
+
+// Lets a served model poll a call's cancellation after the call finished
+// (then it reads as cancelled) without touching a freed context.
+class CancellationGuard {
+ public:
+  explicit CancellationGuard(grpc::CallbackServerContext* context)
+      : context_(context) {}
+
+  bool IsCancelled() {
+    absl::MutexLock lock(&mutex_);
+    return context_ == nullptr || context_->IsCancelled();
+  }
+  void Release() {
+    absl::MutexLock lock(&mutex_);
+    context_ = nullptr;
+  }
+
+ private:
+  absl::Mutex mutex_;
+  grpc::CallbackServerContext* context_ ABSL_GUARDED_BY(mutex_);
+};
+
+// One inference, shared by ModelInfer and ModelStreamInfer: find the model,
+// validate and convert the inputs, run, convert the outputs into `response`.
+// `request` and `response` must stay alive until `done` runs (exactly once).
+void RunInference(ModelManager* manager,
+                  const inference::ModelInferRequest* request,
+                  absl::Time deadline, std::shared_ptr<CancellationGuard> guard,
+                  inference::ModelInferResponse* response,
+                  std::function<void(absl::Status)> done) {
+  auto run = [request, deadline, guard, response,
+              done](ModelOrStatus model) mutable {
+    if (!model.ok()) return done(model.status());
+    const ServedModel& served = **model;
+    absl::StatusOr<std::vector<std::string>> requested =
+        RequestedOutputs(*request, served.outputs());
+    if (!requested.ok()) return done(requested.status());
+    absl::StatusOr<models::NamedTensors> inputs = InputsFromRequest(
+        *request, served.inputs(), served.config().max_batch_size());
+    if (!inputs.ok()) return done(inputs.status());
+    InferenceRequest inference_request;
+    inference_request.inputs = *std::move(inputs);
+    inference_request.requested_outputs = *requested;
+    inference_request.deadline = deadline;
+    inference_request.is_cancelled = [guard] { return guard->IsCancelled(); };
+    (*model)->Infer(std::move(inference_request),
+                    [model = *model, request, requested = *requested, response,
+                     done](InferenceResult result) {
+                      if (!result.outputs.ok()) {
+                        return done(result.outputs.status());
+                      }
+                      done(FillResponse(*request, model->outputs(), requested,
+                                        *result.outputs, response));
+                    });
+  };
+  WithReadyModel(manager, request->model_name(), request->model_version(),
+                 deadline, std::move(run));
+}
+
+// ModelStreamInfer: reads go on while earlier requests run; responses are
+// written one at a time in request order. Finishes (OK) once the client is
+// done writing and every response went out, or a write failed and nothing
+// is running any more.
+class StreamInferReactor
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                     inference::ModelStreamInferResponse> {
+ public:
+  StreamInferReactor(ModelManager* manager,
+                     grpc::CallbackServerContext* context)
+      : manager_(manager),
+        context_(context),
+        guard_(std::make_shared<CancellationGuard>(context)) {
+    StartRead(&incoming_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      {
+        absl::MutexLock lock(&mutex_);
+        reads_done_ = true;
+      }
+      return Advance();
+    }
+    auto slot = std::make_unique<Slot>();
+    slot->request = std::move(incoming_);
+    Slot* raw = slot.get();
+    bool read_more;
+    {
+      absl::MutexLock lock(&mutex_);
+      slots_.push_back(std::move(slot));
+      ++in_flight_;
+      read_more = slots_.size() < kMaxStreamRequestsInFlight;
+      read_paused_ = !read_more;
+    }
+    if (read_more) StartRead(&incoming_);
+    RunInference(
+        manager_, &raw->request, RequestDeadline(*context_, &raw->request),
+        guard_, raw->response.mutable_infer_response(),
+        [this, raw](absl::Status status) { OnInferDone(raw, status); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool resume_read = false;
+    {
+      absl::MutexLock lock(&mutex_);
+      writing_ = false;
+      slots_.pop_front();
+      if (!ok) write_failed_ = true;
+      if (read_paused_ && !write_failed_ &&
+          slots_.size() < kMaxStreamRequestsInFlight) {
+        read_paused_ = false;
+        resume_read = true;
+      }
+    }
+    if (resume_read) StartRead(&incoming_);
+    Advance();
+  }
+
+  void OnDone() override {
+    guard_->Release();
+    delete this;
+  }
+
+ private:
+  struct Slot {
+    inference::ModelInferRequest request;
+    inference::ModelStreamInferResponse response;
+    bool done = false;
+  };
+
+  void OnInferDone(Slot* slot, const absl::Status& status) {
+    if (!status.ok()) {
+      slot->response.set_error_message(std::string(status.message()));
+      inference::ModelInferResponse* response =
+          slot->response.mutable_infer_response();
+      response->Clear();
+      response->set_model_name(slot->request.model_name());
+      response->set_id(slot->request.id());
+    }
+    {
+      absl::MutexLock lock(&mutex_);
+      slot->done = true;
+      --in_flight_;
+    }
+    Advance();
+  }
+
+  // Starts the next write, or finishes the call, as the state allows. The
+  // decision is taken under the lock, the operation started outside it: a
+  // completion may run inline and take the lock again.
+  void Advance() {
+    inference::ModelStreamInferResponse* to_write = nullptr;
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mutex_);
+      if (!writing_ && !write_failed_ && !slots_.empty() &&
+          slots_.front()->done) {
+        writing_ = true;
+        to_write = &slots_.front()->response;
+      }
+      if (!finished_ && !writing_ && in_flight_ == 0 &&
+          ((reads_done_ && slots_.empty()) || write_failed_)) {
+        finished_ = true;
+        finish = true;
+      }
+    }
+    if (to_write != nullptr) StartWrite(to_write);
+    if (finish) Finish(grpc::Status::OK);
+  }
+
+  ModelManager* const manager_;
+  grpc::CallbackServerContext* const context_;
+  const std::shared_ptr<CancellationGuard> guard_;
+  // Written by gRPC between StartRead and OnReadDone only.
+  inference::ModelInferRequest incoming_;
+
+  absl::Mutex mutex_;
+  std::deque<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mutex_);
+  int in_flight_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool reads_done_ ABSL_GUARDED_BY(mutex_) = false;
+  bool read_paused_ ABSL_GUARDED_BY(mutex_) = false;
+  bool writing_ ABSL_GUARDED_BY(mutex_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mutex_) = false;
+  bool finished_ ABSL_GUARDED_BY(mutex_) = false;
+};
+
+void FillTensorMetadata(
+    const std::vector<models::TensorSpec>& specs,
+    google::protobuf::RepeatedPtrField<
+        inference::ModelMetadataResponse::TensorMetadata>* metadata) {
+  for (const models::TensorSpec& spec : specs) {
+    auto* tensor = metadata->Add();
+    tensor->set_name(spec.name);
+    tensor->set_datatype(DatatypeName(spec.dtype).value_or(""));
+    for (int64_t dim : spec.shape) tensor->add_shape(dim);
+  }
+}
+
+void SetDuration(uint64_t count, absl::Duration duration,
+                 inference::StatisticDuration* out) {
+  out->set_count(count);
+  out->set_ns(static_cast<uint64_t>(absl::ToInt64Nanoseconds(duration)));
+}
+
+void FillStatistics(const ServedModel& model, inference::ModelStatistics* out) {
+  const ServedModelStatistics stats = model.statistics();
+  out->set_last_inference(stats.last_inference_ms);
+  out->set_inference_count(stats.inference_count);
+  out->set_execution_count(stats.execution_count);
+  inference::InferStatistics* infer = out->mutable_inference_stats();
+  SetDuration(stats.success_count, stats.success_duration,
+              infer->mutable_success());
+  SetDuration(stats.fail_count, stats.fail_duration, infer->mutable_fail());
+  SetDuration(stats.success_count, stats.queue_duration,
+              infer->mutable_queue());
+  // castserve times the forward as a whole: input and output conversion
+  // are inside compute_infer.
+  SetDuration(stats.success_count, absl::ZeroDuration(),
+              infer->mutable_compute_input());
+  SetDuration(stats.success_count, stats.compute_duration,
+              infer->mutable_compute_infer());
+  SetDuration(stats.success_count, absl::ZeroDuration(),
+              infer->mutable_compute_output());
+  for (const auto& [batch_size, count_and_duration] : stats.batches) {
+    inference::InferBatchStatistics* batch = out->add_batch_stats();
+    batch->set_batch_size(batch_size);
+    const uint64_t count = count_and_duration.first;
+    SetDuration(count, absl::ZeroDuration(), batch->mutable_compute_input());
+    SetDuration(count, count_and_duration.second,
+                batch->mutable_compute_infer());
+    SetDuration(count, absl::ZeroDuration(), batch->mutable_compute_output());
+  }
+  inference::MemoryUsage* memory = out->add_memory_usage();
+  memory->set_type("CPU");
+  memory->set_id(0);
+  // The tracking allocator's bytes and the weights' owned bytes overlap
+  // (weights made under the model's tag count in both): the larger one is
+  // the measure, as the ModelManager's budget uses it.
+  memory->set_byte_size(static_cast<uint64_t>(
+      std::max(model.tracked_bytes(), model.footprint().owned_bytes())));
+}
+
+absl::Status CheckVersion(const std::string& version) {
+  if (version.empty() || version == "1") return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("unknown version '", version,
+                                          "' (castserve serves version 1)"));
+}
+
+absl::StatusOr<std::optional<inference::ModelConfig>> ConfigOverride(
+    const inference::RepositoryModelLoadRequest& request) {
+  std::optional<inference::ModelConfig> config;
+  for (const auto& [key, value] : request.parameters()) {
+    if (absl::StartsWith(key, "file:")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", key, "': castserve does not accept model files"));
+    }
+    if (key != "config") continue;
+    if (value.parameter_choice_case() !=
+        inference::ModelRepositoryParameter::kStringParam) {
+      return absl::InvalidArgumentError(
+          "parameter 'config' must be a string (ModelConfig as JSON)");
+    }
+    inference::ModelConfig parsed;
+    auto status = google::protobuf::util::JsonStringToMessage(
+        value.string_param(), &parsed);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter 'config' is not a ModelConfig in JSON: ",
+                       status.message().as_string()));
+    }
+    config = std::move(parsed);
+  }
+  return config;
 }
 
 }  // namespace
 
-InferenceService::InferenceService(const std::atomic<bool>* ready)
-    : ready_(ready) {}
+InferenceService::InferenceService(const std::atomic<bool>* ready,
+                                   ModelManager* manager)
+    : ready_(ready), manager_(manager) {}
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(
     grpc::CallbackServerContext* context,
@@ -22,7 +367,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerLive(
     inference::ServerLiveResponse* response) {
   // Answering at all is the proof of liveness.
   response->set_live(true);
-  return FinishOk(context);
+  return Finish(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerReady(
@@ -30,7 +375,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(
     const inference::ServerReadyRequest* /*request*/,
     inference::ServerReadyResponse* response) {
   response->set_ready(ready_->load());
-  return FinishOk(context);
+  return Finish(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
@@ -39,8 +384,158 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     inference::ServerMetadataResponse* response) {
   response->set_name(kServerName);
   response->set_version(kServerVersion);
-  // Protocol extensions are announced here as their RPCs land; none yet.
-  return FinishOk(context);
+  // Only the extensions whose RPCs castserve implements.
+  for (const char* extension :
+       {"model_repository", "model_configuration", "statistics"}) {
+    response->add_extensions(extension);
+  }
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelReady(
+    grpc::CallbackServerContext* context,
+    const inference::ModelReadyRequest* request,
+    inference::ModelReadyResponse* response) {
+  absl::StatusOr<ModelStatus> status = manager_->Status(request->name());
+  response->set_ready(status.ok() && status->state == ModelState::kReady &&
+                      CheckVersion(request->version()).ok());
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
+    grpc::CallbackServerContext* context,
+    const inference::ModelMetadataRequest* request,
+    inference::ModelMetadataResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  WithReadyModel(
+      manager_, request->name(), request->version(),
+      RequestDeadline(*context, nullptr),
+      [reactor, request, response](ModelOrStatus model) {
+        if (!model.ok()) return reactor->Finish(ToGrpcStatus(model.status()));
+        const inference::ModelConfig& config = (*model)->config();
+        response->set_name(request->name());
+        response->add_versions("1");
+        response->set_platform(config.platform().empty() ? kDefaultPlatform
+                                                         : config.platform());
+        FillTensorMetadata((*model)->inputs(), response->mutable_inputs());
+        FillTensorMetadata((*model)->outputs(), response->mutable_outputs());
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(
+    grpc::CallbackServerContext* context,
+    const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  WithReadyModel(manager_, request->name(), request->version(),
+                 RequestDeadline(*context, nullptr),
+                 [reactor, response](ModelOrStatus model) {
+                   if (!model.ok()) {
+                     return reactor->Finish(ToGrpcStatus(model.status()));
+                   }
+                   inference::ModelConfig* config = response->mutable_config();
+                   *config = (*model)->config();
+                   if (config->platform().empty()) {
+                     config->set_platform(kDefaultPlatform);
+                   }
+                   if (config->backend().empty()) {
+                     config->set_backend(kDefaultBackend);
+                   }
+                   reactor->Finish(grpc::Status::OK);
+                 });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelInfer(
+    grpc::CallbackServerContext* context,
+    const inference::ModelInferRequest* request,
+    inference::ModelInferResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto guard = std::make_shared<CancellationGuard>(context);
+  RunInference(manager_, request, RequestDeadline(*context, request), guard,
+               response, [reactor, guard](absl::Status status) {
+                 guard->Release();
+                 reactor->Finish(ToGrpcStatus(status));
+               });
+  return reactor;
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest,
+                        inference::ModelStreamInferResponse>*
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return new StreamInferReactor(manager_, context);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
+    grpc::CallbackServerContext* context,
+    const inference::ModelStatisticsRequest* request,
+    inference::ModelStatisticsResponse* response) {
+  if (absl::Status status = CheckVersion(request->version()); !status.ok()) {
+    return Finish(context, status);
+  }
+  if (!request->name().empty()) {
+    absl::StatusOr<ModelStatus> status = manager_->Status(request->name());
+    if (!status.ok()) return Finish(context, status.status());
+  }
+  bool found = false;
+  for (const auto& [name, model] : manager_->ReadyModels()) {
+    if (!request->name().empty() && name != request->name()) continue;
+    inference::ModelStatistics* stats = response->add_model_stats();
+    stats->set_name(name);
+    stats->set_version("1");
+    FillStatistics(*model, stats);
+    found = true;
+  }
+  if (!request->name().empty() && !found) {
+    // Known but not loaded: nothing has run yet.
+    inference::ModelStatistics* stats = response->add_model_stats();
+    stats->set_name(request->name());
+    stats->set_version("1");
+  }
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
+    grpc::CallbackServerContext* context,
+    const inference::RepositoryIndexRequest* request,
+    inference::RepositoryIndexResponse* response) {
+  for (const ModelStatus& status : manager_->Index()) {
+    if (request->ready() && status.state != ModelState::kReady) continue;
+    auto* model = response->add_models();
+    model->set_name(status.name);
+    model->set_version(status.version);
+    model->set_state(ModelStateName(status.state));
+    model->set_reason(status.reason);
+  }
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
+    grpc::CallbackServerContext* context,
+    const inference::RepositoryModelLoadRequest* request,
+    inference::RepositoryModelLoadResponse* /*response*/) {
+  absl::StatusOr<std::optional<inference::ModelConfig>> config =
+      ConfigOverride(*request);
+  if (!config.ok()) return Finish(context, config.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RunDetached([manager = manager_, reactor, name = request->model_name(),
+               config = *std::move(config)]() mutable {
+    reactor->Finish(ToGrpcStatus(manager->Load(name, std::move(config))));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
+    grpc::CallbackServerContext* context,
+    const inference::RepositoryModelUnloadRequest* request,
+    inference::RepositoryModelUnloadResponse* /*response*/) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RunDetached([manager = manager_, reactor, name = request->model_name()] {
+    reactor->Finish(ToGrpcStatus(manager->Unload(name)));
+  });
+  return reactor;
 }
 
 }  // namespace castserve

@@ -4,18 +4,27 @@
 #include <atomic>
 
 #include "proto/inference.grpc.pb.h"
+#include "server/model_manager.h"
 
 namespace castserve {
 
-// The KServe v2 gRPC service on gRPC's callback API. Handlers are stateless
-// and short: they validate, delegate and convert. RPCs not overridden here
-// answer UNIMPLEMENTED (gRPC's default for a callback service).
+// The KServe v2 gRPC service and the Triton extensions tooling calls, on
+// gRPC's callback API. Handlers are stateless and short: they validate,
+// delegate to the ModelManager / ServedModel, and convert statuses at the
+// edge (status_conversion.h). RPCs not overridden here answer UNIMPLEMENTED.
+//
+// No handler blocks a gRPC thread for long: a call that needs a model that
+// is not READY yet (first-request load) or a repository load/unload runs on a
+// thread of its own and finishes from there.
+//
+// Thread-safe. The service must be destroyed only after the gRPC server has
+// shut down and waited (every reactor finished).
 class InferenceService final
     : public inference::GRPCInferenceService::CallbackService {
  public:
-  // `ready` says whether the server takes requests; it is owned by the caller
-  // and must outlive the service.
-  explicit InferenceService(const std::atomic<bool>* ready);
+  // `ready` says whether the server takes requests. Both pointers are owned
+  // by the caller and must outlive the service.
+  InferenceService(const std::atomic<bool>* ready, ModelManager* manager);
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -32,8 +41,63 @@ class InferenceService final
       const inference::ServerMetadataRequest* request,
       inference::ServerMetadataResponse* response) override;
 
+  // READY or not; an unknown model is not ready (no error), as in Triton.
+  grpc::ServerUnaryReactor* ModelReady(
+      grpc::CallbackServerContext* context,
+      const inference::ModelReadyRequest* request,
+      inference::ModelReadyResponse* response) override;
+
+  // Metadata and config need the model: a first_request model loads here.
+  grpc::ServerUnaryReactor* ModelMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ModelMetadataRequest* request,
+      inference::ModelMetadataResponse* response) override;
+
+  grpc::ServerUnaryReactor* ModelConfig(
+      grpc::CallbackServerContext* context,
+      const inference::ModelConfigRequest* request,
+      inference::ModelConfigResponse* response) override;
+
+  // Deadline: the call's, shortened by a "timeout" request parameter
+  // (microseconds). Cancellation: the call's, also while queued.
+  grpc::ServerUnaryReactor* ModelInfer(
+      grpc::CallbackServerContext* context,
+      const inference::ModelInferRequest* request,
+      inference::ModelInferResponse* response) override;
+
+  // One response per request, in request order; a failed request answers
+  // with error_message and the stream goes on.
+  grpc::ServerBidiReactor<inference::ModelInferRequest,
+                          inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+
+  // READY models only (or the named one, zeros if it is not loaded).
+  grpc::ServerUnaryReactor* ModelStatistics(
+      grpc::CallbackServerContext* context,
+      const inference::ModelStatisticsRequest* request,
+      inference::ModelStatisticsResponse* response) override;
+
+  grpc::ServerUnaryReactor* RepositoryIndex(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryIndexRequest* request,
+      inference::RepositoryIndexResponse* response) override;
+
+  // Parameter "config" (string): a ModelConfig as JSON, used instead of the
+  // model's config.pbtxt. Other keys are ignored except "file:*", which is
+  // rejected (castserve does not take model files over the wire).
+  grpc::ServerUnaryReactor* RepositoryModelLoad(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryModelLoadRequest* request,
+      inference::RepositoryModelLoadResponse* response) override;
+
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse* response) override;
+
  private:
   const std::atomic<bool>* ready_;
+  ModelManager* manager_;
 };
 
 }  // namespace castserve

@@ -51,6 +51,8 @@ int Run(const ServerFlags& flags) {
   options.bind_address = flags.bind_address;
   options.grpc_port = flags.grpc_port;
   options.metrics_port = flags.metrics_port;
+  options.memory_budget_bytes = flags.memory_budget_bytes;
+  options.max_message_bytes = flags.max_message_bytes;
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
   if (!server.ok()) {
     Log(LogLevel::kError, "castserve cannot start",

@@ -4,9 +4,11 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/hf_served_model_factory.h"
 #include "server/inference_service.h"
 #include "server/log.h"
 #include "server/metrics_exporter.h"
+#include "server/model_manager.h"
 #include "server/model_repository.h"
 #include "server/port_check.h"
 #include "server/process_metrics.h"
@@ -36,6 +38,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   if (!metrics.ok()) return metrics.status();
   server->metrics_ = *std::move(metrics);
 
+  if (options.grpc_port != 0) {
+    // Before the models load: a busy port should fail at once, and gRPC
+    // reports a failed bind with several lines of its own where this gives
+    // one precise error.
+    if (absl::Status status =
+            CheckPortAvailable(options.bind_address, options.grpc_port);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (absl::Status status = server->StartModels(options); !status.ok()) {
+    return status;
+  }
   if (absl::Status status = server->StartGrpc(options); !status.ok()) {
     return status;
   }
@@ -63,24 +78,36 @@ absl::Status Server::ScanRepository() {
   return absl::OkStatus();
 }
 
-absl::Status Server::StartGrpc(const ServerOptions& options) {
-  if (options.grpc_port != 0) {
-    // gRPC reports a failed bind with several lines of its own; checking
-    // first gives one precise error instead.
-    if (absl::Status status =
-            CheckPortAvailable(options.bind_address, options.grpc_port);
-        !status.ok()) {
-      return status;
-    }
+absl::Status Server::StartModels(const ServerOptions& options) {
+  factory_ = std::make_unique<HfServedModelFactory>();
+  ModelManagerOptions manager_options;
+  manager_options.repository = repository_.get();
+  manager_options.factory = factory_.get();
+  manager_options.memory_budget_bytes = options.memory_budget_bytes;
+  absl::StatusOr<std::unique_ptr<ModelManager>> manager =
+      ModelManager::Create(manager_options);
+  if (!manager.ok()) return manager.status();
+  manager_ = *std::move(manager);
+  manager_->LoadStartupModels();
+  for (const ModelStatus& status : manager_->Index()) {
+    Log(LogLevel::kInfo, "model state",
+        {{"name", status.name},
+         {"state", ModelStateName(status.state)},
+         {"reason", status.reason}});
   }
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartGrpc(const ServerOptions& options) {
   grpc::EnableDefaultHealthCheckService(true);
-  service_ = std::make_unique<InferenceService>(&ready_);
+  service_ = std::make_unique<InferenceService>(&ready_, manager_.get());
   grpc::ServerBuilder builder;
   // Two daemons must not silently share a port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // Tensors travel in request bodies; the 4 MB default is too small.
-  builder.SetMaxReceiveMessageSize(512 * 1024 * 1024);
-  builder.SetMaxSendMessageSize(512 * 1024 * 1024);
+  // Tensors travel in request bodies; the 4 MB default is too small. gRPC
+  // itself answers RESOURCE_EXHAUSTED above the limit.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   const std::string address =
       absl::StrCat(options.bind_address, ":", options.grpc_port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
@@ -106,6 +133,8 @@ void Server::Shutdown(absl::Duration grace) {
     grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
     grpc_server_->Wait();
   }
+  // No call is left that could reach a model.
+  manager_.reset();
   metrics_.reset();
 }
 

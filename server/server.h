@@ -2,6 +2,7 @@
 #define CASTSERVE_SERVER_SERVER_H_
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -16,7 +17,9 @@ namespace castserve {
 
 class InferenceService;
 class MetricsExporter;
+class ModelManager;
 class ModelRepository;
+class ServedModelFactory;
 
 struct ServerOptions {
   std::string model_repository;
@@ -24,15 +27,23 @@ struct ServerOptions {
   // 0 picks a free port; see grpc_port() / metrics_port().
   int grpc_port = 8001;
   int metrics_port = 8002;
+  // Memory models may use together; 0 means no budget (ModelManager).
+  int64_t memory_budget_bytes = 0;
+  // Largest gRPC message received or sent; a larger request fails with
+  // RESOURCE_EXHAUSTED before any handler runs.
+  int64_t max_message_bytes = int64_t{256} << 20;
 };
 
 // The running daemon: the gRPC server (KServe v2 service and
-// grpc.health.v1), the metrics exporter and the model repository.
+// grpc.health.v1), the metrics exporter, the model repository and the
+// ModelManager serving its models (built by HfServedModelFactory).
 // Create starts everything; Shutdown (or the destructor) stops it.
 // Thread-safe.
 class Server {
  public:
-  // Opens the repository and logs what it holds, then binds both ports.
+  // Opens the repository and logs what it holds, binds the metrics port,
+  // loads the `startup` models (a model that fails becomes UNAVAILABLE; the
+  // server still starts), then binds the gRPC port and becomes ready.
   // Errors: the repository's (NotFound, FailedPrecondition, PermissionDenied)
   // or FailedPrecondition naming an address that cannot be bound.
   static absl::StatusOr<std::unique_ptr<Server>> Create(
@@ -41,8 +52,8 @@ class Server {
   ~Server();
 
   // Marks the server not ready (health NOT_SERVING), stops accepting calls,
-  // lets in-flight calls finish for up to `grace`, then cancels the rest.
-  // Idempotent.
+  // lets in-flight calls finish for up to `grace`, then cancels the rest and
+  // unloads every model. Idempotent.
   void Shutdown(absl::Duration grace);
 
   int grpc_port() const { return grpc_port_; }
@@ -52,11 +63,15 @@ class Server {
   Server();
 
   absl::Status ScanRepository();
+  absl::Status StartModels(const ServerOptions& options);
   absl::Status StartGrpc(const ServerOptions& options);
 
   std::atomic<bool> ready_{false};
   std::atomic<bool> shut_down_{false};
   std::unique_ptr<ModelRepository> repository_;
+  std::unique_ptr<ServedModelFactory> factory_;
+  // Destroyed before the factory and the repository it points to.
+  std::unique_ptr<ModelManager> manager_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsExporter> metrics_;

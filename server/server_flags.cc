@@ -1,11 +1,14 @@
 #include "server/server_flags.h"
 
 #include <functional>
+#include <limits>
 #include <map>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 
 namespace castserve {
 namespace {
@@ -16,6 +19,29 @@ absl::Status ParsePort(absl::string_view flag, const std::string& value,
     return absl::InvalidArgumentError(absl::StrCat(
         "--", flag, ": '", value, "' is not a port number (0-65535)"));
   }
+  return absl::OkStatus();
+}
+
+// A byte count: digits with an optional binary suffix (KiB, MiB, GiB),
+// between `min_bytes` and `max_bytes`.
+absl::Status ParseBytes(absl::string_view flag, const std::string& value,
+                        int64_t min_bytes, int64_t max_bytes, int64_t* bytes) {
+  absl::string_view digits = value;
+  int shift = 0;
+  for (const auto& [suffix, suffix_shift] :
+       {std::pair<absl::string_view, int>{"KiB", 10},
+        {"MiB", 20},
+        {"GiB", 30}}) {
+    if (absl::ConsumeSuffix(&digits, suffix)) shift = suffix_shift;
+  }
+  int64_t number = 0;
+  if (!absl::SimpleAtoi(digits, &number) || number < 0 ||
+      number > (max_bytes >> shift) || (number << shift) < min_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, ": '", value, "' is not a byte count between ", min_bytes,
+        " and ", max_bytes, " (suffixes KiB, MiB, GiB allowed)"));
+  }
+  *bytes = number << shift;
   return absl::OkStatus();
 }
 
@@ -61,6 +87,19 @@ const std::map<std::string, ValueSetter, std::less<>>& ValueFlags() {
              }
              f.log_level = *level;
              return absl::OkStatus();
+           }},
+          {"memory-budget-bytes",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseBytes("memory-budget-bytes", v, 0,
+                               std::numeric_limits<int64_t>::max(),
+                               &f.memory_budget_bytes);
+           }},
+          {"max-message-bytes",
+           [](const std::string& v, ServerFlags& f) {
+             // gRPC takes the limit as an int.
+             return ParseBytes("max-message-bytes", v, 1024,
+                               std::numeric_limits<int32_t>::max(),
+                               &f.max_message_bytes);
            }},
           {"shutdown-grace-seconds",
            [](const std::string& v, ServerFlags& f) {
@@ -139,6 +178,12 @@ Flags:
                                 a free one)
   --bind-address=ADDR           address both listeners bind to (default 0.0.0.0)
   --log-level=LEVEL             debug, info, warning or error (default info)
+  --memory-budget-bytes=N       memory models may use together (KiB/MiB/GiB
+                                suffixes allowed); past it the least recently
+                                used idle model is unloaded (default 0: none)
+  --max-message-bytes=N         largest gRPC message accepted or sent; larger
+                                requests fail with RESOURCE_EXHAUSTED
+                                (default 256MiB)
   --shutdown-grace-seconds=S    on SIGTERM/SIGINT, how long in-flight calls may
                                 finish before they are cancelled (default 10)
   --version                     print the version and exit

@@ -1,6 +1,7 @@
 #ifndef CASTSERVE_SERVER_SERVER_FLAGS_H_
 #define CASTSERVE_SERVER_SERVER_FLAGS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,11 @@ struct ServerFlags {
   LogLevel log_level = LogLevel::kInfo;
   // How long SIGTERM/SIGINT waits for in-flight calls before cancelling them.
   double shutdown_grace_seconds = 10.0;
+  // Server-wide memory budget for models, in bytes; 0 means none.
+  int64_t memory_budget_bytes = 0;
+  // Largest gRPC message accepted or sent; a larger request fails with
+  // RESOURCE_EXHAUSTED.
+  int64_t max_message_bytes = int64_t{256} << 20;
   bool show_help = false;
   bool show_version = false;
 };

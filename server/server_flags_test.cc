@@ -66,10 +66,32 @@ TEST(ServerFlagsTest, RejectsBadInputWithTheFlagNamed) {
   }
 }
 
+TEST(ServerFlagsTest, ByteFlagsTakeBinarySuffixes) {
+  absl::StatusOr<ServerFlags> defaults = Parse({"--model-repository=/r"});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->memory_budget_bytes, 0);
+  EXPECT_EQ(defaults->max_message_bytes, int64_t{256} << 20);
+  absl::StatusOr<ServerFlags> flags =
+      Parse({"--model-repository=/r", "--memory-budget-bytes=2GiB",
+             "--max-message-bytes", "1048576"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->memory_budget_bytes, int64_t{2} << 30);
+  EXPECT_EQ(flags->max_message_bytes, 1048576);
+  for (const char* bad :
+       {"--max-message-bytes=3GiB", "--max-message-bytes=10",
+        "--memory-budget-bytes=-1", "--memory-budget-bytes=lots"}) {
+    absl::StatusOr<ServerFlags> rejected =
+        Parse({"--model-repository=/r", bad});
+    ASSERT_FALSE(rejected.ok()) << bad;
+    EXPECT_THAT(rejected.status().message(), HasSubstr("byte count")) << bad;
+  }
+}
+
 TEST(ServerFlagsTest, UsageListsEveryFlag) {
   for (const char* flag :
        {"--model-repository", "--grpc-port", "--metrics-port", "--log-level",
-        "--version", "--help", "--shutdown-grace-seconds", "--bind-address"}) {
+        "--version", "--help", "--shutdown-grace-seconds", "--bind-address",
+        "--memory-budget-bytes", "--max-message-bytes"}) {
     EXPECT_THAT(ServerUsage(), HasSubstr(flag));
   }
 }

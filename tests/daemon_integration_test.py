@@ -26,62 +26,20 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.getcwd())  # the runfiles root holds proto/*_pb2.py
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import grpc  # noqa: E402
 from proto import health_pb2, health_pb2_grpc  # noqa: E402
 from proto import inference_pb2, inference_pb2_grpc  # noqa: E402
 
+from daemon_testlib import Daemon as _Daemon, run, write_file  # noqa: E402
+
 CASTSERVE = os.path.abspath(sys.argv[1])
 CLIENT = os.path.abspath(sys.argv[2])
-START_TIMEOUT_SECONDS = 30
 
 
-def write_file(path, text):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-
-
-class Daemon:
-    """A castserve process whose ports are read from its 'ready' log line."""
-
-    def __init__(self, *args):
-        self.log_path = tempfile.mktemp(prefix="castserve-", suffix=".log")
-        self.log = open(self.log_path, "w+")
-        self.process = subprocess.Popen([CASTSERVE, *args], stdout=self.log,
-                                        stderr=subprocess.STDOUT)
-
-    def output(self):
-        with open(self.log_path) as f:
-            return f.read()
-
-    def wait_ready(self):
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
-            match = re.search(r'msg="castserve ready" grpc_port=(\d+) '
-                              r'metrics_port=(\d+)', self.output())
-            if match:
-                self.grpc_port, self.metrics_port = map(int, match.groups())
-                return self
-            if self.process.poll() is not None:
-                raise AssertionError("daemon exited early:\n" + self.output())
-            time.sleep(0.05)
-        raise AssertionError("daemon not ready in time:\n" + self.output())
-
-    def stop(self, sig=signal.SIGTERM, timeout=5):
-        self.process.send_signal(sig)
-        return self.process.wait(timeout=timeout)
-
-    def kill(self):
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
-
-
-def run(*args, timeout=30):
-    return subprocess.run(list(args), capture_output=True, text=True,
-                          timeout=timeout)
+def Daemon(*args):
+    return _Daemon(CASTSERVE, *args)
 
 
 def http_get(port, path):
@@ -161,10 +119,19 @@ class DaemonTest(unittest.TestCase):
         self.assertEqual(health.status,
                          health_pb2.HealthCheckResponse.SERVING)
 
-    def test_rpcs_of_later_issues_are_unimplemented(self):
+    def test_inference_rpcs_answer_with_precise_statuses(self):
+        for model, code in [("nonexistent", grpc.StatusCode.NOT_FOUND),
+                            ("broken", grpc.StatusCode.UNAVAILABLE),
+                            ("good", grpc.StatusCode.UNAVAILABLE)]:
+            with self.assertRaises(grpc.RpcError) as raised:
+                self.stub.ModelInfer(inference_pb2.ModelInferRequest(
+                    model_name=model))
+            self.assertEqual(raised.exception.code(), code, model)
+        # Triton's shared-memory RPCs are not part of castserve's service.
+        method = self.channel.unary_unary(
+            "/inference.GRPCInferenceService/SystemSharedMemoryStatus")
         with self.assertRaises(grpc.RpcError) as raised:
-            self.stub.ModelInfer(inference_pb2.ModelInferRequest(
-                model_name="good"))
+            method(b"")
         self.assertEqual(raised.exception.code(),
                          grpc.StatusCode.UNIMPLEMENTED)
 

@@ -25,4 +25,5 @@ if ((${#targets[@]} == 0)); then
   ((${#targets[@]} > 0)) || { echo "check_libtorch2: no targets found" >&2; exit 1; }
 fi
 LIBTORCH="$work/torch" bazel --output_base="$work/bazel" build --config=libtorch2 \
-  --keep_going --output_groups=compilation_outputs "${targets[@]}"
+  --experimental_convenience_symlinks=ignore --keep_going \
+  --output_groups=compilation_outputs "${targets[@]}"

@@ -12,7 +12,7 @@ packages=(
   # Without it LibTorch's CPU matmul falls back to the reference BLAS (~80x slower).
   libopenblas0-pthread
   # Tests: Debian's Python with gRPC, promtool, clang-format.
-  python3 python3-pip python3-grpcio python3-protobuf prometheus clang-format
+  python3 python3-pip python3-venv python3-numpy python3-grpcio python3-protobuf prometheus clang-format
   curl ca-certificates
 )
 

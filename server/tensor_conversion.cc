@@ -1,0 +1,440 @@
+#include "server/tensor_conversion.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <limits>
+#include <set>
+#include <type_traits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the wire's raw tensors are little-endian; so must the host be");
+
+namespace castserve {
+namespace {
+
+using ::google::protobuf::RepeatedField;
+using InputTensor = inference::ModelInferRequest::InferInputTensor;
+
+struct DatatypeEntry {
+  const char* name;
+  at::ScalarType dtype;
+  inference::DataType config_type;
+};
+
+constexpr DatatypeEntry kDatatypes[] = {
+    {"BOOL", at::kBool, inference::TYPE_BOOL},
+    {"UINT8", at::kByte, inference::TYPE_UINT8},
+    {"INT8", at::kChar, inference::TYPE_INT8},
+    {"INT16", at::kShort, inference::TYPE_INT16},
+    {"INT32", at::kInt, inference::TYPE_INT32},
+    {"INT64", at::kLong, inference::TYPE_INT64},
+    {"FP16", at::kHalf, inference::TYPE_FP16},
+    {"FP32", at::kFloat, inference::TYPE_FP32},
+    {"FP64", at::kDouble, inference::TYPE_FP64},
+    {"BF16", at::kBFloat16, inference::TYPE_BF16},
+};
+
+std::string ShapeString(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+std::string Quoted(const std::string& name) {
+  return absl::StrCat("'", name, "'");
+}
+
+std::string SpecNames(const std::vector<models::TensorSpec>& specs) {
+  std::vector<std::string> names;
+  for (const models::TensorSpec& spec : specs)
+    names.push_back(Quoted(spec.name));
+  return absl::StrJoin(names, ", ");
+}
+
+// Rank, each dimension, and the batch rules.
+absl::Status CheckShape(const InputTensor& input,
+                        const models::TensorSpec& spec,
+                        int64_t max_batch_size) {
+  const auto& shape = input.shape();
+  const std::string prefix = absl::StrCat("input ", Quoted(input.name()), ": ");
+  if (shape.size() != static_cast<int>(spec.shape.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "shape ", ShapeString(shape), " has rank ",
+                     shape.size(), ", expected rank ", spec.shape.size(),
+                     " (shape ", ShapeString(spec.shape), ")"));
+  }
+  for (int i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "dimension ", i, " is ", shape[i],
+                       "; dimensions must be >= 0"));
+    }
+    if (spec.shape[i] >= 0 && shape[i] != spec.shape[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "dimension ", i, " is ", shape[i], ", expected ",
+          spec.shape[i], " (shape ", ShapeString(spec.shape), ")"));
+    }
+  }
+  if (max_batch_size > 0) {
+    if (shape.empty() || shape[0] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "needs a batch dimension of at least 1"));
+    }
+    if (shape[0] > max_batch_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "batch size ", shape[0],
+                       " exceeds max_batch_size ", max_batch_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ElementCount(const InputTensor& input) {
+  int64_t count = 1;
+  for (int64_t dim : input.shape()) {
+    if (__builtin_mul_overflow(count, dim, &count) ||
+        count > (int64_t{1} << 50)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input ", Quoted(input.name()), ": shape ",
+                       ShapeString(input.shape()), " is too large"));
+    }
+  }
+  return count;
+}
+
+// The typed-contents arrays as (field name, element count).
+std::vector<std::pair<const char*, int>> TypedFields(
+    const inference::InferTensorContents& contents) {
+  return {{"bool_contents", contents.bool_contents_size()},
+          {"int_contents", contents.int_contents_size()},
+          {"int64_contents", contents.int64_contents_size()},
+          {"uint_contents", contents.uint_contents_size()},
+          {"uint64_contents", contents.uint64_contents_size()},
+          {"fp32_contents", contents.fp32_contents_size()},
+          {"fp64_contents", contents.fp64_contents_size()},
+          {"bytes_contents", contents.bytes_contents_size()}};
+}
+
+bool HasTypedContents(const InputTensor& input) {
+  if (!input.has_contents()) return false;
+  for (const auto& [field, count] : TypedFields(input.contents())) {
+    if (count > 0) return true;
+  }
+  return false;
+}
+
+// The field that carries `dtype` in typed contents; null for FP16/BF16.
+const char* TypedFieldFor(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kBool:
+      return "bool_contents";
+    case at::kByte:
+      return "uint_contents";
+    case at::kChar:
+    case at::kShort:
+    case at::kInt:
+      return "int_contents";
+    case at::kLong:
+      return "int64_contents";
+    case at::kFloat:
+      return "fp32_contents";
+    case at::kDouble:
+      return "fp64_contents";
+    default:
+      return nullptr;
+  }
+}
+
+template <typename Element, typename Wire>
+absl::Status CopyTyped(const RepeatedField<Wire>& values,
+                       const std::string& name, at::Tensor& tensor) {
+  Element* out = tensor.data_ptr<Element>();
+  for (int i = 0; i < values.size(); ++i) {
+    const Wire value = values[i];
+    if constexpr (std::is_integral_v<Element> &&
+                  !std::is_same_v<Element, bool> &&
+                  sizeof(Element) < sizeof(Wire)) {
+      if (value < static_cast<Wire>(std::numeric_limits<Element>::lowest()) ||
+          value > static_cast<Wire>(std::numeric_limits<Element>::max())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input ", Quoted(name), ": element ", i, " (", value,
+                         ") is out of range for ",
+                         DatatypeName(tensor.scalar_type()).value()));
+      }
+    }
+    out[i] = static_cast<Element>(value);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FillFromTyped(const InputTensor& input, int64_t element_count,
+                           at::Tensor& tensor) {
+  const std::string prefix = absl::StrCat("input ", Quoted(input.name()), ": ");
+  const char* field = TypedFieldFor(tensor.scalar_type());
+  if (field == nullptr) {
+    if (element_count == 0 && !HasTypedContents(input)) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, input.datatype(),
+        " data must be sent in raw_input_contents (no typed contents field)"));
+  }
+  for (const auto& [name, count] : TypedFields(input.contents())) {
+    if (count > 0 && std::strcmp(name, field) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, input.datatype(),
+                                                     " data belongs in ", field,
+                                                     ", not ", name));
+    }
+    if (std::strcmp(name, field) == 0 && count != element_count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, field, " has ", count, " elements; shape ",
+                       ShapeString(input.shape()), " needs ", element_count));
+    }
+  }
+  const inference::InferTensorContents& contents = input.contents();
+  switch (tensor.scalar_type()) {
+    case at::kBool:
+      return CopyTyped<bool>(contents.bool_contents(), input.name(), tensor);
+    case at::kByte:
+      return CopyTyped<uint8_t>(contents.uint_contents(), input.name(), tensor);
+    case at::kChar:
+      return CopyTyped<int8_t>(contents.int_contents(), input.name(), tensor);
+    case at::kShort:
+      return CopyTyped<int16_t>(contents.int_contents(), input.name(), tensor);
+    case at::kInt:
+      return CopyTyped<int32_t>(contents.int_contents(), input.name(), tensor);
+    case at::kLong:
+      return CopyTyped<int64_t>(contents.int64_contents(), input.name(),
+                                tensor);
+    case at::kFloat:
+      return CopyTyped<float>(contents.fp32_contents(), input.name(), tensor);
+    case at::kDouble:
+      return CopyTyped<double>(contents.fp64_contents(), input.name(), tensor);
+    default:
+      return absl::InternalError("unreachable typed dtype");
+  }
+}
+
+absl::Status FillFromRaw(const InputTensor& input, const std::string& raw,
+                         at::Tensor& tensor) {
+  const int64_t expected_bytes = tensor.nbytes();
+  if (static_cast<int64_t>(raw.size()) != expected_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input ", Quoted(input.name()), ": raw data has ",
+                     raw.size(), " bytes; shape ", ShapeString(input.shape()),
+                     " of ", input.datatype(), " needs ", expected_bytes));
+  }
+  if (tensor.scalar_type() == at::kBool) {
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] != 0 && raw[i] != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input ", Quoted(input.name()), ": BOOL element ", i,
+                         " is not 0 or 1 (BOOL is one byte)"));
+      }
+    }
+  }
+  if (expected_bytes > 0) {
+    std::memcpy(tensor.data_ptr(), raw.data(), expected_bytes);
+  }
+  return absl::OkStatus();
+}
+
+// The checks of one input against its spec, then its tensor; `raw` is null
+// for typed contents.
+absl::StatusOr<at::Tensor> ConvertInput(const InputTensor& input,
+                                        const models::TensorSpec& spec,
+                                        int64_t max_batch_size,
+                                        const std::string* raw) {
+  const std::string prefix = absl::StrCat("input ", Quoted(input.name()), ": ");
+  absl::StatusOr<at::ScalarType> dtype =
+      ScalarTypeFromDatatype(input.datatype());
+  const std::string expected = DatatypeName(spec.dtype).value_or("?");
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, dtype.status().message(), "; the model expects ", expected));
+  }
+  if (*dtype != spec.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "datatype ", input.datatype(), ", expected ", expected));
+  }
+  if (absl::Status status = CheckShape(input, spec, max_batch_size);
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<int64_t> element_count = ElementCount(input);
+  if (!element_count.ok()) return element_count.status();
+  std::vector<int64_t> shape(input.shape().begin(), input.shape().end());
+  at::Tensor tensor = at::empty(shape, at::TensorOptions().dtype(spec.dtype));
+  absl::Status filled = raw != nullptr
+                            ? FillFromRaw(input, *raw, tensor)
+                            : FillFromTyped(input, *element_count, tensor);
+  if (!filled.ok()) return filled;
+  return tensor;
+}
+
+absl::Status CheckRawLayout(const inference::ModelInferRequest& request) {
+  if (request.raw_input_contents_size() == 0) return absl::OkStatus();
+  for (const InputTensor& input : request.inputs()) {
+    if (HasTypedContents(input)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input ", Quoted(input.name()),
+          " sets typed contents while the request uses raw_input_contents; "
+          "send all inputs raw or all typed"));
+    }
+  }
+  if (request.raw_input_contents_size() != request.inputs_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw_input_contents has ",
+                     request.raw_input_contents_size(), " entries for ",
+                     request.inputs_size(), " inputs; expected one per input"));
+  }
+  return absl::OkStatus();
+}
+
+const models::TensorSpec* FindSpec(const std::vector<models::TensorSpec>& specs,
+                                   const std::string& name) {
+  for (const models::TensorSpec& spec : specs) {
+    if (spec.name == name) return &spec;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> DatatypeName(at::ScalarType dtype) {
+  for (const DatatypeEntry& entry : kDatatypes) {
+    if (entry.dtype == dtype) return std::string(entry.name);
+  }
+  return absl::InternalError(
+      absl::StrCat("no wire datatype for ", c10::toString(dtype)));
+}
+
+absl::StatusOr<at::ScalarType> ScalarTypeFromDatatype(
+    absl::string_view datatype) {
+  for (const DatatypeEntry& entry : kDatatypes) {
+    if (datatype == entry.name) return entry.dtype;
+  }
+  if (datatype == "UINT16" || datatype == "UINT32" || datatype == "UINT64" ||
+      datatype == "BYTES") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("datatype ", datatype,
+                     " is not supported by castserve (no LibTorch dtype)"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown datatype '", datatype,
+                   "' (datatypes are upper case, e.g. FP32, INT64)"));
+}
+
+inference::DataType ConfigDataType(at::ScalarType dtype) {
+  for (const DatatypeEntry& entry : kDatatypes) {
+    if (entry.dtype == dtype) return entry.config_type;
+  }
+  return inference::TYPE_INVALID;
+}
+
+absl::StatusOr<models::NamedTensors> InputsFromRequest(
+    const inference::ModelInferRequest& request,
+    const std::vector<models::TensorSpec>& specs, int64_t max_batch_size) {
+  if (absl::Status status = CheckRawLayout(request); !status.ok()) {
+    return status;
+  }
+  models::NamedTensors tensors;
+  int64_t batch_size = -1;
+  std::string batch_input;
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const InputTensor& input = request.inputs(i);
+    const models::TensorSpec* spec = FindSpec(specs, input.name());
+    if (spec == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown input ", Quoted(input.name()),
+                       "; the model's inputs are ", SpecNames(specs)));
+    }
+    if (tensors.count(input.name()) > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input ", Quoted(input.name()), " is given twice"));
+    }
+    const std::string* raw = request.raw_input_contents_size() > 0
+                                 ? &request.raw_input_contents(i)
+                                 : nullptr;
+    absl::StatusOr<at::Tensor> tensor =
+        ConvertInput(input, *spec, max_batch_size, raw);
+    if (!tensor.ok()) return tensor.status();
+    if (max_batch_size > 0) {
+      if (batch_size >= 0 && input.shape(0) != batch_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input ", Quoted(input.name()), ": batch size ", input.shape(0),
+            " differs from input ", Quoted(batch_input), "'s ", batch_size));
+      }
+      batch_size = input.shape(0);
+      batch_input = input.name();
+    }
+    tensors.emplace(input.name(), *std::move(tensor));
+  }
+  for (const models::TensorSpec& spec : specs) {
+    if (!spec.optional && tensors.count(spec.name) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("missing input ", Quoted(spec.name)));
+    }
+  }
+  return tensors;
+}
+
+absl::StatusOr<std::vector<std::string>> RequestedOutputs(
+    const inference::ModelInferRequest& request,
+    const std::vector<models::TensorSpec>& specs) {
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for (const auto& output : request.outputs()) {
+    if (FindSpec(specs, output.name()) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown output ", Quoted(output.name()),
+                       "; the model's outputs are ", SpecNames(specs)));
+    }
+    if (!seen.insert(output.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output ", Quoted(output.name()), " is requested twice"));
+    }
+    names.push_back(output.name());
+  }
+  return names;
+}
+
+absl::Status FillResponse(const inference::ModelInferRequest& request,
+                          const std::vector<models::TensorSpec>& specs,
+                          const std::vector<std::string>& requested,
+                          const models::NamedTensors& outputs,
+                          inference::ModelInferResponse* response) {
+  response->set_model_name(request.model_name());
+  response->set_model_version("1");
+  response->set_id(request.id());
+  std::vector<std::string> names = requested;
+  if (names.empty()) {
+    for (const models::TensorSpec& spec : specs) {
+      if (outputs.count(spec.name) > 0) names.push_back(spec.name);
+    }
+    for (const auto& [name, tensor] : outputs) {
+      if (FindSpec(specs, name) == nullptr) names.push_back(name);
+    }
+  }
+  for (const std::string& name : names) {
+    auto it = outputs.find(name);
+    if (it == outputs.end()) {
+      return absl::InternalError(
+          absl::StrCat("the model did not produce output ", Quoted(name)));
+    }
+    const at::Tensor cpu = it->second.to(at::kCPU).contiguous();
+    absl::StatusOr<std::string> datatype = DatatypeName(cpu.scalar_type());
+    if (!datatype.ok()) return datatype.status();
+    auto* output = response->add_outputs();
+    output->set_name(name);
+    output->set_datatype(*datatype);
+    for (int64_t dim : cpu.sizes()) output->add_shape(dim);
+    response->add_raw_output_contents()->assign(
+        static_cast<const char*>(cpu.data_ptr()), cpu.nbytes());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace castserve

@@ -1,0 +1,65 @@
+// Tensors between the wire (KServe v2 ModelInferRequest/Response) and
+// LibTorch (models::NamedTensors): the one place where protobuf messages meet
+// tensors. Every rule of PROTOCOL.md section 4 is checked here, each failure an
+// INVALID_ARGUMENT whose message names the tensor and what was expected.
+//
+// Stateless free functions; thread-safe.
+#ifndef CASTSERVE_SERVER_TENSOR_CONVERSION_H_
+#define CASTSERVE_SERVER_TENSOR_CONVERSION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "c10/core/ScalarType.h"
+#include "models/model.h"
+#include "proto/inference.pb.h"
+#include "proto/model_config.pb.h"
+
+namespace castserve {
+
+// The wire datatype string ("FP32", "INT64", ...) of `dtype`; INTERNAL for a
+// dtype the protocol has no name for (complex, quantized).
+absl::StatusOr<std::string> DatatypeName(at::ScalarType dtype);
+
+// The dtype of a datatype string. INVALID_ARGUMENT for strings the protocol
+// does not define, and for UINT16/UINT32/UINT64/BYTES, which LibTorch 1.13
+// cannot hold.
+absl::StatusOr<at::ScalarType> ScalarTypeFromDatatype(
+    absl::string_view datatype);
+
+// The model_config DataType enum of `dtype` (TYPE_INVALID if none).
+inference::DataType ConfigDataType(at::ScalarType dtype);
+
+// Inputs of `request` as tensors on the CPU, validated against the
+// signature `specs` (shapes include the batch dimension first, -1 =
+// variable). With `max_batch_size` > 0 the first dimension of every input is
+// the batch: between 1 and max_batch_size and equal across inputs.
+// Data is little-endian, row-major, either all raw or all typed.
+absl::StatusOr<models::NamedTensors> InputsFromRequest(
+    const inference::ModelInferRequest& request,
+    const std::vector<models::TensorSpec>& specs, int64_t max_batch_size);
+
+// The names of the outputs `request` asks for, in its order; empty when it
+// asks for none (= all). INVALID_ARGUMENT for a name not in `specs` or
+// requested twice.
+absl::StatusOr<std::vector<std::string>> RequestedOutputs(
+    const inference::ModelInferRequest& request,
+    const std::vector<models::TensorSpec>& specs);
+
+// Fills `response` (model name, version "1", request id, one output entry
+// and one raw_output_contents entry per tensor) from `outputs`. With
+// `requested` empty every output is returned, in the order of `specs`
+// (then any not in `specs`, by name); otherwise those named, in that order.
+// INTERNAL if a requested output is missing or has an unnamed dtype.
+absl::Status FillResponse(const inference::ModelInferRequest& request,
+                          const std::vector<models::TensorSpec>& specs,
+                          const std::vector<std::string>& requested,
+                          const models::NamedTensors& outputs,
+                          inference::ModelInferResponse* response);
+
+}  // namespace castserve
+
+#endif  // CASTSERVE_SERVER_TENSOR_CONVERSION_H_

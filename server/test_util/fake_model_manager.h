@@ -1,0 +1,92 @@
+// In-memory ModelManager and ServedModel for tests of the gRPC edge: no
+// checkpoints, no LibTorch models. Thread-safe.
+#ifndef CASTSERVE_SERVER_TEST_UTIL_FAKE_MODEL_MANAGER_H_
+#define CASTSERVE_SERVER_TEST_UTIL_FAKE_MODEL_MANAGER_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "server/model_manager.h"
+#include "server/served_model.h"
+
+namespace castserve::testing {
+
+// Signature: input "x" FP32 [-1, 2] (batch first, max_batch_size 4),
+// optional input "scale" FP32 [-1, 1]; outputs "y" = x * 2 (* scale) and
+// "sum" = row sums [-1]. Infer answers on a thread of its own.
+class FakeServedModel : public ServedModel {
+ public:
+  explicit FakeServedModel(const std::string& name);
+
+  const inference::ModelConfig& config() const override { return config_; }
+  const std::vector<models::TensorSpec>& inputs() const override {
+    return inputs_;
+  }
+  const std::vector<models::TensorSpec>& outputs() const override {
+    return outputs_;
+  }
+  void Infer(InferenceRequest request,
+             std::function<void(InferenceResult)> done) override;
+  int64_t pending_requests() const override { return 0; }
+  ServedModelStatistics statistics() const override;
+  casting::Footprint footprint() const override;
+  int64_t tracked_bytes() const override { return 1000; }
+
+  // Requests seen so far (the last one's deadline, for deadline tests).
+  int infer_calls() const;
+  absl::Time last_deadline() const;
+
+ private:
+  inference::ModelConfig config_;
+  std::vector<models::TensorSpec> inputs_;
+  std::vector<models::TensorSpec> outputs_;
+  mutable absl::Mutex mutex_;
+  ServedModelStatistics stats_ ABSL_GUARDED_BY(mutex_);
+  int infer_calls_ ABSL_GUARDED_BY(mutex_) = 0;
+  absl::Time last_deadline_ ABSL_GUARDED_BY(mutex_);
+};
+
+class FakeModelManager : public ModelManager {
+ public:
+  // `lazy` models are UNAVAILABLE until GetReady or Load; `broken` ones fail
+  // every load with UNAVAILABLE "broken checkpoint".
+  void AddModel(const std::string& name, bool lazy = false,
+                bool broken = false);
+  std::shared_ptr<FakeServedModel> model(const std::string& name);
+  // The config_override of the last Load of `name`.
+  std::optional<inference::ModelConfig> last_override(const std::string& name);
+
+  void LoadStartupModels() override {}
+  absl::StatusOr<std::shared_ptr<ServedModel>> GetReady(
+      const std::string& name, const std::string& version,
+      absl::Time deadline) override;
+  absl::Status Load(
+      const std::string& name,
+      std::optional<inference::ModelConfig> config_override) override;
+  absl::Status Unload(const std::string& name) override;
+  std::vector<ModelStatus> Index() override;
+  absl::StatusOr<ModelStatus> Status(const std::string& name) override;
+  std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>
+  ReadyModels() override;
+
+ private:
+  struct Entry {
+    std::shared_ptr<FakeServedModel> model;
+    bool ready = false;
+    bool broken = false;
+    std::string reason;
+    std::optional<inference::ModelConfig> last_override;
+  };
+  absl::Status LoadLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
+  absl::Mutex mutex_;
+  std::map<std::string, Entry> models_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace castserve::testing
+
+#endif  // CASTSERVE_SERVER_TEST_UTIL_FAKE_MODEL_MANAGER_H_
