@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "c10/util/Exception.h"
 
 namespace castserve::models {
@@ -180,6 +181,19 @@ at::Tensor Activate(Activation activation, const at::Tensor& x) {
       return at::relu(x);
   }
   TORCH_INTERNAL_ASSERT(false, "unknown activation");
+}
+
+absl::Status CheckWeightShape(const Module& module,
+                              const std::string& local_name,
+                              const std::vector<int64_t>& expected) {
+  const casting::Weight* weight = module.weight(local_name);
+  if (weight == nullptr || weight->shape() == expected) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "weight '", weight->name(), "' has shape [",
+      absl::StrJoin(weight->shape(), ", "), "], config.json implies [",
+      absl::StrJoin(expected, ", "), "]"));
 }
 
 }  // namespace castserve::models

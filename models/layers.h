@@ -84,6 +84,12 @@ class Conv2d : public Module {
   int64_t padding_;
 };
 
+// FailedPrecondition naming the checkpoint key when `module`'s weight
+// `local_name` does not have `expected` shape (absent weights pass).
+absl::Status CheckWeightShape(const Module& module,
+                              const std::string& local_name,
+                              const std::vector<int64_t>& expected);
+
 // Activations by their Hugging Face names: "gelu" (erf), "gelu_new" /
 // "gelu_pytorch_tanh" / "gelu_fast" (tanh approximation), "quick_gelu"
 // (x * sigmoid(1.702 x)), "silu" / "swish", "relu" (case-insensitive).

@@ -25,20 +25,6 @@ std::string KindPrefix(const std::string& model_type) {
   return "Llama";
 }
 
-// FailedPrecondition naming the checkpoint key when `module`'s weight does
-// not have the shape the config implies.
-absl::Status CheckShape(const Module& module, const std::string& local_name,
-                        const std::vector<int64_t>& expected) {
-  const casting::Weight* weight = module.weight(local_name);
-  if (weight == nullptr || weight->shape() == expected) {
-    return absl::OkStatus();
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "weight '", weight->name(), "' has shape [",
-      absl::StrJoin(weight->shape(), ", "), "], config.json implies [",
-      absl::StrJoin(expected, ", "), "]"));
-}
-
 absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const std::string& name,
                                                    const WeightFactory& weights,
                                                    bool bias,
@@ -48,8 +34,9 @@ absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const std::string& name,
       Linear::Create(name, weights, bias);
   if (!linear.ok()) return linear.status();
   absl::Status shape =
-      CheckShape(**linear, "weight", {out_features, in_features});
-  if (shape.ok() && bias) shape = CheckShape(**linear, "bias", {out_features});
+      CheckWeightShape(**linear, "weight", {out_features, in_features});
+  if (shape.ok() && bias)
+    shape = CheckWeightShape(**linear, "bias", {out_features});
   if (!shape.ok()) return shape;
   return linear;
 }
@@ -169,7 +156,7 @@ absl::StatusOr<std::unique_ptr<RMSNorm>> MakeNorm(
   absl::StatusOr<std::unique_ptr<RMSNorm>> norm =
       RMSNorm::Create(name, weights, config.rms_norm_eps);
   if (!norm.ok()) return norm.status();
-  absl::Status shape = CheckShape(**norm, "weight", {config.hidden_size});
+  absl::Status shape = CheckWeightShape(**norm, "weight", {config.hidden_size});
   if (!shape.ok()) return shape;
   return norm;
 }
@@ -284,8 +271,8 @@ absl::Status LlamaForCausalLM::Build(const WeightFactory& weights) {
       root_.AddChild(std::make_unique<Module>("model", prefix + "Model"));
   auto embed = Embedding::Create("model.embed_tokens", weights);
   if (!embed.ok()) return embed.status();
-  absl::Status shape =
-      CheckShape(**embed, "weight", {config_.vocab_size, config_.hidden_size});
+  absl::Status shape = CheckWeightShape(
+      **embed, "weight", {config_.vocab_size, config_.hidden_size});
   if (!shape.ok()) return shape;
   embed_ = backbone_->AddChild(*std::move(embed));
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {

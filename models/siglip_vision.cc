@@ -129,19 +129,6 @@ class VisionEncoderLayer : public Module {
   const VisionMlp* mlp_ = nullptr;
 };
 
-absl::Status CheckWeightShape(const Module& module,
-                              const std::string& local_name,
-                              const std::vector<int64_t>& expected) {
-  const casting::Weight* weight = module.weight(local_name);
-  if (weight == nullptr || weight->shape() == expected) {
-    return absl::OkStatus();
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "weight '", weight->name(), "' has shape [",
-      absl::StrJoin(weight->shape(), ", "), "], config.json implies [",
-      absl::StrJoin(expected, ", "), "]"));
-}
-
 absl::StatusOr<HfConfig> VisionConfigOf(const HfConfig& config) {
   if (config.Has("vision_config")) return config.GetObject("vision_config");
   return config;

@@ -111,12 +111,6 @@ absl::StatusOr<std::unique_ptr<LayerNorm>> MakeVisionLayerNorm(
     const std::string& name, const VisionTowerConfig& config,
     const WeightFactory& weights);
 
-// FailedPrecondition naming the checkpoint key when `module`'s weight
-// `local_name` does not have `expected` shape (absent weights pass).
-absl::Status CheckWeightShape(const Module& module,
-                              const std::string& local_name,
-                              const std::vector<int64_t>& expected);
-
 // Builds the SigLIP vision tower from `config` and `weights` (keys
 // "vision_model.*"). Reads checkpoint headers only unless eager.
 absl::StatusOr<std::unique_ptr<Model>> CreateSiglipVisionTower(
