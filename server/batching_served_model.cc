@@ -585,15 +585,19 @@ void BatchingServedModel::Impl::Complete(PendingPtr pending,
       stats_.fail_duration += total;
     }
   }
-  if (was_running) {
-    absl::MutexLock lock(&mu_);
-    --running_requests_;
-  }
   // `done` may drop the last reference to the served model; `this` stays
   // alive through the calling thread's own reference.
   std::function<void(InferenceResult)> done = std::move(pending->done);
   pending.reset();
   done(std::move(result));
+  // Only once the callback and what it captured (possibly the model) are gone
+  // does the request stop counting as pending: an Unload waiting for no
+  // pending requests then frees the model's memory before it returns.
+  done = nullptr;
+  if (was_running) {
+    absl::MutexLock lock(&mu_);
+    --running_requests_;
+  }
 }
 
 void BatchingServedModel::Impl::RecordExecution(
