@@ -1,5 +1,7 @@
 #include "server/model_manager.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -17,6 +19,11 @@
 
 namespace castserve {
 namespace {
+
+// glibc keeps freed blocks in its arenas; a model's tensors are large enough
+// that an unloaded model would otherwise stay in the resident set. Hands free
+// memory at the top of every arena, and whole free pages, back to the kernel.
+void ReturnFreedMemoryToTheSystem() { malloc_trim(0); }
 
 namespace fs = std::filesystem;
 
@@ -385,9 +392,11 @@ absl::Status ModelManagerImpl::Unload(const std::string& name) {
     while (draining->pending_requests() > 0) {
       absl::SleepFor(kDrainPollInterval);
     }
-    // The model dies with the last reference: ours, or that of a request
-    // still finishing its response.
+    // The model dies with the last reference: ours, now that no request
+    // holds one (a request stops counting as pending only after its
+    // callback let go of the model).
     draining.reset();
+    ReturnFreedMemoryToTheSystem();
   }
   absl::MutexLock lock(&mu_);
   ModelSlot& slot = slots_[name];
@@ -449,6 +458,16 @@ ModelManagerImpl::ReadyModels() {
 absl::Status ModelManagerImpl::MakeRoom(const std::string& keep,
                                         const ServedModel* incoming) {
   if (memory_budget_bytes_ <= 0) return absl::OkStatus();
+  if (incoming != nullptr) {
+    // A model that cannot fit even alone must not cost the others their
+    // place: fail before evicting anything.
+    const int64_t incoming_bytes = MeasuredBytes(*incoming);
+    if (incoming_bytes > memory_budget_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "memory budget exceeded: model ", keep, " alone needs ",
+          incoming_bytes, " bytes, budget ", memory_budget_bytes_, " bytes"));
+    }
+  }
   for (;;) {
     // Measured outside the lock: a footprint waits on the weights' locks.
     int64_t used_bytes = incoming != nullptr ? MeasuredBytes(*incoming) : 0;
@@ -459,15 +478,19 @@ absl::Status ModelManagerImpl::MakeRoom(const std::string& keep,
     const bool fits = incoming != nullptr ? used_bytes <= memory_budget_bytes_
                                           : used_bytes < memory_budget_bytes_;
     if (fits) return absl::OkStatus();
-    std::vector<std::shared_ptr<ServedModel>> evicted;  // Freed unlocked.
-    absl::MutexLock lock(&mu_);
-    if (!EvictLeastRecentlyUsedLocked(keep, &evicted)) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("memory budget exceeded: ", used_bytes, " bytes in use ",
-                       incoming != nullptr ? "with" : "before loading",
-                       " model ", keep, ", budget ", memory_budget_bytes_,
-                       " bytes, and no idle model left to evict"));
+    std::vector<std::shared_ptr<ServedModel>> evicted;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!EvictLeastRecentlyUsedLocked(keep, &evicted)) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "memory budget exceeded: ", used_bytes, " bytes in use ",
+            incoming != nullptr ? "with" : "before loading", " model ", keep,
+            ", budget ", memory_budget_bytes_,
+            " bytes, and no idle model left to evict"));
+      }
     }
+    evicted.clear();  // Frees the evicted models, unlocked.
+    ReturnFreedMemoryToTheSystem();
   }
 }
 

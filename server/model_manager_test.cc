@@ -422,6 +422,18 @@ TEST(ModelManagerTest, ModelLargerThanTheBudgetFailsAlone) {
   EXPECT_EQ(fixture.factory().live_models(), 0);
 }
 
+TEST(ModelManagerTest, ModelThatCannotFitAloneEvictsNothing) {
+  Fixture fixture(/*budget_bytes=*/250);
+  fixture.AddModel("a", Config(100));
+  fixture.AddModel("huge", Config(1000));
+  ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
+  const absl::Status loaded = fixture.manager().Load("huge", std::nullopt);
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(loaded.message().find("alone needs"), std::string::npos) << loaded;
+  EXPECT_EQ(fixture.StateOf("a"), ModelState::kReady) << "a was not evicted";
+  EXPECT_EQ(fixture.factory().live_models(), 1);
+}
+
 TEST(ModelManagerTest, StateNamesAreTritons) {
   EXPECT_STREQ(ModelStateName(ModelState::kUnavailable), "UNAVAILABLE");
   EXPECT_STREQ(ModelStateName(ModelState::kLoading), "LOADING");
