@@ -1,6 +1,7 @@
 // castserve: the model-serving daemon's entry point. Parses flags, starts the
 // server, and waits for SIGTERM/SIGINT to drain and exit 0.
 
+#include <malloc.h>
 #include <signal.h>
 
 #include <cstdio>
@@ -37,7 +38,15 @@ int WaitForStopSignal(const sigset_t& signals) {
   return signal_number;
 }
 
+// Tensors of 1 MiB and more get their own mappings, returned to the kernel
+// when freed. glibc's default threshold adapts upwards after large frees, so
+// weights and activations would end up in the arenas, where fragmentation
+// keeps an unloaded model's memory resident (measured: +24% VmRSS after 50
+// load/infer/unload cycles of a 16 MiB model, flat with this setting).
+void KeepLargeAllocationsReturnable() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
+
 int Run(const ServerFlags& flags) {
+  KeepLargeAllocationsReturnable();
   SetLogLevel(flags.log_level);
   RouteGrpcLogsToCastserveLog();
   const sigset_t stop_signals = BlockStopSignals();
