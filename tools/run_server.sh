@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 ./tools/install_deps.sh
 MINILM_DEST=deploy/model_repository/minilm/hf ./tools/fetch_minilm.sh
 bazel build //server:castserve //client:castserve-client
-bin="$(bazel info bazel-bin)"
+bin=bazel-bin
 cat <<MSG
 
 castserve: serving deploy/model_repository (model "minilm": fp8 layerwise
