@@ -220,6 +220,13 @@ int64_t TrackedModelId::live_bytes() const {
   return usage.ok() ? usage->live_bytes : 0;
 }
 
+int64_t TrackedModelId::peak_bytes() const {
+  if (!registered_) return 0;
+  absl::StatusOr<casting::ModelMemoryUsage> usage =
+      casting::TrackingAllocator::Installed()->GetModelUsage(id_);
+  return usage.ok() ? usage->peak_bytes : 0;
+}
+
 // ---------------------------------------------------------------------------
 // BatchingServedModel::Impl
 
@@ -250,6 +257,10 @@ class BatchingServedModel::Impl {
   int64_t tracked_bytes() const {
     return tracked_id_ ? tracked_id_->live_bytes() : 0;
   }
+  int64_t peak_tracked_bytes() const {
+    return tracked_id_ ? tracked_id_->peak_bytes() : 0;
+  }
+  const ModelMetrics& serving_metrics() const { return metrics_; }
 
  private:
   void InstanceLoop();
@@ -267,12 +278,15 @@ class BatchingServedModel::Impl {
   bool IsPreferred(int64_t items) const;
 
   void Execute(std::vector<PendingPtr> batch);
+  // Sets `*peak_increase_bytes` to what the batch's allocations added to
+  // the process's live bytes at their peak.
   absl::StatusOr<models::NamedTensors> RunBatch(
-      const std::vector<PendingPtr>& batch) const;
+      const std::vector<PendingPtr>& batch, int64_t* peak_increase_bytes) const;
   void Reject(std::vector<Rejection> rejections);
   // Runs `pending->done` with `result` after updating the statistics.
   void Complete(PendingPtr pending, InferenceResult result, bool was_running);
-  void RecordExecution(int64_t items, absl::Duration compute_duration);
+  void RecordExecution(int64_t items, absl::Duration compute_duration,
+                       int64_t peak_increase_bytes);
 
   // Declared first so that it is released last: the model's frees are
   // credited to it.
@@ -292,6 +306,8 @@ class BatchingServedModel::Impl {
 
   mutable absl::Mutex stats_mu_;
   ServedModelStatistics stats_ ABSL_GUARDED_BY(stats_mu_);
+  // Histograms and failures by code for the metrics port.
+  ModelMetrics metrics_;
 };
 
 void BatchingServedModel::Impl::Start(const std::shared_ptr<Impl>& self) {
@@ -509,7 +525,9 @@ void BatchingServedModel::Impl::Execute(std::vector<PendingPtr> batch) {
   const absl::Time start = absl::Now();
   int64_t items = 0;
   for (const PendingPtr& pending : batch) items += pending->batch_size;
-  absl::StatusOr<models::NamedTensors> outputs = RunBatch(batch);
+  int64_t peak_increase_bytes = 0;
+  absl::StatusOr<models::NamedTensors> outputs =
+      RunBatch(batch, &peak_increase_bytes);
   if (!outputs.ok() && batch.size() > 1 &&
       absl::IsInvalidArgument(outputs.status())) {
     // One bad request must not fail the others: run each alone.
@@ -521,7 +539,7 @@ void BatchingServedModel::Impl::Execute(std::vector<PendingPtr> batch) {
     return;
   }
   const absl::Time end = absl::Now();
-  RecordExecution(items, end - start);
+  RecordExecution(items, end - start, peak_increase_bytes);
   int64_t offset = 0;
   for (PendingPtr& pending : batch) {
     InferenceResult result;
@@ -541,12 +559,19 @@ void BatchingServedModel::Impl::Execute(std::vector<PendingPtr> batch) {
 }
 
 absl::StatusOr<models::NamedTensors> BatchingServedModel::Impl::RunBatch(
-    const std::vector<PendingPtr>& batch) const {
+    const std::vector<PendingPtr>& batch, int64_t* peak_increase_bytes) const {
   casting::ScopedModelTag tag(tracked_id_ ? tracked_id_->id() : "");
-  if (batch.size() == 1) return model_->Forward(batch.front()->request.inputs);
-  absl::StatusOr<models::NamedTensors> joined = Concatenate(batch);
-  if (!joined.ok()) return joined.status();
-  return model_->Forward(*joined);
+  casting::PeakScope peak;
+  absl::StatusOr<models::NamedTensors> outputs;
+  if (batch.size() == 1) {
+    outputs = model_->Forward(batch.front()->request.inputs);
+  } else {
+    absl::StatusOr<models::NamedTensors> joined = Concatenate(batch);
+    outputs = joined.ok() ? model_->Forward(*joined) : joined.status();
+  }
+  peak.Stop();
+  *peak_increase_bytes = peak.peak_increase_bytes();
+  return outputs;
 }
 
 absl::Status BatchingServedModel::Impl::Warmup(
@@ -585,6 +610,8 @@ void BatchingServedModel::Impl::Complete(PendingPtr pending,
       stats_.fail_duration += total;
     }
   }
+  metrics_.RecordRequest(result.outputs.status().code(), result.queue_duration,
+                         result.compute_duration, now - pending->enqueue_time);
   // `done` may drop the last reference to the served model; `this` stays
   // alive through the calling thread's own reference.
   std::function<void(InferenceResult)> done = std::move(pending->done);
@@ -600,8 +627,10 @@ void BatchingServedModel::Impl::Complete(PendingPtr pending,
   }
 }
 
-void BatchingServedModel::Impl::RecordExecution(
-    int64_t items, absl::Duration compute_duration) {
+void BatchingServedModel::Impl::RecordExecution(int64_t items,
+                                                absl::Duration compute_duration,
+                                                int64_t peak_increase_bytes) {
+  metrics_.RecordBatch(items, peak_increase_bytes);
   absl::MutexLock lock(&stats_mu_);
   ++stats_.execution_count;
   auto& [count, duration] = stats_.batches[items];
@@ -695,6 +724,14 @@ casting::Footprint BatchingServedModel::footprint() const {
 
 int64_t BatchingServedModel::tracked_bytes() const {
   return impl_->tracked_bytes();
+}
+
+const ModelMetrics& BatchingServedModel::serving_metrics() const {
+  return impl_->serving_metrics();
+}
+
+int64_t BatchingServedModel::peak_tracked_bytes() const {
+  return impl_->peak_tracked_bytes();
 }
 
 }  // namespace castserve

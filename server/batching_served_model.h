@@ -38,6 +38,7 @@
 #include "models/model.h"
 #include "proto/model_config.pb.h"
 #include "server/served_model.h"
+#include "server/serving_metrics.h"
 
 namespace castserve {
 
@@ -57,6 +58,8 @@ class TrackedModelId {
   const std::string& id() const { return id_; }
   // Bytes the tracking allocator attributes to the id now.
   int64_t live_bytes() const;
+  // The id's highest live bytes since registration.
+  int64_t peak_bytes() const;
 
  private:
   TrackedModelId(std::string id, bool registered)
@@ -68,8 +71,10 @@ class TrackedModelId {
 
 // Thread-safe. Destroying it fails the queued requests with UNAVAILABLE and
 // waits for running forwards; it may be destroyed from inside a `done`
-// callback (the last reference dropped on a worker thread).
-class BatchingServedModel final : public ServedModel {
+// callback (the last reference dropped on a worker thread). Each executed
+// batch's peak memory is measured with a casting::PeakScope around it.
+class BatchingServedModel final : public ServedModel,
+                                  public ModelMetricsSource {
  public:
   // `config` is the effective configuration (signature filled in);
   // `model` runs the forwards; `tracked_id` (may be null) tags them and is
@@ -94,6 +99,10 @@ class BatchingServedModel final : public ServedModel {
   ServedModelStatistics statistics() const override;
   casting::Footprint footprint() const override;
   int64_t tracked_bytes() const override;
+
+  // ModelMetricsSource.
+  const ModelMetrics& serving_metrics() const override;
+  int64_t peak_tracked_bytes() const override;
 
  private:
   class Impl;

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "server/log.h"
 #include "server/model_config_loader.h"
+#include "server/serving_metrics.h"
 
 namespace castserve {
 namespace {
@@ -254,10 +255,14 @@ absl::Status ModelManagerImpl::RunClaimedLoad(
   std::shared_ptr<ServedModel> created;
   if (status.ok()) {
     Log(LogLevel::kInfo, "loading model", {{"model", name}});
+    const absl::Time load_start = absl::Now();
     absl::StatusOr<std::shared_ptr<ServedModel>> made =
         factory_.Create(directory, *config);
     status = made.status();
-    if (made.ok()) created = *std::move(made);
+    if (made.ok()) {
+      created = *std::move(made);
+      LifecycleMetrics::Global().RecordLoad(name, absl::Now() - load_start);
+    }
   }
   if (status.ok()) {
     status = MakeRoom(name, created.get());
@@ -518,6 +523,7 @@ bool ModelManagerImpl::EvictLeastRecentlyUsedLocked(
   victim->load_on_request = true;
   Log(LogLevel::kInfo, "evicted model to stay within the memory budget",
       {{"model", victim_name}, {"for", keep}});
+  LifecycleMetrics::Global().RecordEviction(victim_name);
   changed_.SignalAll();
   return true;
 }

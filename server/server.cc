@@ -3,7 +3,11 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <atomic>
+#include <memory>
+
 #include "absl/strings/str_cat.h"
+#include "casting/tracking_allocator.h"
 #include "server/hf_served_model_factory.h"
 #include "server/inference_service.h"
 #include "server/log.h"
@@ -12,8 +16,43 @@
 #include "server/model_repository.h"
 #include "server/port_check.h"
 #include "server/process_metrics.h"
+#include "server/serving_metrics.h"
 
 namespace castserve {
+
+namespace {
+
+std::shared_ptr<ServingMetrics> MakeServingMetrics(
+    std::shared_ptr<std::atomic<ModelManager*>> manager_ref,
+    int64_t memory_budget_bytes) {
+  ServingMetricsOptions options;
+  options.memory_budget_bytes = memory_budget_bytes;
+  options.model_states = [manager_ref] {
+    std::vector<ModelStateSample> samples;
+    ModelManager* manager = manager_ref->load();
+    if (manager == nullptr) return samples;
+    for (const ModelStatus& status : manager->Index()) {
+      samples.push_back(
+          {status.name, status.version, ModelStateName(status.state)});
+    }
+    return samples;
+  };
+  options.ready_models = [manager_ref] {
+    ModelManager* manager = manager_ref->load();
+    return manager == nullptr
+               ? std::vector<
+                     std::pair<std::string, std::shared_ptr<ServedModel>>>()
+               : manager->ReadyModels();
+  };
+  // Installed here already (the model factory would install it later) so
+  // that the device families exist from the first scrape.
+  absl::StatusOr<casting::TrackingAllocator*> allocator =
+      casting::TrackingAllocator::InstallTrackingCpuAllocator();
+  if (allocator.ok()) options.cpu_memory = *allocator;
+  return std::make_shared<ServingMetrics>(std::move(options));
+}
+
+}  // namespace
 
 Server::Server() = default;
 
@@ -30,10 +69,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
     return status;
   }
 
+  // Scrapes start before the models load: the manager is published once it
+  // exists, and the exporter stops before the manager goes (Shutdown).
+  auto manager_ref = std::make_shared<std::atomic<ModelManager*>>(nullptr);
   absl::StatusOr<std::unique_ptr<MetricsExporter>> metrics =
       MetricsExporter::Start(
           options.bind_address, options.metrics_port,
-          {std::make_shared<ProcessMetrics>()},
+          {std::make_shared<ProcessMetrics>(),
+           MakeServingMetrics(manager_ref, options.memory_budget_bytes)},
           [raw = server.get()] { return raw->ready_.load(); });
   if (!metrics.ok()) return metrics.status();
   server->metrics_ = *std::move(metrics);
@@ -51,6 +94,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   if (absl::Status status = server->StartModels(options); !status.ok()) {
     return status;
   }
+  manager_ref->store(server->manager_.get());
   if (absl::Status status = server->StartGrpc(options); !status.ok()) {
     return status;
   }
@@ -133,9 +177,10 @@ void Server::Shutdown(absl::Duration grace) {
     grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
     grpc_server_->Wait();
   }
-  // No call is left that could reach a model.
-  manager_.reset();
+  // No call is left that could reach a model. The metrics exporter goes
+  // first: its scrapes read the manager.
   metrics_.reset();
+  manager_.reset();
 }
 
 }  // namespace castserve

@@ -1,0 +1,356 @@
+#include "server/serving_metrics.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "casting/footprint.h"
+
+namespace castserve {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using Labels = std::vector<ClientMetric::Label>;
+
+// Latencies from 100 us to 60 s.
+const std::vector<double>& DurationBuckets() {
+  static const auto* const buckets = new std::vector<double>{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+      0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
+  return *buckets;
+}
+
+const std::vector<double>& BatchSizeBuckets() {
+  static const auto* const buckets =
+      new std::vector<double>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+  return *buckets;
+}
+
+// 64 KiB to 64 GiB, by factors of 4.
+const std::vector<double>& PeakBytesBuckets() {
+  static const auto* const buckets = [] {
+    auto* bounds = new std::vector<double>;
+    for (double bound = 65536; bound <= 68719476736.0; bound *= 4) {
+      bounds->push_back(bound);
+    }
+    return bounds;
+  }();
+  return *buckets;
+}
+
+// The ModelManager's state names (ModelStateName).
+constexpr const char* kStates[] = {"UNAVAILABLE", "LOADING", "READY",
+                                   "UNLOADING"};
+constexpr int kStatusCodes = 17;
+
+MetricFamily Family(std::string name, std::string help, MetricType type) {
+  MetricFamily family;
+  family.name = std::move(name);
+  family.help = std::move(help);
+  family.type = type;
+  return family;
+}
+
+void AddValue(MetricFamily& family, Labels labels, double value) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  if (family.type == MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  family.metric.push_back(std::move(metric));
+}
+
+void AddHistogram(MetricFamily& family, Labels labels,
+                  const BucketCounts& data) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  metric.histogram.sample_count = data.count();
+  metric.histogram.sample_sum = data.sum();
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < data.counts().size(); ++i) {
+    cumulative += data.counts()[i];
+    const double bound = i < data.upper_bounds().size()
+                             ? data.upper_bounds()[i]
+                             : std::numeric_limits<double>::infinity();
+    metric.histogram.bucket.push_back({cumulative, bound});
+  }
+  family.metric.push_back(std::move(metric));
+}
+
+Labels With(Labels labels, std::string name, std::string value) {
+  labels.push_back({std::move(name), std::move(value)});
+  return labels;
+}
+
+// The per-model families, filled model by model.
+struct ModelFamilies {
+  MetricFamily weight_bytes = Family(
+      "castserve_model_weight_bytes",
+      "Bytes of the model's weights by state (mapped, resident by storage "
+      "format, cached_compute, transient_compute).",
+      MetricType::Gauge);
+  MetricFamily allocated_bytes =
+      Family("castserve_model_allocated_bytes",
+             "Bytes the tracking allocator attributes to the model now.",
+             MetricType::Gauge);
+  MetricFamily peak_allocated_bytes = Family(
+      "castserve_model_peak_allocated_bytes",
+      "Highest bytes the tracking allocator attributed to the model since "
+      "it was loaded.",
+      MetricType::Gauge);
+  MetricFamily batch_peak_bytes =
+      Family("castserve_model_batch_peak_bytes",
+             "Peak increase of the process's allocated CPU bytes during one "
+             "executed batch.",
+             MetricType::Histogram);
+  MetricFamily success =
+      Family("castserve_request_success_total", "Requests that succeeded.",
+             MetricType::Counter);
+  MetricFamily failure =
+      Family("castserve_request_failure_total",
+             "Requests that failed, by status code.", MetricType::Counter);
+  MetricFamily inference_count =
+      Family("castserve_inference_count_total",
+             "Items (batch elements) inferred.", MetricType::Counter);
+  MetricFamily execution_count =
+      Family("castserve_execution_count_total", "Forwards (batches) executed.",
+             MetricType::Counter);
+  MetricFamily pending =
+      Family("castserve_pending_requests", "Requests queued or running now.",
+             MetricType::Gauge);
+  MetricFamily queue_seconds =
+      Family("castserve_queue_duration_seconds",
+             "Time requests waited in the queue.", MetricType::Histogram);
+  MetricFamily compute_seconds =
+      Family("castserve_compute_duration_seconds",
+             "Time of the forward each request ran in.", MetricType::Histogram);
+  MetricFamily request_seconds =
+      Family("castserve_request_duration_seconds",
+             "Time from enqueue to completion.", MetricType::Histogram);
+  MetricFamily batch_size =
+      Family("castserve_batch_size", "Items per executed batch.",
+             MetricType::Histogram);
+
+  // Returns the model's mapped bytes.
+  int64_t Add(const Labels& labels, const ServedModel& model) {
+    const casting::Footprint footprint = model.footprint();
+    AddValue(weight_bytes, With(labels, "state", "mapped"),
+             footprint.mapped_bytes());
+    for (const auto& [format, bytes] : footprint.resident_bytes_by_format()) {
+      AddValue(weight_bytes,
+               With(With(labels, "state", "resident"), "format", format),
+               bytes);
+    }
+    AddValue(weight_bytes, With(labels, "state", "cached_compute"),
+             footprint.cached_compute_bytes());
+    AddValue(weight_bytes, With(labels, "state", "transient_compute"),
+             footprint.transient_compute_bytes());
+    AddValue(allocated_bytes, labels, model.tracked_bytes());
+    const ServedModelStatistics stats = model.statistics();
+    AddValue(success, labels, stats.success_count);
+    AddValue(inference_count, labels, stats.inference_count);
+    AddValue(execution_count, labels, stats.execution_count);
+    AddValue(pending, labels, model.pending_requests());
+    const auto* source = dynamic_cast<const ModelMetricsSource*>(&model);
+    if (source == nullptr) return footprint.mapped_bytes();
+    AddValue(peak_allocated_bytes, labels, source->peak_tracked_bytes());
+    const ModelMetrics::Snapshot data = source->serving_metrics().snapshot();
+    for (int code = 1; code < kStatusCodes; ++code) {
+      if (data.requests_by_code[code] == 0) continue;
+      AddValue(
+          failure,
+          With(labels, "reason",
+               absl::StatusCodeToString(static_cast<absl::StatusCode>(code))),
+          data.requests_by_code[code]);
+    }
+    AddHistogram(batch_peak_bytes, labels, data.batch_peak_bytes);
+    AddHistogram(queue_seconds, labels, data.queue_seconds);
+    AddHistogram(compute_seconds, labels, data.compute_seconds);
+    AddHistogram(request_seconds, labels, data.request_seconds);
+    AddHistogram(batch_size, labels, data.batch_size);
+    return footprint.mapped_bytes();
+  }
+
+  void MoveTo(std::vector<MetricFamily>& out) {
+    for (MetricFamily* family :
+         {&weight_bytes, &allocated_bytes, &peak_allocated_bytes,
+          &batch_peak_bytes, &success, &failure, &inference_count,
+          &execution_count, &pending, &queue_seconds, &compute_seconds,
+          &request_seconds, &batch_size}) {
+      out.push_back(std::move(*family));
+    }
+  }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// BucketCounts, ModelMetrics
+
+BucketCounts::BucketCounts(const std::vector<double>* upper_bounds)
+    : upper_bounds_(upper_bounds), counts_(upper_bounds->size() + 1, 0) {}
+
+void BucketCounts::Observe(double value) {
+  const auto it =
+      std::lower_bound(upper_bounds_->begin(), upper_bounds_->end(), value);
+  ++counts_[it - upper_bounds_->begin()];
+  ++count_;
+  sum_ += value;
+}
+
+ModelMetrics::ModelMetrics()
+    : data_{{},
+            BucketCounts(&DurationBuckets()),
+            BucketCounts(&DurationBuckets()),
+            BucketCounts(&DurationBuckets()),
+            BucketCounts(&BatchSizeBuckets()),
+            BucketCounts(&PeakBytesBuckets())} {}
+
+void ModelMetrics::RecordRequest(absl::StatusCode code, absl::Duration queue,
+                                 absl::Duration compute, absl::Duration total) {
+  const int index = static_cast<int>(code);
+  absl::MutexLock lock(&mu_);
+  ++data_.requests_by_code[index >= 0 && index < kStatusCodes
+                               ? index
+                               : static_cast<int>(absl::StatusCode::kUnknown)];
+  data_.queue_seconds.Observe(absl::ToDoubleSeconds(queue));
+  data_.request_seconds.Observe(absl::ToDoubleSeconds(total));
+  if (compute > absl::ZeroDuration()) {
+    data_.compute_seconds.Observe(absl::ToDoubleSeconds(compute));
+  }
+}
+
+void ModelMetrics::RecordBatch(int64_t items, int64_t peak_increase_bytes) {
+  absl::MutexLock lock(&mu_);
+  data_.batch_size.Observe(static_cast<double>(items));
+  data_.batch_peak_bytes.Observe(static_cast<double>(peak_increase_bytes));
+}
+
+ModelMetrics::Snapshot ModelMetrics::snapshot() const {
+  absl::MutexLock lock(&mu_);
+  return data_;
+}
+
+// ---------------------------------------------------------------------------
+// LifecycleMetrics
+
+LifecycleMetrics& LifecycleMetrics::Global() {
+  static auto* const global = new LifecycleMetrics;
+  return *global;
+}
+
+void LifecycleMetrics::RecordLoad(const std::string& model,
+                                  absl::Duration duration) {
+  absl::MutexLock lock(&mu_);
+  Entry& entry = entries_[model];
+  entry.last_load_seconds = absl::ToDoubleSeconds(duration);
+  entry.loaded = true;
+}
+
+void LifecycleMetrics::RecordEviction(const std::string& model) {
+  absl::MutexLock lock(&mu_);
+  ++entries_[model].evictions;
+}
+
+std::map<std::string, LifecycleMetrics::Entry> LifecycleMetrics::snapshot()
+    const {
+  absl::MutexLock lock(&mu_);
+  return entries_;
+}
+
+// ---------------------------------------------------------------------------
+// ServingMetrics
+
+ServingMetrics::ServingMetrics(ServingMetricsOptions options)
+    : options_(std::move(options)) {}
+
+std::vector<MetricFamily> ServingMetrics::Collect() const {
+  std::vector<MetricFamily> out;
+  std::map<std::string, std::string> versions;
+  if (options_.model_states) {
+    MetricFamily state =
+        Family("castserve_model_state",
+               "1 for the model's current lifecycle state, 0 for the others.",
+               MetricType::Gauge);
+    for (const ModelStateSample& sample : options_.model_states()) {
+      versions[sample.name] = sample.version;
+      const Labels labels = {{"model", sample.name},
+                             {"version", sample.version}};
+      for (const char* name : kStates) {
+        AddValue(state, With(labels, "state", name),
+                 sample.state == name ? 1 : 0);
+      }
+    }
+    out.push_back(std::move(state));
+  }
+  auto labels_of = [&versions](const std::string& model) -> Labels {
+    auto it = versions.find(model);
+    return {{"model", model},
+            {"version", it == versions.end() ? "1" : it->second}};
+  };
+
+  if (options_.lifecycle != nullptr) {
+    MetricFamily load = Family("castserve_model_load_duration_seconds",
+                               "Duration of the model's last successful load.",
+                               MetricType::Gauge);
+    MetricFamily evictions =
+        Family("castserve_model_evictions_total",
+               "Unloads of the model to stay within the memory budget.",
+               MetricType::Counter);
+    for (const auto& [model, entry] : options_.lifecycle->snapshot()) {
+      if (entry.loaded) {
+        AddValue(load, labels_of(model), entry.last_load_seconds);
+      }
+      AddValue(evictions, labels_of(model), entry.evictions);
+    }
+    out.push_back(std::move(load));
+    out.push_back(std::move(evictions));
+  }
+
+  MetricFamily mapped = Family(
+      "castserve_mapped_checkpoint_bytes",
+      "Checkpoint bytes the loaded models still read through the mapping "
+      "(page cache).",
+      MetricType::Gauge);
+  int64_t mapped_bytes = 0;
+  ModelFamilies models;
+  if (options_.ready_models) {
+    for (const auto& [name, model] : options_.ready_models()) {
+      mapped_bytes += models.Add(labels_of(name), *model);
+    }
+  }
+  AddValue(mapped, {}, mapped_bytes);
+  out.push_back(std::move(mapped));
+  models.MoveTo(out);
+
+  if (options_.cpu_memory != nullptr) {
+    const Labels device = {{"device", options_.cpu_memory->DeviceName()}};
+    MetricFamily allocated =
+        Family("castserve_device_allocated_bytes",
+               "Bytes allocated on the device now (CPU: the tracking "
+               "allocator).",
+               MetricType::Gauge);
+    AddValue(allocated, device, options_.cpu_memory->AllocatedBytes());
+    MetricFamily peak =
+        Family("castserve_device_peak_allocated_bytes",
+               "Highest bytes allocated on the device since start.",
+               MetricType::Gauge);
+    AddValue(peak, device, options_.cpu_memory->PeakAllocatedBytes());
+    out.push_back(std::move(allocated));
+    out.push_back(std::move(peak));
+  }
+  MetricFamily budget = Family(
+      "castserve_memory_budget_bytes",
+      "The server's memory budget (--memory-budget-bytes); 0 means none.",
+      MetricType::Gauge);
+  AddValue(budget, {}, options_.memory_budget_bytes);
+  out.push_back(std::move(budget));
+  return out;
+}
+
+}  // namespace castserve

@@ -1,0 +1,463 @@
+#include "server/serving_metrics.h"
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "casting/footprint.h"
+#include "casting/safetensors_reader.h"
+#include "casting/storage_format.h"
+#include "casting/test_util/safetensors_writer.h"
+#include "casting/tracking_allocator.h"
+#include "casting/weight.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/model.h"
+#include "server/batching_served_model.h"
+#include "server/metrics_exporter.h"
+#include "server/model_manager.h"
+
+namespace castserve {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using ::testing::HasSubstr;
+using LabelMap = std::map<std::string, std::string>;
+
+// The metric of family `name` whose labels include `labels`, or nullptr.
+const ClientMetric* Find(const std::vector<MetricFamily>& families,
+                         const std::string& name, const LabelMap& labels) {
+  for (const MetricFamily& family : families) {
+    if (family.name != name) continue;
+    for (const ClientMetric& metric : family.metric) {
+      int matched = 0;
+      for (const ClientMetric::Label& label : metric.label) {
+        auto it = labels.find(label.name);
+        if (it != labels.end() && it->second == label.value) ++matched;
+      }
+      if (matched == static_cast<int>(labels.size())) return &metric;
+    }
+  }
+  return nullptr;
+}
+
+// Fixed answers for the collectable's per-model reads.
+class FakeServedModel final : public ServedModel {
+ public:
+  casting::Footprint footprint_value;
+  ServedModelStatistics stats;
+  int64_t pending = 0;
+  int64_t tracked = 0;
+
+  const inference::ModelConfig& config() const override { return config_; }
+  const std::vector<models::TensorSpec>& inputs() const override {
+    return specs_;
+  }
+  const std::vector<models::TensorSpec>& outputs() const override {
+    return specs_;
+  }
+  void Infer(InferenceRequest, std::function<void(InferenceResult)>) override {}
+  int64_t pending_requests() const override { return pending; }
+  ServedModelStatistics statistics() const override { return stats; }
+  casting::Footprint footprint() const override { return footprint_value; }
+  int64_t tracked_bytes() const override { return tracked; }
+
+ private:
+  inference::ModelConfig config_;
+  std::vector<models::TensorSpec> specs_;
+};
+
+class FakeDeviceStats final : public casting::DeviceMemoryStats {
+ public:
+  int64_t AllocatedBytes() const override { return 1000; }
+  int64_t PeakAllocatedBytes() const override { return 5000; }
+  void ResetPeak() override {}
+  std::string DeviceName() const override { return "cpu"; }
+};
+
+TEST(BucketCountsTest, CountsEachValueInTheFirstBucketAtOrAboveIt) {
+  const std::vector<double> bounds = {1, 10};
+  BucketCounts counts(&bounds);
+  counts.Observe(0.5);
+  counts.Observe(1);
+  counts.Observe(7);
+  counts.Observe(11);
+  EXPECT_THAT(counts.counts(), ::testing::ElementsAre(2, 1, 1));
+  EXPECT_EQ(counts.count(), 4u);
+  EXPECT_DOUBLE_EQ(counts.sum(), 19.5);
+}
+
+TEST(ModelMetricsTest, RecordsFailuresByCodeAndHistograms) {
+  ModelMetrics metrics;
+  metrics.RecordRequest(absl::StatusCode::kOk, absl::Milliseconds(2),
+                        absl::Milliseconds(3), absl::Milliseconds(5));
+  metrics.RecordRequest(absl::StatusCode::kInvalidArgument,
+                        absl::ZeroDuration(), absl::ZeroDuration(),
+                        absl::Milliseconds(1));
+  metrics.RecordBatch(3, 1 << 20);
+  const ModelMetrics::Snapshot data = metrics.snapshot();
+  EXPECT_EQ(data.requests_by_code[0], 1u);
+  EXPECT_EQ(data.requests_by_code[static_cast<int>(
+                absl::StatusCode::kInvalidArgument)],
+            1u);
+  EXPECT_EQ(data.request_seconds.count(), 2u);
+  EXPECT_NEAR(data.request_seconds.sum(), 0.006, 1e-9);
+  // A request that never ran has no compute time to report.
+  EXPECT_EQ(data.compute_seconds.count(), 1u);
+  EXPECT_EQ(data.batch_size.count(), 1u);
+  EXPECT_DOUBLE_EQ(data.batch_size.sum(), 3);
+  EXPECT_DOUBLE_EQ(data.batch_peak_bytes.sum(), 1 << 20);
+}
+
+TEST(ServingMetricsTest, ExportsStatesFootprintLifecycleAndDevice) {
+  auto model = std::make_shared<FakeServedModel>();
+  model->footprint_value.AddMapped(100);
+  model->footprint_value.AddResident("f8_e4m3fn:per_row", 40);
+  model->footprint_value.AddResident("f32", 8);
+  model->footprint_value.AddCachedCompute(16);
+  model->stats.success_count = 7;
+  model->stats.inference_count = 9;
+  model->stats.execution_count = 4;
+  model->pending = 2;
+  model->tracked = 77;
+  LifecycleMetrics lifecycle;
+  lifecycle.RecordLoad("a", absl::Milliseconds(1500));
+  lifecycle.RecordEviction("b");
+  lifecycle.RecordEviction("b");
+  FakeDeviceStats device;
+
+  ServingMetricsOptions options;
+  options.model_states = [] {
+    return std::vector<ModelStateSample>{{"a", "1", "READY"},
+                                         {"b", "1", "UNAVAILABLE"}};
+  };
+  options.ready_models = [model] {
+    return std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>{
+        {"a", model}};
+  };
+  options.lifecycle = &lifecycle;
+  options.cpu_memory = &device;
+  options.memory_budget_bytes = 123456;
+  const std::vector<MetricFamily> families =
+      ServingMetrics(std::move(options)).Collect();
+
+  auto value = [&](const std::string& name, const LabelMap& labels) {
+    const ClientMetric* metric = Find(families, name, labels);
+    EXPECT_NE(metric, nullptr) << name;
+    return metric == nullptr ? -1.0
+                             : metric->gauge.value + metric->counter.value;
+  };
+  EXPECT_EQ(
+      value("castserve_model_state", {{"model", "a"}, {"state", "READY"}}), 1);
+  EXPECT_EQ(
+      value("castserve_model_state", {{"model", "a"}, {"state", "LOADING"}}),
+      0);
+  EXPECT_EQ(value("castserve_model_state",
+                  {{"model", "b"}, {"state", "UNAVAILABLE"}}),
+            1);
+  EXPECT_EQ(value("castserve_model_weight_bytes",
+                  {{"model", "a"}, {"state", "mapped"}}),
+            100);
+  EXPECT_EQ(
+      value("castserve_model_weight_bytes", {{"model", "a"},
+                                             {"state", "resident"},
+                                             {"format", "f8_e4m3fn:per_row"}}),
+      40);
+  EXPECT_EQ(value("castserve_model_weight_bytes",
+                  {{"model", "a"}, {"state", "resident"}, {"format", "f32"}}),
+            8);
+  EXPECT_EQ(value("castserve_model_weight_bytes",
+                  {{"model", "a"}, {"state", "cached_compute"}}),
+            16);
+  // Only resident storage carries a format.
+  const ClientMetric* mapped =
+      Find(families, "castserve_model_weight_bytes", {{"state", "mapped"}});
+  ASSERT_NE(mapped, nullptr);
+  EXPECT_EQ(mapped->label.size(), 3u);
+  EXPECT_EQ(value("castserve_mapped_checkpoint_bytes", {}), 100);
+  EXPECT_EQ(value("castserve_model_allocated_bytes", {{"model", "a"}}), 77);
+  EXPECT_EQ(value("castserve_request_success_total", {{"model", "a"}}), 7);
+  EXPECT_EQ(value("castserve_inference_count_total", {{"model", "a"}}), 9);
+  EXPECT_EQ(value("castserve_execution_count_total", {{"model", "a"}}), 4);
+  EXPECT_EQ(value("castserve_pending_requests", {{"model", "a"}}), 2);
+  EXPECT_EQ(value("castserve_model_load_duration_seconds", {{"model", "a"}}),
+            1.5);
+  EXPECT_EQ(value("castserve_model_evictions_total", {{"model", "b"}}), 2);
+  EXPECT_EQ(value("castserve_device_allocated_bytes", {{"device", "cpu"}}),
+            1000);
+  EXPECT_EQ(value("castserve_device_peak_allocated_bytes", {{"device", "cpu"}}),
+            5000);
+  EXPECT_EQ(value("castserve_memory_budget_bytes", {}), 123456);
+}
+
+TEST(ServingMetricsTest, KnowsEveryStateTheManagerReports) {
+  for (ModelState state : {ModelState::kUnavailable, ModelState::kLoading,
+                           ModelState::kReady, ModelState::kUnloading}) {
+    ServingMetricsOptions options;
+    options.model_states = [state] {
+      return std::vector<ModelStateSample>{{"m", "1", ModelStateName(state)}};
+    };
+    const std::vector<MetricFamily> families =
+        ServingMetrics(std::move(options)).Collect();
+    const ClientMetric* metric =
+        Find(families, "castserve_model_state",
+             {{"model", "m"}, {"state", ModelStateName(state)}});
+    ASSERT_NE(metric, nullptr) << ModelStateName(state);
+    EXPECT_EQ(metric->gauge.value, 1);
+  }
+}
+
+// --- Accuracy: a model of known weight and activation sizes ----------------
+
+constexpr int kLayers = 4;
+constexpr int64_t kWidth = 512;
+constexpr int64_t kBatch = 4;
+constexpr int64_t kF32 = 4;
+constexpr int64_t kWeightBytes = kWidth * kWidth * kF32;  // 1 MiB.
+constexpr int64_t kActivationBytes = kBatch * kWidth * kF32;
+
+// x -> linear_0 -> ... -> linear_{kLayers-1}, each without bias. Each
+// layer's compute copies are released right after it, as the casting hooks
+// do.
+class ChainModel final : public models::Model {
+ public:
+  ChainModel(std::shared_ptr<const casting::Checkpoint> checkpoint,
+             const casting::WeightOptions& options)
+      : root_("", "Chain"),
+        specs_in_{{"x", at::kFloat, {-1, kWidth}}},
+        specs_out_{{"y", at::kFloat, {-1, kWidth}}} {
+    for (int i = 0; i < kLayers; ++i) {
+      const std::string name = absl::StrCat("layers.", i);
+      models::Module* layer =
+          root_.AddChild(std::make_unique<models::Module>(name, "Linear"));
+      absl::StatusOr<std::unique_ptr<casting::Weight>> weight =
+          casting::Weight::Create(checkpoint, name + ".weight", options);
+      EXPECT_TRUE(weight.ok()) << weight.status();
+      layer->AddWeight("weight", *std::move(weight));
+      layers_.push_back(layer);
+    }
+  }
+
+  std::string architecture() const override { return "Chain"; }
+  const std::vector<models::TensorSpec>& inputs() const override {
+    return specs_in_;
+  }
+  const std::vector<models::TensorSpec>& outputs() const override {
+    return specs_out_;
+  }
+  models::Module& root() override { return root_; }
+
+ private:
+  models::NamedTensors ForwardImpl(
+      models::ForwardContext& context,
+      const models::NamedTensors& inputs) const override {
+    at::Tensor x = inputs.at("x");
+    for (const models::Module* layer : layers_) {
+      {
+        models::ModuleCall call(*layer, context);
+        x = at::linear(x, layer->Param(context, "weight"));
+      }
+      context.Release(layer);
+    }
+    return {{"y", x}};
+  }
+
+  models::Module root_;
+  std::vector<const models::Module*> layers_;
+  std::vector<models::TensorSpec> specs_in_;
+  std::vector<models::TensorSpec> specs_out_;
+};
+
+std::shared_ptr<const casting::Checkpoint> WriteChainCheckpoint() {
+  const std::string path = absl::StrCat(
+      std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp",
+      "/chain_", getpid(), ".safetensors");
+  std::string data;
+  std::vector<casting::test_util::HeaderTensor> tensors;
+  for (int i = 0; i < kLayers; ++i) {
+    const at::Tensor values = at::randn({kWidth, kWidth}, at::kFloat) * 0.05;
+    const uint64_t begin = data.size();
+    data.append(static_cast<const char*>(values.data_ptr()), values.nbytes());
+    tensors.push_back({absl::StrCat("layers.", i, ".weight"),
+                       "F32",
+                       {kWidth, kWidth},
+                       begin,
+                       data.size()});
+  }
+  EXPECT_TRUE(casting::test_util::WriteSafetensorsFile(
+                  path, casting::test_util::MakeHeaderJson(tensors), data)
+                  .ok());
+  absl::StatusOr<std::unique_ptr<casting::Checkpoint>> checkpoint =
+      casting::OpenSafetensors(path);
+  EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
+  return std::shared_ptr<const casting::Checkpoint>(*std::move(checkpoint));
+}
+
+// A served chain model whose weights were made resident at load, under the
+// model's tag (as the factory's eager load does).
+std::shared_ptr<BatchingServedModel> ServeChain(
+    const casting::WeightOptions& options) {
+  auto model = std::make_shared<ChainModel>(WriteChainCheckpoint(), options);
+  std::unique_ptr<TrackedModelId> id = TrackedModelId::Register("chain");
+  {
+    casting::ScopedModelTag tag(id->id());
+    model->root().Visit([](models::Module& module) {
+      for (const auto& [name, weight] : module.weights()) {
+        EXPECT_TRUE(weight->Materialize().ok());
+      }
+    });
+  }
+  inference::ModelConfig config;
+  config.set_name("chain");
+  config.set_max_batch_size(8);
+  absl::StatusOr<std::unique_ptr<BatchingServedModel>> served =
+      BatchingServedModel::Create(config, model, std::move(id));
+  EXPECT_TRUE(served.ok()) << served.status();
+  return std::shared_ptr<BatchingServedModel>(*std::move(served));
+}
+
+absl::Status InferOnce(ServedModel& model,
+                       std::vector<std::string> requested = {}) {
+  InferenceRequest request;
+  request.inputs["x"] = at::randn({kBatch, kWidth}, at::kFloat);
+  request.requested_outputs = std::move(requested);
+  absl::Notification done;
+  absl::Status status;
+  model.Infer(std::move(request), [&](InferenceResult result) {
+    status = result.outputs.status();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+std::vector<MetricFamily> CollectFor(std::shared_ptr<ServedModel> model) {
+  ServingMetricsOptions options;
+  options.ready_models = [model] {
+    return std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>{
+        {"chain", model}};
+  };
+  options.cpu_memory = casting::TrackingAllocator::Installed();
+  return ServingMetrics(std::move(options)).Collect();
+}
+
+struct Expected {
+  int64_t model_peak_bytes;
+  int64_t batch_peak_bytes;
+  int64_t resident_bytes;
+  std::string format;
+};
+
+void CheckAccuracy(const casting::WeightOptions& options,
+                   const Expected& expected) {
+  ASSERT_TRUE(casting::TrackingAllocator::InstallTrackingCpuAllocator().ok());
+  std::shared_ptr<BatchingServedModel> served = ServeChain(options);
+  constexpr int kRequests = 3;
+  for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(InferOnce(*served).ok());
+  const std::vector<MetricFamily> families = CollectFor(served);
+  const LabelMap model = {{"model", "chain"}, {"version", "1"}};
+
+  const ClientMetric* resident = Find(
+      families, "castserve_model_weight_bytes",
+      {{"model", "chain"}, {"state", "resident"}, {"format", expected.format}});
+  ASSERT_NE(resident, nullptr);
+  EXPECT_EQ(resident->gauge.value, expected.resident_bytes);
+
+  const ClientMetric* peak =
+      Find(families, "castserve_model_peak_allocated_bytes", model);
+  ASSERT_NE(peak, nullptr);
+  ::testing::Test::RecordProperty("model_peak_bytes",
+                                  static_cast<int>(peak->gauge.value));
+  EXPECT_NEAR(peak->gauge.value, expected.model_peak_bytes,
+              0.01 * expected.model_peak_bytes);
+
+  const ClientMetric* batch_peak =
+      Find(families, "castserve_model_batch_peak_bytes", model);
+  ASSERT_NE(batch_peak, nullptr);
+  EXPECT_EQ(batch_peak->histogram.sample_count, kRequests);
+  EXPECT_NEAR(batch_peak->histogram.sample_sum / kRequests,
+              expected.batch_peak_bytes, 0.01 * expected.batch_peak_bytes);
+
+  const ClientMetric* batch_size =
+      Find(families, "castserve_batch_size", model);
+  ASSERT_NE(batch_size, nullptr);
+  EXPECT_EQ(batch_size->histogram.sample_count, kRequests);
+  EXPECT_EQ(batch_size->histogram.sample_sum, kRequests * kBatch);
+  const ClientMetric* success =
+      Find(families, "castserve_request_success_total", model);
+  ASSERT_NE(success, nullptr);
+  EXPECT_EQ(success->counter.value, kRequests);
+  const ClientMetric* items =
+      Find(families, "castserve_inference_count_total", model);
+  ASSERT_NE(items, nullptr);
+  EXPECT_EQ(items->counter.value, kRequests * kBatch);
+}
+
+// Casting off: f32 storage is the compute copy. The model holds its weights
+// and, at the peak, two activations (a layer's input and output).
+TEST(ServingMetricsAccuracyTest, PeakWithoutCastingIsWeightsPlusActivations) {
+  casting::WeightOptions options;
+  options.storage = casting::StorageFormat::Plain(casting::ElementType::kF32);
+  options.compute_dtype = casting::ElementType::kF32;
+  options.compute_copy = casting::ComputeCopyPolicy::kCached;
+  CheckAccuracy(options, {kLayers * kWeightBytes + 2 * kActivationBytes,
+                          2 * kActivationBytes, kLayers * kWeightBytes, "f32"});
+}
+
+// Casting on: fp8 per-row storage (1 byte per element + one f32 scale per
+// row), one layer's f32 compute copy at a time.
+TEST(ServingMetricsAccuracyTest, PeakWithCastingIsStoragePlusOneLayer) {
+  casting::WeightOptions options;
+  options.storage = {casting::ElementType::kF8E4M3FN,
+                     casting::Scaling::kPerRow};
+  options.compute_dtype = casting::ElementType::kF32;
+  options.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  constexpr int64_t kStorageBytes = kLayers * (kWidth * kWidth + kWidth * kF32);
+  CheckAccuracy(options, {kStorageBytes + kWeightBytes + 2 * kActivationBytes,
+                          kWeightBytes + 2 * kActivationBytes, kStorageBytes,
+                          absl::AsciiStrToLower(options.storage.ToString())});
+}
+
+TEST(ServingMetricsTest, CountsFailuresByReasonAndServesThemAsText) {
+  ASSERT_TRUE(casting::TrackingAllocator::InstallTrackingCpuAllocator().ok());
+  casting::WeightOptions options;
+  std::shared_ptr<BatchingServedModel> served = ServeChain(options);
+  ASSERT_TRUE(InferOnce(*served).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(InferOnce(*served, {"absent"})));
+  EXPECT_TRUE(absl::IsInvalidArgument(InferOnce(*served, {"absent"})));
+
+  ServingMetricsOptions metrics_options;
+  metrics_options.ready_models = [served] {
+    return std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>{
+        {"chain", served}};
+  };
+  absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
+      MetricsExporter::Start(
+          "127.0.0.1", 0,
+          {std::make_shared<ServingMetrics>(std::move(metrics_options))},
+          [] { return true; });
+  ASSERT_TRUE(exporter.ok()) << exporter.status();
+  const std::string text = (*exporter)->Scrape();
+  EXPECT_THAT(text, HasSubstr("castserve_request_failure_total{model=\"chain\","
+                              "version=\"1\",reason=\"INVALID_ARGUMENT\"} 2"));
+  EXPECT_THAT(text, HasSubstr("castserve_request_success_total{model=\"chain\","
+                              "version=\"1\"} 1"));
+  EXPECT_THAT(text, HasSubstr("# TYPE castserve_model_batch_peak_bytes "
+                              "histogram"));
+  EXPECT_THAT(text, HasSubstr("castserve_batch_size_bucket{model=\"chain\","
+                              "version=\"1\",le=\"+Inf\"} 1"));
+}
+
+}  // namespace
+}  // namespace castserve
