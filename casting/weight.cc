@@ -128,7 +128,7 @@ int64_t Weight::num_rows() const {
 
 absl::StatusOr<at::Tensor> Weight::ReadSource(at::ScalarType dtype) const {
   at::Tensor bytes = at::empty(
-      {static_cast<int64_t>(entry_.size_bytes) / at::elementSize(dtype)},
+      {static_cast<int64_t>(entry_.size_bytes / at::elementSize(dtype))},
       at::TensorOptions().dtype(dtype));
   if (absl::Status status = checkpoint_->CopyTo(entry_, BytesOf(bytes));
       !status.ok()) {
