@@ -17,11 +17,14 @@ fi
 version=$(sed -n "s/^__version__ = '\(.*\)'/\1/p" "$work/torch/version.py")
 echo "check_libtorch2: LibTorch ${version}"
 
+# The source packages, named (not //...): another output base's bazel-*
+# symlinks in the tree would otherwise be loaded as packages.
+packages="//casting/... + //models/... + //server/... + //client/..."
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   mapfile -t targets < <(LIBTORCH="$work/torch" bazel --output_base="$work/bazel" \
     query --output=label \
-    'kind("cc_.*", rdeps(//..., //third_party:libtorch)) except attr(tags, manual, //...)')
+    "kind('cc_.*', rdeps(${packages}, //third_party:libtorch)) except attr(tags, manual, ${packages})")
   ((${#targets[@]} > 0)) || { echo "check_libtorch2: no targets found" >&2; exit 1; }
 fi
 LIBTORCH="$work/torch" bazel --output_base="$work/bazel" build --config=libtorch2 \
