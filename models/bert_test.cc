@@ -25,19 +25,6 @@ constexpr char kBert[] = "models/testdata/bert";
 constexpr char kBertBin[] = "models/testdata/bert_bin";
 constexpr char kMiniLm[] = "models/testdata/minilm";
 
-const std::vector<std::string>& AllFormats() {
-  static const auto* formats =
-      new std::vector<std::string>{"BF16",
-                                   "F16",
-                                   "F8_E4M3FN",
-                                   "F8_E5M2",
-                                   "F8_E4M3FN:per_row",
-                                   "F8_E5M2:per_row",
-                                   "F8_E4M3FN:per_tensor",
-                                   "F8_E5M2:per_tensor"};
-  return *formats;
-}
-
 std::map<std::string, at::Tensor> ReadReference(const std::string& folder) {
   auto tensors = test_util::ReadSafetensors(folder + "/reference.safetensors");
   EXPECT_TRUE(tensors.ok()) << tensors.status();
@@ -111,7 +98,7 @@ TEST(BertModelTest, MatchesTransformersUnderEveryPlainPolicy) {
 
 TEST(BertModelTest, LayerwiseCastingF32MatchesRoundTripReference) {
   auto reference = ReadReference(kBert);
-  for (const std::string& format : AllFormats()) {
+  for (const std::string& format : test_util::CastFormatNames()) {
     for (bool prefetch : {false, true}) {
       WeightPolicyOptions options;
       options.casting = Policy(format, ElementType::kF32);
@@ -140,7 +127,7 @@ TEST(BertModelTest, Bf16ComputeIsCloseToF32) {
               0.999)
         << name;
   }
-  for (const std::string& format : AllFormats()) {
+  for (const std::string& format : test_util::CastFormatNames()) {
     WeightPolicyOptions options;
     options.casting = Policy(format, ElementType::kBF16);
     options.compute_copy = ComputeCopyPolicy::kTransient;
@@ -161,7 +148,7 @@ TEST(BertModelTest, Bf16ComputeIsCloseToF32) {
 TEST(BertModelTest, ReportsAccuracyPerFormat) {
   auto reference = ReadReference(kBert);
   std::map<std::string, double> cosine;
-  for (const std::string& format : AllFormats()) {
+  for (const std::string& format : test_util::CastFormatNames()) {
     WeightPolicyOptions options;
     options.casting = Policy(format, ElementType::kF32);
     options.compute_copy = ComputeCopyPolicy::kTransient;

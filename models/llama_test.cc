@@ -305,15 +305,6 @@ TEST(LlamaConfigTest, RejectsUnsupportedRopeAndHeads) {
 
 // ---- Fixtures recorded with transformers (tools/gen_model_fixtures.py) ----
 
-constexpr const char* kFormats[] = {"BF16",
-                                    "F16",
-                                    "F8_E4M3FN",
-                                    "F8_E5M2",
-                                    "F8_E4M3FN:per_row",
-                                    "F8_E5M2:per_row",
-                                    "F8_E4M3FN:per_tensor",
-                                    "F8_E5M2:per_tensor"};
-
 class LlamaFixtureTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -375,7 +366,7 @@ TEST_P(LlamaFixtureTest, F32MatchesTransformers) {
 
 TEST_P(LlamaFixtureTest, LayerwiseCastingMatchesRoundTripReference) {
   std::map<std::string, double> cosine;
-  for (const char* format : kFormats) {
+  for (const std::string& format : test_util::CastFormatNames()) {
     at::Tensor logits = Logits(Casting(format, casting::ElementType::kF32));
     const at::Tensor& expected =
         reference_.at(absl::StrCat("roundtrip.", format, ".output.logits"));
@@ -401,7 +392,7 @@ TEST_P(LlamaFixtureTest, Bf16ComputeIsClose) {
       test_util::CosineSimilarity(Logits(bf16), reference_.at("output.logits"));
   EXPECT_GE(cosine, 0.999);
   std::cout << GetParam() << " bf16 compute cosine " << cosine << "\n";
-  for (const char* format : kFormats) {
+  for (const std::string& format : test_util::CastFormatNames()) {
     const double cast_cosine = test_util::CosineSimilarity(
         Logits(Casting(format, casting::ElementType::kBF16)),
         reference_.at(absl::StrCat("roundtrip.", format, ".output.logits")));

@@ -214,14 +214,6 @@ TEST(SiglipVisionTest, NamesKindsAndInputErrors) {
 
 // ---- Fixtures recorded with transformers, for SigLIP and CLIP ----
 
-constexpr const char* kFormats[] = {"BF16",
-                                    "F16",
-                                    "F8_E4M3FN",
-                                    "F8_E5M2",
-                                    "F8_E4M3FN:per_row",
-                                    "F8_E5M2:per_row",
-                                    "F8_E4M3FN:per_tensor",
-                                    "F8_E5M2:per_tensor"};
 constexpr const char* kOutputs[] = {"last_hidden_state", "pooler_output"};
 
 class VisionFixtureTest : public ::testing::TestWithParam<std::string> {
@@ -284,7 +276,7 @@ TEST_P(VisionFixtureTest, F32MatchesTransformers) {
 
 TEST_P(VisionFixtureTest, LayerwiseCastingMatchesRoundTripReference) {
   std::map<std::string, double> cosine;  // By format + output.
-  for (const char* format : kFormats) {
+  for (const std::string& format : test_util::CastFormatNames()) {
     NamedTensors outputs = Run(Casting(format, casting::ElementType::kF32));
     for (const char* name : kOutputs) {
       const double error = test_util::RelativeMaxError(
@@ -319,7 +311,7 @@ TEST_P(VisionFixtureTest, Bf16ComputeIsClose) {
     std::cout << GetParam() << " bf16 compute " << name << " cosine " << cosine
               << "\n";
   }
-  for (const char* format : kFormats) {
+  for (const std::string& format : test_util::CastFormatNames()) {
     NamedTensors cast = Run(Casting(format, casting::ElementType::kBF16));
     for (const char* name : kOutputs) {
       const double cosine = test_util::CosineSimilarity(

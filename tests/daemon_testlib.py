@@ -9,6 +9,7 @@ tests need nothing beyond Debian's python3-grpcio and python3-numpy.
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -87,3 +88,79 @@ def read_safetensors(path):
         tensors[name] = np.frombuffer(data[begin:end], dtype=dtype).reshape(
             entry["shape"])
     return tensors
+
+
+def write_safetensors(path, arrays):
+    """A minimal .safetensors writer (int64 and float32 arrays); returns the
+    size of the data section."""
+    import numpy as np
+    header, offset, blobs = {}, 0, []
+    for name, array in sorted(arrays.items()):
+        dtype = {"int64": "I64", "float32": "F32"}[array.dtype.name]
+        blob = np.ascontiguousarray(array).astype(
+            array.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    header_bytes = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header_bytes)))
+        f.write(header_bytes)
+        for blob in blobs:
+            f.write(blob)
+    return offset
+
+
+def add_model(repository, name, fixture_dir, config):
+    """A copy of a fixture model (less its reference.safetensors) under
+    repository/name, with config.pbtxt `config`; returns its directory."""
+    model_dir = os.path.join(repository, name)
+    os.makedirs(model_dir)
+    for file in os.listdir(fixture_dir):
+        if file != "reference.safetensors":
+            shutil.copy(os.path.join(fixture_dir, file), model_dir)
+    write_file(os.path.join(model_dir, "config.pbtxt"), config)
+    return model_dir
+
+
+def references(fixture_dir, output_prefix="output."):
+    """(inputs, outputs) of a fixture's reference.safetensors: the input.*
+    tensors and the `output_prefix`* ones, by name less the prefix."""
+    tensors = read_safetensors(os.path.join(fixture_dir,
+                                            "reference.safetensors"))
+    inputs = {k[len("input."):]: v for k, v in tensors.items()
+              if k.startswith("input.")}
+    outputs = {k[len(output_prefix):]: v for k, v in tensors.items()
+               if k.startswith(output_prefix)}
+    assert outputs, "no " + output_prefix + " outputs in " + fixture_dir
+    return inputs, outputs
+
+
+def raw_request(model, inputs, outputs=(), request_id=""):
+    """A ModelInferRequest with every array of `inputs` (int64 or float32) as
+    raw contents, asking for `outputs` (all when empty)."""
+    import numpy as np
+    from proto import inference_pb2
+    request = inference_pb2.ModelInferRequest(model_name=model, id=request_id)
+    for name, array in inputs.items():
+        datatype = {np.dtype("int64"): "INT64",
+                    np.dtype("float32"): "FP32"}[array.dtype]
+        request.inputs.add(name=name, datatype=datatype, shape=array.shape)
+        request.raw_input_contents.append(
+            np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"))
+            .tobytes())
+    for name in outputs:
+        request.outputs.add(name=name)
+    return request
+
+
+def response_arrays(response):
+    """{name: numpy array} of a ModelInferResponse's FP32 raw outputs."""
+    import numpy as np
+    arrays = {}
+    for output, raw in zip(response.outputs, response.raw_output_contents):
+        assert output.datatype == "FP32", output.datatype
+        arrays[output.name] = np.frombuffer(raw, dtype="<f4").reshape(
+            output.shape)
+    return arrays

@@ -30,7 +30,6 @@ Run by Bazel as:
 import json
 import os
 import shutil
-import struct
 import sys
 import tempfile
 import time
@@ -43,7 +42,10 @@ import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 from proto import inference_pb2, inference_pb2_grpc  # noqa: E402
 
-from daemon_testlib import Daemon, read_safetensors, write_file  # noqa
+from daemon_testlib import (Daemon, add_model, raw_request,  # noqa: E402
+                             read_safetensors, references,
+                             response_arrays, write_file,
+                             write_safetensors)
 
 CASTSERVE = os.path.abspath(sys.argv[1])
 BERT_DIR = os.path.dirname(os.path.abspath(sys.argv[2]))
@@ -73,34 +75,6 @@ CLIP_CONFIG = "max_batch_size: 4\n" + CASTING
 LAZY = "load_policy: LOAD_POLICY_FIRST_REQUEST\n"
 
 
-def write_safetensors(path, arrays):
-    """A minimal .safetensors writer (float32 arrays)."""
-    header, offset, blobs = {}, 0, []
-    for name, array in sorted(arrays.items()):
-        assert array.dtype == np.float32, (name, array.dtype)
-        blob = np.ascontiguousarray(array).astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
-        blobs.append(blob)
-    header_bytes = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(header_bytes)))
-        f.write(header_bytes)
-        for blob in blobs:
-            f.write(blob)
-
-
-def add_model(repository, name, fixture_dir, config):
-    model_dir = os.path.join(repository, name)
-    os.makedirs(model_dir)
-    for file in os.listdir(fixture_dir):
-        if file != "reference.safetensors":
-            shutil.copy(os.path.join(fixture_dir, file), model_dir)
-    write_file(os.path.join(model_dir, "config.pbtxt"), config)
-    return model_dir
-
-
 def add_padded_bert(repository, name, config):
     """The bert fixture with PADDED_VOCAB word embeddings (extra rows random,
     never used by the reference inputs)."""
@@ -118,38 +92,6 @@ def add_padded_bert(repository, name, config):
     hf_config["vocab_size"] = PADDED_VOCAB
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(hf_config, f)
-
-
-def references(fixture_dir):
-    tensors = read_safetensors(os.path.join(fixture_dir,
-                                            "reference.safetensors"))
-    inputs = {k[len("input."):]: v for k, v in tensors.items()
-              if k.startswith("input.")}
-    outputs = {k[len(REFERENCE_FORMAT):]: v for k, v in tensors.items()
-               if k.startswith(REFERENCE_FORMAT)}
-    assert outputs, "no " + REFERENCE_FORMAT + " outputs in " + fixture_dir
-    return inputs, outputs
-
-
-def raw_request(model, inputs):
-    request = inference_pb2.ModelInferRequest(model_name=model)
-    for name, array in inputs.items():
-        datatype = {np.dtype("int64"): "INT64",
-                    np.dtype("float32"): "FP32"}[array.dtype]
-        request.inputs.add(name=name, datatype=datatype, shape=array.shape)
-        request.raw_input_contents.append(
-            np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"))
-            .tobytes())
-    return request
-
-
-def response_arrays(response):
-    arrays = {}
-    for output, raw in zip(response.outputs, response.raw_output_contents):
-        assert output.datatype == "FP32", output.datatype
-        arrays[output.name] = np.frombuffer(raw, dtype="<f4").reshape(
-            output.shape)
-    return arrays
 
 
 def vm_rss_bytes(pid):
@@ -217,8 +159,10 @@ class MemoryLifecycleTest(unittest.TestCase):
         add_padded_bert(cls.repository, "bert_big", BERT_CONFIG + LAZY)
         add_model(cls.repository, "bert", BERT_DIR, BERT_CONFIG + LAZY)
         add_model(cls.repository, "clip", CLIP_DIR, CLIP_CONFIG + LAZY)
-        cls.bert_inputs, cls.bert_outputs = references(BERT_DIR)
-        cls.clip_inputs, cls.clip_outputs = references(CLIP_DIR)
+        cls.bert_inputs, cls.bert_outputs = references(BERT_DIR,
+                                                       REFERENCE_FORMAT)
+        cls.clip_inputs, cls.clip_outputs = references(CLIP_DIR,
+                                                       REFERENCE_FORMAT)
         cls.reference = {"bert": (cls.bert_inputs, cls.bert_outputs),
                          "bert_big": (cls.bert_inputs, cls.bert_outputs),
                          "clip": (cls.clip_inputs, cls.clip_outputs)}

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,8 @@ import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 from proto import inference_pb2, inference_pb2_grpc  # noqa: E402
 
-from daemon_testlib import Daemon, read_safetensors, write_file  # noqa
+from daemon_testlib import (Daemon, read_safetensors,  # noqa: E402
+                             write_file, write_safetensors)
 
 CASTSERVE = os.path.abspath(sys.argv[1])
 BERT_DIR = os.path.dirname(os.path.abspath(sys.argv[2]))
@@ -65,23 +65,6 @@ weights {
 }
 """
 FP8_FORMAT = "f8_e4m3fn:per_row"
-
-
-def write_safetensors(path, arrays):
-    header, offset, blobs = {}, 0, []
-    for name, array in sorted(arrays.items()):
-        blob = np.ascontiguousarray(array).astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
-        blobs.append(blob)
-    header_bytes = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(header_bytes)))
-        f.write(header_bytes)
-        for blob in blobs:
-            f.write(blob)
-    return offset
 
 
 def add_wide_bert(repository, name, config):

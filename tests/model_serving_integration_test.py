@@ -29,7 +29,9 @@ import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 from proto import inference_pb2, inference_pb2_grpc  # noqa: E402
 
-from daemon_testlib import Daemon, read_safetensors, run, write_file  # noqa
+from daemon_testlib import (Daemon, add_model, raw_request,  # noqa: E402
+                             references, response_arrays, run,
+                             write_file, write_safetensors)
 
 CASTSERVE = os.path.abspath(sys.argv[1])
 CLIENT = os.path.abspath(sys.argv[2])
@@ -60,15 +62,6 @@ output { name: "pooler_output" data_type: TYPE_FP32 dims: [ 32 ] }
 """
 
 
-def add_model(repository, name, fixture_dir, config):
-    model_dir = os.path.join(repository, name)
-    os.makedirs(model_dir)
-    for file in os.listdir(fixture_dir):
-        if file != "reference.safetensors":
-            shutil.copy(os.path.join(fixture_dir, file), model_dir)
-    write_file(os.path.join(model_dir, "config.pbtxt"), config)
-
-
 def make_repository():
     repository = tempfile.mkdtemp(prefix="castserve-models-")
     add_model(repository, "bert", BERT_DIR, BERT_CONFIG)
@@ -81,57 +74,6 @@ def make_repository():
     write_file(os.path.join(repository, "broken", "config.pbtxt"),
                'checkpoint { path: "missing" }\n' + BERT_SIGNATURE)
     return repository
-
-
-def raw_request(model, inputs, outputs=(), request_id=""):
-    """A ModelInferRequest with every array of `inputs` as raw contents."""
-    request = inference_pb2.ModelInferRequest(model_name=model, id=request_id)
-    for name, array in inputs.items():
-        datatype = {np.dtype("int64"): "INT64",
-                    np.dtype("float32"): "FP32"}[array.dtype]
-        request.inputs.add(name=name, datatype=datatype, shape=array.shape)
-        request.raw_input_contents.append(
-            np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"))
-            .tobytes())
-    for name in outputs:
-        request.outputs.add(name=name)
-    return request
-
-
-def response_arrays(response):
-    arrays = {}
-    for output, raw in zip(response.outputs, response.raw_output_contents):
-        assert output.datatype == "FP32", output.datatype
-        arrays[output.name] = np.frombuffer(raw, dtype="<f4").reshape(
-            output.shape)
-    return arrays
-
-
-def write_safetensors(path, arrays):
-    """A minimal .safetensors writer (int64 and float32 arrays)."""
-    header, offset, blobs = {}, 0, []
-    for name, array in sorted(arrays.items()):
-        blob = np.ascontiguousarray(array).tobytes()
-        header[name] = {"dtype": {"int64": "I64", "float32": "F32"}[
-            array.dtype.name], "shape": list(array.shape),
-            "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
-        blobs.append(blob)
-    header_bytes = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(len(header_bytes).to_bytes(8, "little"))
-        f.write(header_bytes)
-        f.write(b"".join(blobs))
-
-
-def references(fixture_dir):
-    tensors = read_safetensors(os.path.join(fixture_dir,
-                                            "reference.safetensors"))
-    inputs = {k[len("input."):]: v for k, v in tensors.items()
-              if k.startswith("input.")}
-    outputs = {k[len("output."):]: v for k, v in tensors.items()
-               if k.startswith("output.")}
-    return inputs, outputs
 
 
 class ModelServingTest(unittest.TestCase):

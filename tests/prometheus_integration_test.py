@@ -48,7 +48,8 @@ import numpy as np  # noqa: E402
 from proto import inference_pb2, inference_pb2_grpc  # noqa: E402
 
 import deploy_assets_test  # noqa: E402
-from daemon_testlib import Daemon, read_safetensors, write_file  # noqa: E402
+from daemon_testlib import (Daemon, raw_request,  # noqa: E402
+                             read_safetensors, write_file)
 
 CASTSERVE = os.path.abspath(sys.argv[1])
 BERT_DIR = os.path.dirname(os.path.abspath(sys.argv[2]))
@@ -163,15 +164,6 @@ scrape_configs:
                 self.process.kill()
                 self.process.wait()
         self.log.close()
-
-
-def raw_request(model, inputs):
-    request = inference_pb2.ModelInferRequest(model_name=model)
-    for name, array in inputs.items():
-        request.inputs.add(name=name, datatype="INT64", shape=array.shape)
-        request.raw_input_contents.append(
-            np.ascontiguousarray(array).astype("<i8").tobytes())
-    return request
 
 
 def exposition_families(text):

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "casting/safetensors_reader.h"
+#include "casting/storage_format.h"
 #include "casting/test_util/safetensors_writer.h"
 
 namespace castserve::models::test_util {
@@ -108,6 +109,15 @@ double CosineSimilarity(const at::Tensor& a, const at::Tensor& b) {
   const double denominator =
       a64.norm().item<double>() * b64.norm().item<double>();
   return denominator == 0 ? 0 : (a64 * b64).sum().item<double>() / denominator;
+}
+
+std::vector<std::string> CastFormatNames() {
+  std::vector<std::string> names;
+  for (const casting::StorageFormat& format : casting::AllStorageFormats()) {
+    if (format.element == casting::ElementType::kF32) continue;
+    names.push_back(format.ToString());
+  }
+  return names;
 }
 
 }  // namespace castserve::models::test_util

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -32,6 +33,11 @@ std::string MakeScratchDir(absl::string_view name);
 double RelativeMaxError(const at::Tensor& a, const at::Tensor& reference);
 // Cosine similarity of the flattened tensors, in f64.
 double CosineSimilarity(const at::Tensor& a, const at::Tensor& b);
+
+// The text names (StorageFormat::ToString, e.g. "F8_E4M3FN:per_row") of every
+// storage format that casts, i.e. casting::AllStorageFormats() but F32: the
+// <FORMAT> of the fixtures' roundtrip.<FORMAT>.output.* reference tensors.
+std::vector<std::string> CastFormatNames();
 
 }  // namespace castserve::models::test_util
 
