@@ -136,6 +136,8 @@ class Fixture {
     std::ofstream(root_ / name / "config.pbtxt") << config_text;
   }
 
+  // Made on first use, after the test added its models. Not thread-safe:
+  // call it once before starting threads that use it.
   ModelManager& manager() {
     if (manager_ == nullptr) {
       repository_ = *ModelRepository::Open(root_.string());
@@ -237,12 +239,13 @@ TEST(ModelManagerTest, ConcurrentCallersShareOneLoad) {
   Fixture fixture;
   fixture.AddModel("lazy", Config(100, /*first_request=*/true));
   fixture.factory().Gate();
+  ModelManager& manager = fixture.manager();
   std::vector<std::shared_ptr<ServedModel>> got(8);
   std::vector<std::thread> callers;
   for (int i = 0; i < 8; ++i) {
     callers.emplace_back([&, i] {
       absl::StatusOr<std::shared_ptr<ServedModel>> model =
-          fixture.manager().GetReady("lazy", "", Soon());
+          manager.GetReady("lazy", "", Soon());
       if (model.ok()) got[i] = *model;
     });
   }
