@@ -68,36 +68,21 @@ class ClipEmbeddings : public Module {
   int64_t tokens_ = 0;
 };
 
-class ClipVisionTower : public Model {
+class ClipVisionTower : public VisionTowerModel {
  public:
   ClipVisionTower(const VisionTowerConfig& config, at::ScalarType compute_dtype)
-      : compute_dtype_(compute_dtype),
-        inputs_({{"pixel_values",
-                  at::kFloat,
-                  {-1, config.num_channels, config.image_size,
-                   config.image_size}}}),
-        outputs_({{"last_hidden_state",
-                   at::kFloat,
-                   {-1, config.num_patches() + 1, config.hidden_size}},
-                  {"pooler_output", at::kFloat, {-1, config.hidden_size}}}),
-        root_("", "CLIPVisionModel") {}
+      : VisionTowerModel("clip_vision_model", "CLIPVisionModel", config,
+                         compute_dtype) {
+    outputs_ = {{"last_hidden_state",
+                 at::kFloat,
+                 {-1, config.num_patches() + 1, config.hidden_size}},
+                {"pooler_output", at::kFloat, {-1, config.hidden_size}}};
+  }
 
   absl::Status Build(const VisionTowerConfig& config,
                      const WeightFactory& weights);
 
-  std::string architecture() const override { return "clip_vision_model"; }
-  const std::vector<TensorSpec>& inputs() const override { return inputs_; }
-  const std::vector<TensorSpec>& outputs() const override { return outputs_; }
-  Module& root() override { return root_; }
-
  protected:
-  absl::Status ValidateInputs(const NamedTensors& inputs) const override {
-    if (inputs.at("pixel_values").size(0) == 0) {
-      return absl::InvalidArgumentError("input 'pixel_values' has batch 0");
-    }
-    return absl::OkStatus();
-  }
-
   NamedTensors ForwardImpl(ForwardContext& ctx,
                            const NamedTensors& inputs) const override {
     ModuleCall root_call(root_, ctx);
@@ -112,10 +97,6 @@ class ClipVisionTower : public Model {
   }
 
  private:
-  const at::ScalarType compute_dtype_;
-  const std::vector<TensorSpec> inputs_;
-  const std::vector<TensorSpec> outputs_;
-  Module root_;
   Module* tower_ = nullptr;
   const ClipEmbeddings* embeddings_ = nullptr;
   const LayerNorm* pre_norm_ = nullptr;

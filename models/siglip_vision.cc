@@ -370,17 +370,38 @@ class PatchEmbeddings : public Module {
   int64_t num_patches_ = 0;
 };
 
-class SiglipVisionTower : public Model {
+}  // namespace
+
+VisionTowerModel::VisionTowerModel(std::string architecture,
+                                   std::string root_kind,
+                                   const VisionTowerConfig& config,
+                                   at::ScalarType compute_dtype)
+    : compute_dtype_(compute_dtype),
+      root_("", std::move(root_kind)),
+      architecture_(std::move(architecture)),
+      inputs_(
+          {{"pixel_values",
+            at::kFloat,
+            {-1, config.num_channels, config.image_size, config.image_size}}}) {
+}
+
+absl::Status VisionTowerModel::ValidateInputs(
+    const NamedTensors& inputs) const {
+  if (inputs.at("pixel_values").size(0) == 0) {
+    return absl::InvalidArgumentError("input 'pixel_values' has batch 0");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+class SiglipVisionTower : public VisionTowerModel {
  public:
   SiglipVisionTower(const VisionTowerConfig& config,
                     at::ScalarType compute_dtype)
-      : config_(config),
-        compute_dtype_(compute_dtype),
-        inputs_({{"pixel_values",
-                  at::kFloat,
-                  {-1, config.num_channels, config.image_size,
-                   config.image_size}}}),
-        root_("", "SiglipVisionModel") {
+      : VisionTowerModel("siglip_vision_model", "SiglipVisionModel", config,
+                         compute_dtype),
+        config_(config) {
     outputs_.push_back({"last_hidden_state",
                         at::kFloat,
                         {-1, config.num_patches(), config.hidden_size}});
@@ -392,19 +413,7 @@ class SiglipVisionTower : public Model {
 
   absl::Status Build(const WeightFactory& weights);
 
-  std::string architecture() const override { return "siglip_vision_model"; }
-  const std::vector<TensorSpec>& inputs() const override { return inputs_; }
-  const std::vector<TensorSpec>& outputs() const override { return outputs_; }
-  Module& root() override { return root_; }
-
  protected:
-  absl::Status ValidateInputs(const NamedTensors& inputs) const override {
-    if (inputs.at("pixel_values").size(0) == 0) {
-      return absl::InvalidArgumentError("input 'pixel_values' has batch 0");
-    }
-    return absl::OkStatus();
-  }
-
   NamedTensors ForwardImpl(ForwardContext& ctx,
                            const NamedTensors& inputs) const override {
     ModuleCall root_call(root_, ctx);
@@ -422,10 +431,6 @@ class SiglipVisionTower : public Model {
 
  private:
   const VisionTowerConfig config_;
-  const at::ScalarType compute_dtype_;
-  const std::vector<TensorSpec> inputs_;
-  std::vector<TensorSpec> outputs_;
-  Module root_;
   Module* tower_ = nullptr;
   const PatchEmbeddings* embeddings_ = nullptr;
   const VisionEncoder* encoder_ = nullptr;

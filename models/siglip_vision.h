@@ -124,6 +124,32 @@ absl::StatusOr<std::unique_ptr<Model>> CreateSiglipVisionModel(
     std::shared_ptr<const casting::Checkpoint> checkpoint,
     const WeightPolicyOptions& options);
 
+// What SigLIP's and CLIP's vision towers share as Models: `pixel_values`
+// [batch, channels, image, image] in, a root module, the compute dtype and
+// the empty-batch check. Subclasses add their outputs and the forward.
+class VisionTowerModel : public Model {
+ public:
+  std::string architecture() const override { return architecture_; }
+  const std::vector<TensorSpec>& inputs() const override { return inputs_; }
+  const std::vector<TensorSpec>& outputs() const override { return outputs_; }
+  Module& root() override { return root_; }
+
+ protected:
+  VisionTowerModel(std::string architecture, std::string root_kind,
+                   const VisionTowerConfig& config,
+                   at::ScalarType compute_dtype);
+
+  absl::Status ValidateInputs(const NamedTensors& inputs) const override;
+
+  const at::ScalarType compute_dtype_;
+  std::vector<TensorSpec> outputs_;
+  Module root_;
+
+ private:
+  const std::string architecture_;
+  const std::vector<TensorSpec> inputs_;
+};
+
 }  // namespace castserve::models
 
 #endif  // CASTSERVE_MODELS_SIGLIP_VISION_H_
