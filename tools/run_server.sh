@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 ./tools/install_deps.sh
 MINILM_DEST=deploy/model_repository/minilm/hf ./tools/fetch_minilm.sh
-bazel build //server:castserve //client:castserve-client
+./tools/build_release.sh
 bin=bazel-bin
 cat <<MSG
 
