@@ -57,6 +57,17 @@ absl::Span<uint8_t> BytesOf(at::Tensor& tensor) {
 
 }  // namespace
 
+WeightActivity& WeightActivity::operator+=(const WeightActivity& other) {
+  storage_materializations += other.storage_materializations;
+  storage_bytes += other.storage_bytes;
+  storage_time += other.storage_time;
+  compute_materializations += other.compute_materializations;
+  compute_bytes += other.compute_bytes;
+  compute_time += other.compute_time;
+  transient_compute_bytes += other.transient_compute_bytes;
+  return *this;
+}
+
 ComputeHandle::ComputeHandle(ComputeHandle&& other) noexcept
     : weight_(other.weight_), tensor_(std::move(other.tensor_)) {
   other.weight_ = nullptr;
@@ -175,6 +186,17 @@ absl::Status Weight::MaterializeLocked() {
   if (options_.residency == Residency::kMapped || storage_.defined()) {
     return absl::OkStatus();
   }
+  const absl::Time start = absl::Now();
+  absl::Status status = MakeStorageLocked();
+  if (!status.ok()) return status;
+  activity_.storage_materializations += 1;
+  activity_.storage_bytes +=
+      storage_.nbytes() + (scales_.defined() ? scales_.nbytes() : 0);
+  activity_.storage_time += absl::Now() - start;
+  return absl::OkStatus();
+}
+
+absl::Status Weight::MakeStorageLocked() {
   if (StorageIsCompute()) {
     absl::StatusOr<at::Tensor> compute = DecodeFromSource();
     if (!compute.ok()) return compute.status();
@@ -220,21 +242,26 @@ absl::Status Weight::MaterializeLocked() {
 
 absl::Status Weight::EnsureComputeLocked() {
   if (compute_.defined()) return absl::OkStatus();
-  absl::StatusOr<at::Tensor> compute;
-  if (options_.residency == Residency::kMapped) {
-    compute = DecodeFromSource();
-    if (compute.ok()) ++compute_builds_;
-  } else {
+  if (options_.residency == Residency::kResident) {
     if (absl::Status status = MaterializeLocked(); !status.ok()) return status;
     if (StorageIsCompute()) {
-      compute = storage_;
-    } else {
-      compute = DecodeFromStorage();
-      if (compute.ok()) ++compute_builds_;
+      compute_ = storage_;
+      return absl::OkStatus();
     }
   }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<at::Tensor> compute = options_.residency == Residency::kMapped
+                                           ? DecodeFromSource()
+                                           : DecodeFromStorage();
   if (!compute.ok()) return compute.status();
   compute_ = *std::move(compute);
+  ++compute_builds_;
+  activity_.compute_materializations += 1;
+  activity_.compute_bytes += compute_.nbytes();
+  activity_.compute_time += absl::Now() - start;
+  if (options_.compute_copy == ComputeCopyPolicy::kTransient) {
+    activity_.transient_compute_bytes += compute_.nbytes();
+  }
   return absl::OkStatus();
 }
 
@@ -305,6 +332,11 @@ Footprint Weight::footprint() const {
 int64_t Weight::compute_builds() const {
   absl::MutexLock lock(&mu_);
   return compute_builds_;
+}
+
+WeightActivity Weight::activity() const {
+  absl::MutexLock lock(&mu_);
+  return activity_;
 }
 
 }  // namespace castserve::casting

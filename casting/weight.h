@@ -36,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "casting/checkpoint.h"
 #include "casting/codec.h"
 #include "casting/footprint.h"
@@ -62,6 +63,25 @@ struct WeightOptions {
   ElementType compute_dtype = ElementType::kF32;
   ComputeCopyPolicy compute_copy = ComputeCopyPolicy::kCached;
   CodecOptions codec;
+};
+
+// The lazy work a weight has done since it was created (cumulative; sums
+// over a model's weights with +=). A "materialization" makes a copy of the
+// weight in memory: the resident storage copy (read from the checkpoint and
+// encoded; once per weight) or a compute copy (decoded from the mapping or
+// from the resident storage; once when cached, per use when transient). A
+// resident copy that doubles as the compute copy counts as storage only.
+struct WeightActivity {
+  int64_t storage_materializations = 0;
+  int64_t storage_bytes = 0;  // Bytes of the copies made.
+  absl::Duration storage_time;
+  int64_t compute_materializations = 0;
+  int64_t compute_bytes = 0;
+  absl::Duration compute_time;
+  // The part of compute_bytes made as transient copies (freed after use).
+  int64_t transient_compute_bytes = 0;
+
+  WeightActivity& operator+=(const WeightActivity& other);
 };
 
 class Weight;
@@ -128,8 +148,12 @@ class Weight {
   // Bytes by state, as now.
   Footprint footprint() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // How many times a compute copy was built (decoded or copied) so far.
+  // How many times a compute copy was built (decoded or copied) so far,
+  // including a resident copy that doubles as the compute copy.
   int64_t compute_builds() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The materializations done so far.
+  WeightActivity activity() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   friend class ComputeHandle;
@@ -139,7 +163,10 @@ class Weight {
 
   void Release() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Makes the resident storage copy if it is missing, counting it.
   absl::Status MaterializeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the resident storage copy (storage_, scales_).
+  absl::Status MakeStorageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EnsureComputeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The source bytes copied into an aligned tensor of `dtype` (safe against
   // truncation).
@@ -165,6 +192,7 @@ class Weight {
   at::Tensor compute_ ABSL_GUARDED_BY(mu_);
   int users_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t compute_builds_ ABSL_GUARDED_BY(mu_) = 0;
+  WeightActivity activity_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace castserve::casting

@@ -108,6 +108,12 @@ TEST_F(WeightTest, LazyUpcastDecodesBf16ToF32OnFirstUseAndCachesIt) {
   EXPECT_EQ(weight->footprint().cached_compute_bytes(), 4 * 8 * 4);
   ASSERT_TRUE(weight->Acquire().ok());
   EXPECT_EQ(weight->compute_builds(), 1) << "cached: decoded once";
+  const WeightActivity activity = weight->activity();
+  EXPECT_EQ(activity.storage_materializations, 0) << "mapped: no storage copy";
+  EXPECT_EQ(activity.compute_materializations, 1);
+  EXPECT_EQ(activity.compute_bytes, 4 * 8 * 4);
+  EXPECT_GT(activity.compute_time, absl::ZeroDuration());
+  EXPECT_EQ(activity.transient_compute_bytes, 0) << "cached, not transient";
 }
 
 TEST_F(WeightTest, LayerwiseCastingKeepsFp8AndDropsTheTransientCopy) {
@@ -137,6 +143,34 @@ TEST_F(WeightTest, LayerwiseCastingKeepsFp8AndDropsTheTransientCopy) {
       << "the last release frees the transient copy";
   ASSERT_TRUE(weight->Acquire().ok());
   EXPECT_EQ(weight->compute_builds(), 2) << "transient: decoded per use";
+  const WeightActivity activity = weight->activity();
+  EXPECT_EQ(activity.storage_materializations, 1);
+  EXPECT_EQ(activity.storage_bytes, 32) << "one fp8 byte per element";
+  EXPECT_GT(activity.storage_time, absl::ZeroDuration());
+  EXPECT_EQ(activity.compute_materializations, 2);
+  EXPECT_EQ(activity.compute_bytes, 2 * 64);
+  EXPECT_EQ(activity.transient_compute_bytes, 2 * 64);
+}
+
+TEST(WeightActivityTest, SumsFieldByField) {
+  WeightActivity total;
+  WeightActivity one;
+  one.storage_materializations = 1;
+  one.storage_bytes = 10;
+  one.storage_time = absl::Milliseconds(2);
+  one.compute_materializations = 3;
+  one.compute_bytes = 40;
+  one.compute_time = absl::Milliseconds(5);
+  one.transient_compute_bytes = 20;
+  total += one;
+  total += one;
+  EXPECT_EQ(total.storage_materializations, 2);
+  EXPECT_EQ(total.storage_bytes, 20);
+  EXPECT_EQ(total.storage_time, absl::Milliseconds(4));
+  EXPECT_EQ(total.compute_materializations, 6);
+  EXPECT_EQ(total.compute_bytes, 80);
+  EXPECT_EQ(total.compute_time, absl::Milliseconds(10));
+  EXPECT_EQ(total.transient_compute_bytes, 40);
 }
 
 TEST_F(WeightTest, ConcurrentUsersShareOneDecodedCopy) {
@@ -202,6 +236,11 @@ TEST_F(WeightTest, SkippedModulesStoreTheComputeDtypeOnce) {
   EXPECT_EQ(footprint.resident_bytes("f32"), 4 * 8 * 4) << footprint.ToString();
   EXPECT_EQ(footprint.transient_compute_bytes(), 0) << "no second copy";
   EXPECT_EQ(weight->compute_builds(), 1);
+  const WeightActivity activity = weight->activity();
+  EXPECT_EQ(activity.storage_materializations, 1);
+  EXPECT_EQ(activity.storage_bytes, 4 * 8 * 4);
+  EXPECT_EQ(activity.compute_materializations, 0)
+      << "the resident copy is the compute copy";
   EXPECT_TRUE(second->tensor().equal(SourceAsFloat(*checkpoint_, "w_bf16")));
 }
 

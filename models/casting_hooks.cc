@@ -53,6 +53,11 @@ int64_t CastingHooks::prefetches_started() const {
   return prefetches_started_;
 }
 
+PrefetchCounts CastingHooks::prefetch_counts() const {
+  absl::MutexLock lock(&prefetch_mu_);
+  return prefetch_counts_;
+}
+
 void CastingHooks::PreForward(const Module& module, ForwardContext& context) {
   if (options_.prefetch) {
     ClaimPrefetch(module);
@@ -96,12 +101,18 @@ void CastingHooks::ClaimPrefetch(const Module& module) {
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
     if (*it == &module) {
       pending_.erase(it);
-      break;
+      ++prefetch_counts_.misses;
+      return;
     }
   }
-  auto not_in_flight = [this, &module]() ABSL_SHARED_LOCKS_REQUIRED(
-                           prefetch_mu_) { return in_flight_ != &module; };
-  prefetch_mu_.Await(absl::Condition(&not_in_flight));
+  if (in_flight_ == &module) {
+    ++prefetch_counts_.misses;
+    auto not_in_flight = [this, &module]() ABSL_SHARED_LOCKS_REQUIRED(
+                             prefetch_mu_) { return in_flight_ != &module; };
+    prefetch_mu_.Await(absl::Condition(&not_in_flight));
+  } else if (unclaimed_.count(&module) > 0) {
+    ++prefetch_counts_.hits;
+  }
   unclaimed_.erase(&module);
 }
 

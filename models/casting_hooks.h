@@ -22,6 +22,7 @@
 #ifndef CASTSERVE_MODELS_CASTING_HOOKS_H_
 #define CASTSERVE_MODELS_CASTING_HOOKS_H_
 
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <thread>
@@ -35,6 +36,17 @@
 #include "models/module.h"
 
 namespace castserve::models {
+
+// How the prefetches of a model's forwards turned out, counted per module
+// whose weights were prefetched (cumulative).
+struct PrefetchCounts {
+  // The module's compute copies were ready when its forward began.
+  int64_t hits = 0;
+  // The forward reached the module first: its prefetch was still queued
+  // (dropped; the module decoded its own weights) or still running (the
+  // forward waited for it).
+  int64_t misses = 0;
+};
 
 class CastingHooks {
  public:
@@ -56,6 +68,7 @@ class CastingHooks {
   std::vector<const Module*> execution_order() const;
   // Prefetches started so far (each one module's weights).
   int64_t prefetches_started() const;
+  PrefetchCounts prefetch_counts() const;
 
  private:
   explicit CastingHooks(Options options);
@@ -89,6 +102,7 @@ class CastingHooks {
   std::unordered_set<const Module*> unclaimed_ ABSL_GUARDED_BY(prefetch_mu_);
   bool stopping_ ABSL_GUARDED_BY(prefetch_mu_) = false;
   int64_t prefetches_started_ ABSL_GUARDED_BY(prefetch_mu_) = 0;
+  PrefetchCounts prefetch_counts_ ABSL_GUARDED_BY(prefetch_mu_);
   std::thread prefetch_thread_;
 };
 

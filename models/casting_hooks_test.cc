@@ -176,6 +176,10 @@ TEST_F(CastingHooksTest, PrefetchLearnsOrderAndHoldsAtMostTwoLayers) {
   }
   // The first forward learns; the next two prefetch layers 1..N-1.
   EXPECT_EQ(hooks->prefetches_started(), 2 * (kLayers - 1));
+  // Each prefetched layer was claimed by its forward, ready or not.
+  const PrefetchCounts counts = hooks->prefetch_counts();
+  EXPECT_EQ(counts.hits + counts.misses, 2 * (kLayers - 1));
+  EXPECT_GT(counts.hits, 0) << "20 ms layers leave the prefetch thread time";
   for (size_t i = 0; i < holding.size(); ++i) {
     EXPECT_EQ(holding[i], 1);
     EXPECT_LE(transient_bytes[i], 2 * kLayerBytes);

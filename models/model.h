@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "c10/util/Exception.h"
+#include "models/casting_hooks.h"
 #include "models/module.h"
 
 namespace castserve::models {
@@ -51,6 +52,10 @@ class Model {
   // implemented -> UNIMPLEMENTED, a weight whose file vanished -> DATA_LOSS,
   // anything else -> INTERNAL. Thread-safe.
   absl::StatusOr<NamedTensors> Forward(const NamedTensors& inputs) const;
+
+  // How the prefetches of its casting hooks turned out; zeros for a model
+  // without prefetch. Thread-safe.
+  virtual PrefetchCounts prefetch_counts() const { return {}; }
 
  protected:
   // For models that wrap another one (model_loader.cc): the wrapped model's

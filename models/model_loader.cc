@@ -50,6 +50,9 @@ class HookedModel final : public Model {
     return model_->outputs();
   }
   Module& root() override { return model_->root(); }
+  PrefetchCounts prefetch_counts() const override {
+    return hooks_->prefetch_counts();
+  }
 
  protected:
   absl::Status ValidateInputs(const NamedTensors& inputs) const override {

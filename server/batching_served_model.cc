@@ -191,6 +191,16 @@ absl::StatusOr<models::NamedTensors> SliceOutputs(
   return mine;
 }
 
+// The sum over the model's weights of `of(weight)`.
+template <typename Total, typename Of>
+Total SumOverWeights(models::Module& root, Of of) {
+  Total total;
+  root.Visit([&total, &of](models::Module& module) {
+    for (const auto& [name, weight] : module.weights()) total += of(*weight);
+  });
+  return total;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -254,6 +264,7 @@ class BatchingServedModel::Impl {
   int64_t pending_requests() const;
   ServedModelStatistics statistics() const;
   casting::Footprint footprint() const;
+  casting::WeightActivity weight_activity() const;
   int64_t tracked_bytes() const {
     return tracked_id_ ? tracked_id_->live_bytes() : 0;
   }
@@ -649,13 +660,15 @@ ServedModelStatistics BatchingServedModel::Impl::statistics() const {
 }
 
 casting::Footprint BatchingServedModel::Impl::footprint() const {
-  casting::Footprint total;
-  model_->root().Visit([&total](models::Module& module) {
-    for (const auto& [name, weight] : module.weights()) {
-      total += weight->footprint();
-    }
-  });
-  return total;
+  return SumOverWeights<casting::Footprint>(
+      model_->root(),
+      [](const casting::Weight& weight) { return weight.footprint(); });
+}
+
+casting::WeightActivity BatchingServedModel::Impl::weight_activity() const {
+  return SumOverWeights<casting::WeightActivity>(
+      model_->root(),
+      [](const casting::Weight& weight) { return weight.activity(); });
 }
 
 // ---------------------------------------------------------------------------
@@ -732,6 +745,14 @@ const ModelMetrics& BatchingServedModel::serving_metrics() const {
 
 int64_t BatchingServedModel::peak_tracked_bytes() const {
   return impl_->peak_tracked_bytes();
+}
+
+casting::WeightActivity BatchingServedModel::weight_activity() const {
+  return impl_->weight_activity();
+}
+
+models::PrefetchCounts BatchingServedModel::prefetch_counts() const {
+  return impl_->model().prefetch_counts();
 }
 
 }  // namespace castserve

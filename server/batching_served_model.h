@@ -103,6 +103,8 @@ class BatchingServedModel final : public ServedModel,
   // ModelMetricsSource.
   const ModelMetrics& serving_metrics() const override;
   int64_t peak_tracked_bytes() const override;
+  casting::WeightActivity weight_activity() const override;
+  models::PrefetchCounts prefetch_counts() const override;
 
  private:
   class Impl;

@@ -48,7 +48,7 @@ std::shared_ptr<ServingMetrics> MakeServingMetrics(
   // that the device families exist from the first scrape.
   absl::StatusOr<casting::TrackingAllocator*> allocator =
       casting::TrackingAllocator::InstallTrackingCpuAllocator();
-  if (allocator.ok()) options.cpu_memory = *allocator;
+  if (allocator.ok()) options.devices.push_back(*allocator);
   return std::make_shared<ServingMetrics>(std::move(options));
 }
 

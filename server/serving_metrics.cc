@@ -135,6 +135,32 @@ struct ModelFamilies {
   MetricFamily batch_size =
       Family("castserve_batch_size", "Items per executed batch.",
              MetricType::Histogram);
+  MetricFamily materializations = Family(
+      "castserve_model_materializations_total",
+      "Copies of weights made in memory since load, by copy (storage: the "
+      "resident copy in the storage format; compute: a decoded compute "
+      "copy).",
+      MetricType::Counter);
+  MetricFamily materialized_bytes =
+      Family("castserve_model_materialized_bytes_total",
+             "Bytes of the weight copies made since load, by copy.",
+             MetricType::Counter);
+  MetricFamily materialization_seconds =
+      Family("castserve_model_materialization_seconds_total",
+             "Time spent reading and converting weight copies since load, by "
+             "copy.",
+             MetricType::Counter);
+  MetricFamily transient_copy_bytes =
+      Family("castserve_model_transient_copy_bytes_total",
+             "Bytes of transient compute copies made (dropped after each use).",
+             MetricType::Counter);
+  MetricFamily prefetch_hits = Family(
+      "castserve_model_prefetch_hits_total",
+      "Modules whose prefetched compute copies were ready when they ran.",
+      MetricType::Counter);
+  MetricFamily prefetch_misses = Family(
+      "castserve_model_prefetch_misses_total",
+      "Modules that ran before their prefetch finished.", MetricType::Counter);
 
   // Returns the model's mapped bytes.
   int64_t Add(const Labels& labels, const ServedModel& model) {
@@ -173,7 +199,26 @@ struct ModelFamilies {
     AddHistogram(compute_seconds, labels, data.compute_seconds);
     AddHistogram(request_seconds, labels, data.request_seconds);
     AddHistogram(batch_size, labels, data.batch_size);
+    AddLazyWork(labels, *source);
     return footprint.mapped_bytes();
+  }
+
+  void AddLazyWork(const Labels& labels, const ModelMetricsSource& source) {
+    const casting::WeightActivity activity = source.weight_activity();
+    const Labels storage = With(labels, "copy", "storage");
+    const Labels compute = With(labels, "copy", "compute");
+    AddValue(materializations, storage, activity.storage_materializations);
+    AddValue(materializations, compute, activity.compute_materializations);
+    AddValue(materialized_bytes, storage, activity.storage_bytes);
+    AddValue(materialized_bytes, compute, activity.compute_bytes);
+    AddValue(materialization_seconds, storage,
+             absl::ToDoubleSeconds(activity.storage_time));
+    AddValue(materialization_seconds, compute,
+             absl::ToDoubleSeconds(activity.compute_time));
+    AddValue(transient_copy_bytes, labels, activity.transient_compute_bytes);
+    const models::PrefetchCounts prefetch = source.prefetch_counts();
+    AddValue(prefetch_hits, labels, prefetch.hits);
+    AddValue(prefetch_misses, labels, prefetch.misses);
   }
 
   void MoveTo(std::vector<MetricFamily>& out) {
@@ -181,7 +226,9 @@ struct ModelFamilies {
          {&weight_bytes, &allocated_bytes, &peak_allocated_bytes,
           &batch_peak_bytes, &success, &failure, &inference_count,
           &execution_count, &pending, &queue_seconds, &compute_seconds,
-          &request_seconds, &batch_size}) {
+          &request_seconds, &batch_size, &materializations, &materialized_bytes,
+          &materialization_seconds, &transient_copy_bytes, &prefetch_hits,
+          &prefetch_misses}) {
       out.push_back(std::move(*family));
     }
   }
@@ -328,19 +375,21 @@ std::vector<MetricFamily> ServingMetrics::Collect() const {
   out.push_back(std::move(mapped));
   models.MoveTo(out);
 
-  if (options_.cpu_memory != nullptr) {
-    const Labels device = {{"device", options_.cpu_memory->DeviceName()}};
+  if (!options_.devices.empty()) {
     MetricFamily allocated =
         Family("castserve_device_allocated_bytes",
-               "Bytes allocated on the device now (CPU: the tracking "
-               "allocator).",
+               "Bytes allocated on the device now (cpu: the tracking "
+               "allocator; cuda:N: LibTorch's caching allocator).",
                MetricType::Gauge);
-    AddValue(allocated, device, options_.cpu_memory->AllocatedBytes());
     MetricFamily peak =
         Family("castserve_device_peak_allocated_bytes",
                "Highest bytes allocated on the device since start.",
                MetricType::Gauge);
-    AddValue(peak, device, options_.cpu_memory->PeakAllocatedBytes());
+    for (const casting::DeviceMemoryStats* stats : options_.devices) {
+      const Labels device = {{"device", stats->DeviceName()}};
+      AddValue(allocated, device, stats->AllocatedBytes());
+      AddValue(peak, device, stats->PeakAllocatedBytes());
+    }
     out.push_back(std::move(allocated));
     out.push_back(std::move(peak));
   }

@@ -27,6 +27,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "casting/memory_stats.h"
+#include "casting/weight.h"
+#include "models/casting_hooks.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "server/served_model.h"
@@ -93,6 +95,10 @@ class ModelMetricsSource {
   // The tracking allocator's peak for the model since it was loaded; 0
   // without a tracking allocator.
   virtual int64_t peak_tracked_bytes() const = 0;
+  // The materializations of the model's weights since it was loaded.
+  virtual casting::WeightActivity weight_activity() const = 0;
+  // How the prefetches of its forwards turned out since it was loaded.
+  virtual models::PrefetchCounts prefetch_counts() const = 0;
 };
 
 // Load durations and evictions by model name. Thread-safe. Names are the
@@ -134,9 +140,11 @@ struct ServingMetricsOptions {
       ready_models;
   // Not owned; null exports no lifecycle families.
   const LifecycleMetrics* lifecycle = &LifecycleMetrics::Global();
-  // The CPU tracking allocator (not owned); null exports no device
-  // families.
-  const casting::DeviceMemoryStats* cpu_memory = nullptr;
+  // The devices whose memory is exported, labelled with their DeviceName()
+  // (not owned): the CPU tracking allocator, and CUDA devices' caching
+  // allocators when LibTorch has CUDA (casting/cuda_memory_stats.h). Empty
+  // exports no device families.
+  std::vector<const casting::DeviceMemoryStats*> devices;
   // --memory-budget-bytes, exported as castserve_memory_budget_bytes (0 = no
   // budget) so that alerts and dashboards can compare usage with it.
   int64_t memory_budget_bytes = 0;

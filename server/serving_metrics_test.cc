@@ -80,10 +80,16 @@ class FakeServedModel final : public ServedModel {
 
 class FakeDeviceStats final : public casting::DeviceMemoryStats {
  public:
-  int64_t AllocatedBytes() const override { return 1000; }
-  int64_t PeakAllocatedBytes() const override { return 5000; }
+  FakeDeviceStats(std::string name, int64_t allocated_bytes)
+      : name_(std::move(name)), allocated_bytes_(allocated_bytes) {}
+  int64_t AllocatedBytes() const override { return allocated_bytes_; }
+  int64_t PeakAllocatedBytes() const override { return 5 * allocated_bytes_; }
   void ResetPeak() override {}
-  std::string DeviceName() const override { return "cpu"; }
+  std::string DeviceName() const override { return name_; }
+
+ private:
+  const std::string name_;
+  const int64_t allocated_bytes_;
 };
 
 TEST(BucketCountsTest, CountsEachValueInTheFirstBucketAtOrAboveIt) {
@@ -135,7 +141,8 @@ TEST(ServingMetricsTest, ExportsStatesFootprintLifecycleAndDevice) {
   lifecycle.RecordLoad("a", absl::Milliseconds(1500));
   lifecycle.RecordEviction("b");
   lifecycle.RecordEviction("b");
-  FakeDeviceStats device;
+  FakeDeviceStats cpu("cpu", 1000);
+  FakeDeviceStats gpu("cuda:0", 3000);
 
   ServingMetricsOptions options;
   options.model_states = [] {
@@ -147,7 +154,7 @@ TEST(ServingMetricsTest, ExportsStatesFootprintLifecycleAndDevice) {
         {"a", model}};
   };
   options.lifecycle = &lifecycle;
-  options.cpu_memory = &device;
+  options.devices = {&cpu, &gpu};
   options.memory_budget_bytes = 123456;
   const std::vector<MetricFamily> families =
       ServingMetrics(std::move(options)).Collect();
@@ -198,6 +205,11 @@ TEST(ServingMetricsTest, ExportsStatesFootprintLifecycleAndDevice) {
             1000);
   EXPECT_EQ(value("castserve_device_peak_allocated_bytes", {{"device", "cpu"}}),
             5000);
+  EXPECT_EQ(value("castserve_device_allocated_bytes", {{"device", "cuda:0"}}),
+            3000);
+  EXPECT_EQ(
+      value("castserve_device_peak_allocated_bytes", {{"device", "cuda:0"}}),
+      15000);
   EXPECT_EQ(value("castserve_memory_budget_bytes", {}), 123456);
 }
 
@@ -348,7 +360,7 @@ std::vector<MetricFamily> CollectFor(std::shared_ptr<ServedModel> model) {
     return std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>{
         {"chain", model}};
   };
-  options.cpu_memory = casting::TrackingAllocator::Installed();
+  options.devices = {casting::TrackingAllocator::Installed()};
   return ServingMetrics(std::move(options)).Collect();
 }
 
@@ -357,7 +369,47 @@ struct Expected {
   int64_t batch_peak_bytes;
   int64_t resident_bytes;
   std::string format;
+  // Transient compute copies decoded per request (all f32 layers).
+  int64_t compute_copies_per_request;
 };
+
+double CounterValue(const std::vector<MetricFamily>& families,
+                    const std::string& name, const LabelMap& labels) {
+  const ClientMetric* metric = Find(families, name, labels);
+  EXPECT_NE(metric, nullptr) << name;
+  return metric == nullptr ? -1 : metric->counter.value;
+}
+
+// One storage copy per layer made at load; `compute_copies` f32 copies
+// decoded since, all transient.
+void CheckMaterializations(const std::vector<MetricFamily>& families,
+                           const Expected& expected, int64_t compute_copies) {
+  const LabelMap storage = {{"model", "chain"}, {"copy", "storage"}};
+  const LabelMap compute = {{"model", "chain"}, {"copy", "compute"}};
+  EXPECT_EQ(
+      CounterValue(families, "castserve_model_materializations_total", storage),
+      kLayers);
+  EXPECT_EQ(CounterValue(families, "castserve_model_materialized_bytes_total",
+                         storage),
+            expected.resident_bytes);
+  EXPECT_GT(
+      CounterValue(families, "castserve_model_materialization_seconds_total",
+                   storage),
+      0);
+  EXPECT_EQ(
+      CounterValue(families, "castserve_model_materializations_total", compute),
+      compute_copies);
+  EXPECT_EQ(CounterValue(families, "castserve_model_materialized_bytes_total",
+                         compute),
+            compute_copies * kWeightBytes);
+  EXPECT_EQ(CounterValue(families, "castserve_model_transient_copy_bytes_total",
+                         {{"model", "chain"}}),
+            compute_copies * kWeightBytes);
+  EXPECT_EQ(CounterValue(families, "castserve_model_prefetch_hits_total",
+                         {{"model", "chain"}}),
+            0)
+      << "no prefetch configured";
+}
 
 void CheckAccuracy(const casting::WeightOptions& options,
                    const Expected& expected) {
@@ -402,6 +454,8 @@ void CheckAccuracy(const casting::WeightOptions& options,
       Find(families, "castserve_inference_count_total", model);
   ASSERT_NE(items, nullptr);
   EXPECT_EQ(items->counter.value, kRequests * kBatch);
+  CheckMaterializations(families, expected,
+                        kRequests * expected.compute_copies_per_request);
 }
 
 // Casting off: f32 storage is the compute copy. The model holds its weights
@@ -411,8 +465,9 @@ TEST(ServingMetricsAccuracyTest, PeakWithoutCastingIsWeightsPlusActivations) {
   options.storage = casting::StorageFormat::Plain(casting::ElementType::kF32);
   options.compute_dtype = casting::ElementType::kF32;
   options.compute_copy = casting::ComputeCopyPolicy::kCached;
-  CheckAccuracy(options, {kLayers * kWeightBytes + 2 * kActivationBytes,
-                          2 * kActivationBytes, kLayers * kWeightBytes, "f32"});
+  CheckAccuracy(options,
+                {kLayers * kWeightBytes + 2 * kActivationBytes,
+                 2 * kActivationBytes, kLayers * kWeightBytes, "f32", 0});
 }
 
 // Casting on: fp8 per-row storage (1 byte per element + one f32 scale per
@@ -424,9 +479,10 @@ TEST(ServingMetricsAccuracyTest, PeakWithCastingIsStoragePlusOneLayer) {
   options.compute_dtype = casting::ElementType::kF32;
   options.compute_copy = casting::ComputeCopyPolicy::kTransient;
   constexpr int64_t kStorageBytes = kLayers * (kWidth * kWidth + kWidth * kF32);
-  CheckAccuracy(options, {kStorageBytes + kWeightBytes + 2 * kActivationBytes,
-                          kWeightBytes + 2 * kActivationBytes, kStorageBytes,
-                          absl::AsciiStrToLower(options.storage.ToString())});
+  CheckAccuracy(options,
+                {kStorageBytes + kWeightBytes + 2 * kActivationBytes,
+                 kWeightBytes + 2 * kActivationBytes, kStorageBytes,
+                 absl::AsciiStrToLower(options.storage.ToString()), kLayers});
 }
 
 TEST(ServingMetricsTest, CountsFailuresByReasonAndServesThemAsText) {

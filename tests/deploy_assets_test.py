@@ -57,6 +57,13 @@ METRIC_FAMILIES = {
     "castserve_model_state": "gauge",
     "castserve_model_load_duration_seconds": "gauge",
     "castserve_model_evictions_total": "counter",
+    # Lazy work.
+    "castserve_model_materializations_total": "counter",
+    "castserve_model_materialized_bytes_total": "counter",
+    "castserve_model_materialization_seconds_total": "counter",
+    "castserve_model_transient_copy_bytes_total": "counter",
+    "castserve_model_prefetch_hits_total": "counter",
+    "castserve_model_prefetch_misses_total": "counter",
 }
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
@@ -249,7 +256,8 @@ class DeployAssetsTest(unittest.TestCase):
             self.assertEqual(len(ref_ids), len(set(ref_ids)), panel["title"])
         titles = " | ".join(p["title"].lower() for p in panels)
         for topic in ("by model and state", "peak vs budget", "latency",
-                      "throughput", "batch size", "evictions", "loads"):
+                      "throughput", "batch size", "evictions", "loads",
+                      "materializ", "prefetch"):
             self.assertIn(topic, titles)
 
     def test_dashboard_uses_only_listed_metrics_and_shows_them_all(self):

@@ -5,13 +5,16 @@ Two models serve the same checkpoint: the bert fixture widened to
 INTERMEDIATE = 4096 (random weights: the intermediate and output dense layers
 then hold most of the bytes, as in real transformers). "bert_cast" keeps
 weights as fp8 e4m3fn with per-row scales and makes transient f32 compute
-copies; "bert_plain" keeps f32. The test sends requests, scrapes /metrics,
+copies; "bert_plain" keeps f32; "bert_lazy" maps the checkpoint and makes its
+fp8 copies at first use, with prefetch. The test sends requests, scrapes /metrics,
 runs `promtool check metrics` on the text and checks the per-model values:
-resident bytes by format, peak bytes, request and batch counters.
+resident bytes by format, peak bytes, request and batch counters,
+materializations and prefetch outcomes.
 
 Run by Bazel as:
-  metrics_integration_test.py CASTSERVE BERT_FILE
-(BERT_FILE: a file of models/testdata/bert; Debian's python3 with
+  metrics_integration_test.py CASTSERVE BERT_FILE README
+(BERT_FILE: a file of models/testdata/bert; README: the project's README.md,
+whose metrics reference must list every family exported; Debian's python3 with
 python3-grpcio, python3-protobuf and python3-numpy; promtool from
 `prometheus`).
 """
@@ -38,6 +41,7 @@ from daemon_testlib import (Daemon, read_safetensors,  # noqa: E402
 
 CASTSERVE = os.path.abspath(sys.argv[1])
 BERT_DIR = os.path.dirname(os.path.abspath(sys.argv[2]))
+README = os.path.abspath(sys.argv[3])
 INTERMEDIATE = 4096
 CALL_TIMEOUT_SECONDS = 60
 SEQUENCE = 8
@@ -64,6 +68,22 @@ weights {
   }
 }
 """
+# Layerwise casting over the mapped checkpoint, as deploy/'s minilm: fp8
+# copies made at first use, norms read from the mapping, prefetch.
+LAZY = SIGNATURE + """
+weights {
+  residency: RESIDENCY_MAPPED
+  materialization: MATERIALIZATION_LAZY
+  compute_copy: COMPUTE_COPY_TRANSIENT
+  prefetch: true
+  casting {
+    storage_dtype: STORAGE_DTYPE_F8_E4M3FN
+    compute_dtype: COMPUTE_DTYPE_F32
+    scaling: SCALING_PER_ROW
+  }
+}
+"""
+LAZY_REQUESTS = 4
 FP8_FORMAT = "f8_e4m3fn:per_row"
 
 
@@ -129,13 +149,15 @@ class MetricsIntegrationTest(unittest.TestCase):
         cls.weights = add_wide_bert(cls.repository, "bert_plain", PLAIN)
         cls.checkpoint_bytes = sum(a.nbytes for a in cls.weights.values())
         add_wide_bert(cls.repository, "bert_cast", CAST)
+        add_wide_bert(cls.repository, "bert_lazy", LAZY)
         cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
                             "--grpc-port=0", "--metrics-port=0",
                             "--bind-address=127.0.0.1").wait_ready()
         channel = grpc.insecure_channel(f"127.0.0.1:{cls.daemon.grpc_port}")
         stub = inference_pb2_grpc.GRPCInferenceServiceStub(channel)
         for model, count in (("bert_plain", PLAIN_REQUESTS),
-                             ("bert_cast", CAST_REQUESTS)):
+                             ("bert_cast", CAST_REQUESTS),
+                             ("bert_lazy", LAZY_REQUESTS)):
             for i in range(count):
                 stub.ModelInfer(request(model, 1 + i),
                                 timeout=CALL_TIMEOUT_SECONDS)
@@ -163,7 +185,9 @@ class MetricsIntegrationTest(unittest.TestCase):
         keep = ("castserve_model_peak_allocated_bytes",
                 "castserve_model_weight_bytes{", "castserve_request_",
                 "castserve_model_batch_peak_bytes_sum",
-                "castserve_model_batch_peak_bytes_count")
+                "castserve_model_batch_peak_bytes_count",
+                "castserve_model_materializ", "castserve_model_transient",
+                "castserve_model_prefetch")
         return "\n".join(line for line in cls.text.splitlines()
                          if line.startswith(keep))
 
@@ -179,6 +203,15 @@ class MetricsIntegrationTest(unittest.TestCase):
                                 text=True, timeout=30)
         self.assertEqual(result.returncode, 0,
                          result.stdout + result.stderr)
+
+    def test_every_family_is_in_the_readme_metrics_reference(self):
+        exported = set(re.findall(r"^# TYPE (castserve_\w+) ", self.text,
+                                  re.MULTILINE))
+        with open(README) as f:
+            documented = set(re.findall(r"^\| `(castserve_\w+)` \|", f.read(),
+                                        re.MULTILINE))
+        self.assertGreater(len(exported), 30)
+        self.assertEqual(exported - documented, set())
 
     def test_resident_bytes_by_format(self):
         plain = self.value("castserve_model_weight_bytes", model="bert_plain",
@@ -264,6 +297,63 @@ class MetricsIntegrationTest(unittest.TestCase):
         self.assertFalse([k for k in self.samples
                           if k[0] == "castserve_request_failure_total"
                           and ("model", "bert_plain") in k[1]])
+
+    def materialized(self, model, copy):
+        """(count, bytes) of the model's copies of one kind."""
+        return (self.value("castserve_model_materializations_total",
+                           model=model, copy=copy),
+                self.value("castserve_model_materialized_bytes_total",
+                           model=model, copy=copy))
+
+    def test_materializations_count_copies_made_at_load_and_at_first_use(self):
+        tensors = len(self.weights)
+        # Eager f32: every tensor copied once at load; it is its own compute
+        # copy, so nothing is decoded.
+        self.assertEqual(self.materialized("bert_plain", "storage"),
+                         (tensors, self.checkpoint_bytes))
+        self.assertEqual(self.materialized("bert_plain", "compute"), (0, 0))
+        # Lazy fp8: only the cast weights get a storage copy (the norms
+        # stay mapped), made by the first request.
+        cast_tensors = sum(1 for name in self.weights
+                           if "LayerNorm" not in name)
+        self.assertEqual(
+            self.materialized("bert_lazy", "storage"),
+            (cast_tensors, self.value("castserve_model_weight_bytes",
+                                      model="bert_lazy", state="resident",
+                                      format=FP8_FORMAT)))
+        self.assertGreater(self.value(
+            "castserve_model_materialization_seconds_total",
+            model="bert_lazy", copy="storage"), 0)
+
+    def test_transient_copies_are_one_f32_model_per_forward(self):
+        # Every weight is decoded to f32 once per forward and dropped after
+        # its module ran; the checkpoint is f32, so each forward decodes
+        # checkpoint_bytes.
+        count, decoded = self.materialized("bert_lazy", "compute")
+        self.assertEqual(count, LAZY_REQUESTS * len(self.weights))
+        self.assertEqual(decoded, LAZY_REQUESTS * self.checkpoint_bytes)
+        self.assertEqual(self.value("castserve_model_transient_copy_bytes_"
+                                    "total", model="bert_lazy"), decoded)
+        self.assertGreater(self.value(
+            "castserve_model_materialization_seconds_total",
+            model="bert_lazy", copy="compute"), 0)
+        self.assertEqual(self.value("castserve_model_transient_copy_bytes_"
+                                    "total", model="bert_plain"), 0)
+
+    def test_prefetch_outcomes_are_counted_after_the_first_forward(self):
+        # The first forward learns the order; each later one prefetches
+        # every module with weights but the first.
+        outcomes = (self.value("castserve_model_prefetch_hits_total",
+                               model="bert_lazy") +
+                    self.value("castserve_model_prefetch_misses_total",
+                               model="bert_lazy"))
+        self.assertGreater(outcomes, 0)
+        self.assertEqual(outcomes % (LAZY_REQUESTS - 1), 0, outcomes)
+        for model in ("bert_plain", "bert_cast"):
+            self.assertEqual(self.value("castserve_model_prefetch_hits_total",
+                                        model=model), 0)
+            self.assertEqual(self.value(
+                "castserve_model_prefetch_misses_total", model=model), 0)
 
 
 if __name__ == "__main__":
