@@ -329,6 +329,11 @@ Footprint Weight::footprint() const {
   return footprint;
 }
 
+bool Weight::has_compute_copy() const {
+  absl::MutexLock lock(&mu_);
+  return compute_.defined();
+}
+
 int64_t Weight::compute_builds() const {
   absl::MutexLock lock(&mu_);
   return compute_builds_;

@@ -148,6 +148,9 @@ class Weight {
   // Bytes by state, as now.
   Footprint footprint() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // True while a compute copy exists (Acquire would not decode).
+  bool has_compute_copy() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // How many times a compute copy was built (decoded or copied) so far,
   // including a resident copy that doubles as the compute copy.
   int64_t compute_builds() const ABSL_LOCKS_EXCLUDED(mu_);

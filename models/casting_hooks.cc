@@ -3,13 +3,25 @@
 #include <string>
 
 namespace castserve::models {
+namespace {
+
+bool AllComputeCopiesExist(const Module& module) {
+  for (const auto& [name, weight] : module.weights()) {
+    if (!weight->has_compute_copy()) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 std::unique_ptr<CastingHooks> CastingHooks::Attach(Module& root,
                                                    Options options) {
   std::unique_ptr<CastingHooks> hooks(new CastingHooks(options));
   CastingHooks* self = hooks.get();
-  root.Visit([self](Module& module) {
+  std::vector<const Module*> tree_order;
+  root.Visit([self, &tree_order](Module& module) {
     if (module.weights().empty()) return;
+    tree_order.push_back(&module);
     self->attached_.emplace_back(
         &module, module.AddPreForwardHook(
                      [self](const Module& m, ForwardContext& context) {
@@ -21,6 +33,10 @@ std::unique_ptr<CastingHooks> CastingHooks::Attach(Module& root,
                        self->PostForward(m, context);
                      }));
   });
+  {
+    absl::MutexLock lock(&self->order_mu_);
+    SetOrder(std::move(tree_order), self->order_, self->position_);
+  }
   if (options.prefetch) {
     self->prefetch_thread_ = std::thread([self] { self->PrefetchLoop(); });
   }
@@ -61,7 +77,8 @@ PrefetchCounts CastingHooks::prefetch_counts() const {
 void CastingHooks::PreForward(const Module& module, ForwardContext& context) {
   if (options_.prefetch) {
     ClaimPrefetch(module);
-    if (const Module* next = LearnOrderAndGetNext(module)) {
+    const Module* next = LearnOrderAndGetNext(module);
+    if (next != nullptr && !AllComputeCopiesExist(*next)) {
       for (const auto& [name, weight] : next->weights()) {
         weight->AdviseWillNeed();
       }
@@ -77,10 +94,28 @@ void CastingHooks::PostForward(const Module& module, ForwardContext& context) {
   context.Release(&module);
 }
 
+void CastingHooks::SetOrder(
+    std::vector<const Module*> modules, std::vector<const Module*>& order,
+    std::unordered_map<const Module*, size_t>& position) {
+  order = std::move(modules);
+  position.clear();
+  for (size_t i = 0; i < order.size(); ++i) position.emplace(order[i], i);
+}
+
 const Module* CastingHooks::LearnOrderAndGetNext(const Module& module) {
   absl::MutexLock lock(&order_mu_);
-  auto [it, inserted] = position_.emplace(&module, order_.size());
-  if (inserted) order_.push_back(&module);
+  if (!order_learned_ &&
+      learned_position_.emplace(&module, learned_.size()).second) {
+    learned_.push_back(&module);
+    if (learned_.size() == order_.size()) {
+      SetOrder(std::move(learned_), order_, position_);
+      learned_.clear();
+      learned_position_.clear();
+      order_learned_ = true;
+    }
+  }
+  auto it = position_.find(&module);
+  if (it == position_.end()) return nullptr;
   const size_t next = it->second + 1;
   return next < order_.size() ? order_[next] : nullptr;
 }

@@ -9,9 +9,12 @@
 // With prefetch, the pre-hook of module i also hints the weights of the
 // module that runs next (madvise WILLNEED at once, then decoding the compute
 // copies on a background thread), so at most two modules' compute copies are
-// live at a time. The execution order is learned on the first forward (the
-// order in which pre-hooks first fire); the first forward prefetches
-// nothing.
+// live at a time. Until every module has run once, "next" follows the tree's
+// order (modules are added in the order their forward calls them, so the
+// first forward, which for a lazily loaded model does all the decoding, is
+// prefetched too); from then on it follows the order in which the modules
+// first ran. A module whose compute copies all exist (cached copies after
+// their first use) is not prefetched.
 //
 // Destroying the object (or Remove) detaches every hook and drops the
 // compute copies prefetched for a forward that never used them. The model
@@ -64,7 +67,8 @@ class CastingHooks {
   // copies. Idempotent.
   void Remove();
 
-  // Modules with weights in the order their first forward ran them.
+  // Modules with weights in the order prefetch assumes: the tree's until
+  // every module ran once, then the order they first ran in.
   std::vector<const Module*> execution_order() const;
   // Prefetches started so far (each one module's weights).
   int64_t prefetches_started() const;
@@ -76,9 +80,13 @@ class CastingHooks {
   void PreForward(const Module& module, ForwardContext& context);
   void PostForward(const Module& module, ForwardContext& context);
 
-  // Records `module` in the execution order; returns the module after it,
-  // if the order knows one.
+  // Records `module` in the learned order; returns the module after it, if
+  // the order knows one.
   const Module* LearnOrderAndGetNext(const Module& module);
+  // Sets `order` and `position` to `modules`.
+  static void SetOrder(std::vector<const Module*> modules,
+                       std::vector<const Module*>& order,
+                       std::unordered_map<const Module*, size_t>& position);
   // Queues the prefetch of `module`'s weights.
   void SchedulePrefetch(const Module& module);
   // Called before `module` acquires: it no longer wants a prefetch, and
@@ -91,9 +99,15 @@ class CastingHooks {
   std::vector<std::pair<Module*, int>> attached_;  // Module, hook id.
 
   mutable absl::Mutex order_mu_;
+  // The order prefetch follows.
   std::vector<const Module*> order_ ABSL_GUARDED_BY(order_mu_);
   std::unordered_map<const Module*, size_t> position_
       ABSL_GUARDED_BY(order_mu_);
+  // The order in which modules first ran, while some have not.
+  std::vector<const Module*> learned_ ABSL_GUARDED_BY(order_mu_);
+  std::unordered_map<const Module*, size_t> learned_position_
+      ABSL_GUARDED_BY(order_mu_);
+  bool order_learned_ ABSL_GUARDED_BY(order_mu_) = false;
 
   mutable absl::Mutex prefetch_mu_;
   std::deque<const Module*> pending_ ABSL_GUARDED_BY(prefetch_mu_);

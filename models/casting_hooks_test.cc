@@ -35,12 +35,21 @@ class Chain : public Module {
   }
   at::Tensor Forward(ForwardContext& context, at::Tensor x) const {
     ModuleCall call(*this, context);
-    for (const Linear* layer : layers_) x = layer->Forward(context, x);
+    if (reversed_) {
+      for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+        x = (*it)->Forward(context, x);
+      }
+    } else {
+      for (const Linear* layer : layers_) x = layer->Forward(context, x);
+    }
     return x;
   }
+  // Runs the layers last to first: an execution order unlike the tree's.
+  void set_reversed(bool reversed) { reversed_ = reversed; }
 
  private:
   std::vector<Linear*> layers_;
+  bool reversed_ = false;
 };
 
 class CastingHooksTest : public ::testing::Test {
@@ -174,11 +183,12 @@ TEST_F(CastingHooksTest, PrefetchLearnsOrderAndHoldsAtMostTwoLayers) {
   for (int i = 0; i < kLayers; ++i) {
     EXPECT_EQ(order[i]->name(), "layers." + std::to_string(i));
   }
-  // The first forward learns; the next two prefetch layers 1..N-1.
-  EXPECT_EQ(hooks->prefetches_started(), 2 * (kLayers - 1));
+  // Every forward, the first one too (in the tree's order), prefetches
+  // layers 1..N-1.
+  EXPECT_EQ(hooks->prefetches_started(), 3 * (kLayers - 1));
   // Each prefetched layer was claimed by its forward, ready or not.
   const PrefetchCounts counts = hooks->prefetch_counts();
-  EXPECT_EQ(counts.hits + counts.misses, 2 * (kLayers - 1));
+  EXPECT_EQ(counts.hits + counts.misses, 3 * (kLayers - 1));
   EXPECT_GT(counts.hits, 0) << "20 ms layers leave the prefetch thread time";
   for (size_t i = 0; i < holding.size(); ++i) {
     EXPECT_EQ(holding[i], 1);
@@ -186,6 +196,55 @@ TEST_F(CastingHooksTest, PrefetchLearnsOrderAndHoldsAtMostTwoLayers) {
   }
   hooks.reset();
   EXPECT_EQ(TransientBytes(*chain), 0);
+}
+
+TEST_F(CastingHooksTest, PrefetchFollowsTheTreeUntilItLearnsTheRealOrder) {
+  auto chain = MakeChain(casting::ComputeCopyPolicy::kTransient);
+  chain->set_reversed(true);
+  CastingHooks::Options options;
+  options.prefetch = true;
+  auto hooks = CastingHooks::Attach(*chain, options);
+  ASSERT_EQ(hooks->execution_order().size(), static_cast<size_t>(kLayers));
+  EXPECT_EQ(hooks->execution_order().front()->name(), "layers.0");
+  at::Tensor reference = input_;
+  for (auto it = weights_.rbegin(); it != weights_.rend(); ++it) {
+    reference = at::matmul(reference, it->t());
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    ForwardContext context;
+    EXPECT_LT(
+        test_util::RelativeMaxError(chain->Forward(context, input_), reference),
+        1e-5);
+  }
+  const std::vector<const Module*> order = hooks->execution_order();
+  ASSERT_EQ(order.size(), static_cast<size_t>(kLayers));
+  for (int i = 0; i < kLayers; ++i) {
+    EXPECT_EQ(order[i]->name(), "layers." + std::to_string(kLayers - 1 - i));
+  }
+  hooks.reset();
+  EXPECT_EQ(TransientBytes(*chain), 0) << "wrong-order prefetches dropped";
+}
+
+TEST_F(CastingHooksTest, PrefetchOverlapsTheLazyUpcastOfTheFirstForwardOnly) {
+  auto chain = MakeChain(casting::ComputeCopyPolicy::kCached);
+  CastingHooks::Options options;
+  options.prefetch = true;
+  auto hooks = CastingHooks::Attach(*chain, options);
+  for (int pass = 0; pass < 3; ++pass) {
+    ForwardContext context;
+    EXPECT_LT(test_util::RelativeMaxError(chain->Forward(context, input_),
+                                          Reference()),
+              1e-5);
+    // The first forward schedules layers 1..N-1 (each claimed by its layer,
+    // ready or not); cached copies exist after it: nothing left to fetch.
+    const PrefetchCounts counts = hooks->prefetch_counts();
+    EXPECT_EQ(counts.hits + counts.misses, kLayers - 1) << "pass " << pass;
+  }
+  chain->Visit([](Module& module) {
+    for (const auto& [name, weight] : module.weights()) {
+      EXPECT_EQ(weight->compute_builds(), 1) << module.name();
+    }
+  });
 }
 
 TEST_F(CastingHooksTest, PrefetchPeakIsAtMostTwoLayers) {

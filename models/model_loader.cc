@@ -155,7 +155,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
                         absl::StrCat(folder, " as ", model_type, ": ",
                                      model.status().message()));
   }
-  if (options.compute_copy != casting::ComputeCopyPolicy::kTransient) {
+  if (options.compute_copy != casting::ComputeCopyPolicy::kTransient &&
+      !options.prefetch) {
     return model;
   }
   CastingHooks::Options hook_options;

@@ -59,8 +59,9 @@ absl::StatusOr<std::unique_ptr<casting::Checkpoint>> OpenHfCheckpoint(
 // Loads `folder` as a Model under `options`. `architecture_override`, if not
 // empty, replaces config.json's model_type. An unknown architecture is
 // InvalidArgument listing the registered ones. With transient compute copies
-// the model comes with casting hooks attached (and prefetch if
-// options.prefetch), so that only the running module holds compute copies.
+// or options.prefetch the model comes with casting hooks attached (prefetch
+// if options.prefetch), so that only the running module holds transient
+// compute copies and the next module's are decoded while it runs.
 absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
     const std::string& folder, const WeightPolicyOptions& options,
     absl::string_view architecture_override = "");

@@ -32,9 +32,10 @@ struct WeightPolicyOptions {
   std::optional<casting::CastingPolicy> casting;
   // Make resident copies at load instead of at first use.
   bool eager = false;
-  // With transient compute copies: while module i runs, read and decode the
-  // weights of the module that runs after it on a background thread
-  // (casting_hooks.h). Ignored with cached copies.
+  // While module i runs, read and decode the weights of the module that
+  // runs after it on a background thread (casting_hooks.h). With transient
+  // copies on every forward; with cached copies this overlaps the first
+  // forward's decoding (the lazy upcast) with its compute.
   bool prefetch = false;
   casting::CodecOptions codec;
 };
