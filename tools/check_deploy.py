@@ -1,0 +1,673 @@
+#!/usr/bin/env python3
+"""Offline checks of deploy/: what a cluster and a Docker engine would reject.
+
+- Kubernetes: each overlay of deploy/kubernetes/overlays is rendered with
+  `kubectl kustomize` and every object it renders is validated: Kubernetes'
+  own kinds against the OpenAPI schemas bundled by kubernetes-validate
+  (strict: an unknown field is an error), for the oldest and the newest
+  Kubernetes version we support; custom resources (ServiceMonitor, KServe)
+  against the JSON Schemas in deploy/schemas. A kind with no schema is an
+  error, not a skip. Then what schemas cannot see: probes and ports agree
+  with the daemon's flags, the termination grace covers preStop and the
+  daemon's drain, the memory budget fits the limit, every model of the
+  ConfigMap is mounted with its checkpoint folder, the selectors of the
+  Service, PodDisruptionBudget and ServiceMonitor match the pods, and the
+  HorizontalPodAutoscaler's metric is one the Prometheus adapter serves.
+- KServe (deploy/kserve): schemas, and the InferenceService asks for what
+  the ClusterServingRuntime offers (format, protocol, h2c port).
+- The Prometheus adapter's rules (schema) and Prometheus's configuration
+  (`promtool check config`).
+- deploy/Dockerfile: hadolint; the builder stage builds with the README's
+  scripts; the runtime stage runs as non-root, exposes the ports, has a
+  healthcheck, and installs the Debian package of every shared library the
+  given binaries load (readelf, ldd, dpkg -S).
+
+Usage (tools/check_deploy.sh fetches the tools and runs this):
+  check_deploy.py --kubectl PATH --hadolint PATH [--promtool PATH]
+                  [--root DIR] [--binary PATH]...
+Prints one `ok:` line per check passed, one `error:` line per problem;
+exits 0 when all pass, 1 on problems, 2 when a tool is missing.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import jsonschema
+import kubernetes_validate
+import referencing
+import referencing.jsonschema
+import yaml
+
+# The oldest Kubernetes these manifests support (gRPC probes are GA in 1.27)
+# and the newest whose schemas kubernetes-validate bundles.
+KUBERNETES_VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
+
+# Custom resources: (apiVersion, kind) -> schema file in deploy/schemas.
+CRD_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor.json",
+    ("serving.kserve.io/v1alpha1", "ClusterServingRuntime"):
+        "clusterservingruntime.json",
+    ("serving.kserve.io/v1beta1", "InferenceService"):
+        "inferenceservice.json",
+}
+ADAPTER_SCHEMA = "prometheus-adapter-config.json"
+DEFINITIONS_URI = "/api/_definitions.json"
+
+# Every overlay renders exactly these kinds.
+OVERLAY_KINDS = {"ConfigMap", "Deployment", "HorizontalPodAutoscaler",
+                 "PersistentVolumeClaim", "PodDisruptionBudget", "Service",
+                 "ServiceMonitor"}
+
+# Packages every debian:12 image has: the C library and libgcc, which the
+# Essential packages (coreutils, dpkg, ...) depend on.
+BASE_IMAGE_PACKAGES = {"libc6", "libgcc-s1"}
+
+
+class ToolMissing(Exception):
+    pass
+
+
+class Report:
+    """Collects `ok:` and `error:` lines."""
+
+    def __init__(self, out=sys.stdout):
+        self.errors = []
+        self.out = out
+
+    def ok(self, message):
+        print(f"ok: {message}", file=self.out)
+
+    def error(self, message):
+        self.errors.append(message)
+        print(f"error: {message}", file=self.out)
+
+    def check(self, what, problems):
+        """Reports `problems` (strings) or one ok line for `what`."""
+        for problem in problems:
+            self.error(f"{what}: {problem}")
+        if not problems:
+            self.ok(what)
+        return not problems
+
+
+def require_tool(path, name):
+    resolved = shutil.which(path) if path else None
+    if not resolved:
+        raise ToolMissing(f"{name} not found at {path!r} "
+                          f"(tools/fetch_deploy_tools.sh fetches it)")
+    return resolved
+
+
+def run(command, **kwargs):
+    return subprocess.run(command, capture_output=True, text=True,
+                          timeout=300, **kwargs)
+
+
+# --- Schemas -----------------------------------------------------------------
+
+def object_name(obj):
+    metadata = obj.get("metadata") or {}
+    return f"{obj.get('kind', '?')}/{metadata.get('name', '?')}"
+
+
+def error_path(error):
+    return ".".join(str(part) for part in error.absolute_path) or "(top)"
+
+
+class SchemaValidator:
+    """Validates Kubernetes objects: built-in kinds with kubernetes-validate,
+    custom resources with deploy/schemas (embedded core types resolved to
+    kubernetes-validate's strict definitions of the oldest version)."""
+
+    def __init__(self, schema_dir, versions=KUBERNETES_VERSIONS):
+        self.schema_dir = schema_dir
+        self.versions = versions
+        definitions = self._strict_definitions(versions[0])
+        resource = referencing.jsonschema.DRAFT202012.create_resource(
+            definitions)
+        self.registry = referencing.Registry().with_resources(
+            [(DEFINITIONS_URI, resource), (definitions["$id"], resource)])
+        self.crd_validators = {
+            key: self._validator(file) for key, file in CRD_SCHEMAS.items()}
+
+    @staticmethod
+    def _strict_definitions(version):
+        base = os.path.join(os.path.dirname(kubernetes_validate.__file__),
+                            "kubernetes-json-schema")
+        path = os.path.join(base, f"v{version}-local-strict",
+                            "_definitions.json")
+        with open(path) as f:
+            return json.load(f)
+
+    def _validator(self, file):
+        with open(os.path.join(self.schema_dir, file)) as f:
+            schema = json.load(f)
+        jsonschema.Draft202012Validator.check_schema(schema)
+        return jsonschema.Draft202012Validator(schema, registry=self.registry)
+
+    def validate_document(self, document, file):
+        """Errors of a non-Kubernetes document (the adapter's config)."""
+        validator = self._validator(file)
+        return [f"{error_path(e)}: {e.message}"
+                for e in sorted(validator.iter_errors(document),
+                                key=lambda e: list(e.absolute_path))]
+
+    def errors(self, obj):
+        """Problems of one object, each prefixed with Kind/name."""
+        name = object_name(obj)
+        if not isinstance(obj, dict) or "apiVersion" not in obj \
+                or "kind" not in obj:
+            return [f"{name}: not a Kubernetes object (apiVersion and kind)"]
+        key = (obj["apiVersion"], obj["kind"])
+        if key in self.crd_validators:
+            return [f"{name}: {error_path(e)}: {e.message}"
+                    for e in sorted(self.crd_validators[key].iter_errors(obj),
+                                    key=lambda e: list(e.absolute_path))]
+        problems = []
+        for version in self.versions:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.SchemaNotFoundError:
+                return [f"{name}: no schema for {obj['apiVersion']} "
+                        f"{obj['kind']} (Kubernetes {version}); add one to "
+                        f"deploy/schemas and CRD_SCHEMAS"]
+            except kubernetes_validate.ValidationError as e:
+                problems.append(f"{name}: {error_path(e)}: {e.message} "
+                                f"(Kubernetes {version})")
+        return problems
+
+
+# --- Rendering -----------------------------------------------------------------
+
+def load_documents(text, source):
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        raise ValueError(f"{source}: not YAML: {e}") from e
+
+
+def render_overlay(kubectl, overlay_dir):
+    """The objects `kubectl kustomize` renders; ValueError when it fails."""
+    result = run([kubectl, "kustomize", overlay_dir])
+    if result.returncode != 0:
+        raise ValueError(f"kubectl kustomize {overlay_dir} failed: "
+                         f"{result.stderr.strip()}")
+    return load_documents(result.stdout, overlay_dir)
+
+
+def load_file_objects(path):
+    with open(path) as f:
+        return load_documents(f.read(), path)
+
+
+# --- What the schemas cannot see ------------------------------------------------
+
+def parse_flags(args):
+    flags = {}
+    for arg in args or []:
+        match = re.fullmatch(r"--([a-z0-9-]+)=(.*)", arg)
+        if match:
+            flags[match.group(1)] = match.group(2)
+    return flags
+
+
+BYTE_UNITS = {"": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
+              "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+              "k": 10**3, "M": 10**6, "G": 10**9}
+
+
+def parse_bytes(text):
+    match = re.fullmatch(r"([0-9]+)([A-Za-z]*)", str(text))
+    if not match or match.group(2) not in BYTE_UNITS:
+        raise ValueError(f"not a byte quantity: {text!r}")
+    return int(match.group(1)) * BYTE_UNITS[match.group(2)]
+
+
+def by_kind(objects, kind):
+    return [o for o in objects if o.get("kind") == kind]
+
+
+def labels_match(selector, labels):
+    wanted = (selector or {}).get("matchLabels", selector or {})
+    return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
+
+
+def checkpoint_path(config_text):
+    match = re.search(r'checkpoint\s*\{[^}]*path:\s*"([^"]+)"', config_text)
+    return match.group(1) if match else None
+
+
+def probe_problems(container, grpc_port):
+    problems = []
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        spec = container.get(probe)
+        if not spec:
+            problems.append(f"no {probe}")
+        elif (spec.get("grpc") or {}).get("port") != grpc_port:
+            problems.append(f"{probe} is not a gRPC health probe on "
+                            f"--grpc-port {grpc_port}")
+    return problems
+
+
+def termination_problems(pod, container, shutdown_grace):
+    problems = []
+    pre_stop = (container.get("lifecycle") or {}).get("preStop") or {}
+    command = (pre_stop.get("exec") or {}).get("command") or []
+    pre_stop_seconds = (int(command[1]) if len(command) == 2
+                        and command[0] == "sleep" else 0)
+    grace = pod.get("terminationGracePeriodSeconds", 30)
+    if grace <= pre_stop_seconds + shutdown_grace:
+        problems.append(
+            f"terminationGracePeriodSeconds {grace} must exceed preStop "
+            f"{pre_stop_seconds} s + --shutdown-grace-seconds "
+            f"{shutdown_grace} s, or in-flight calls are killed")
+    liveness = container.get("livenessProbe") or {}
+    window = (liveness.get("periodSeconds", 10)
+              * liveness.get("failureThreshold", 3))
+    if window <= shutdown_grace:
+        problems.append(f"livenessProbe fails after {window} s, within the "
+                        f"{shutdown_grace} s drain")
+    return problems
+
+
+def memory_problems(container, flags):
+    resources = container.get("resources") or {}
+    request = (resources.get("requests") or {}).get("memory")
+    limit = (resources.get("limits") or {}).get("memory")
+    if not limit:
+        return ["no memory limit"]
+    problems = []
+    if request != limit:
+        problems.append(f"memory request {request} != limit {limit}")
+    budget = flags.get("memory-budget-bytes")
+    if budget is None:
+        problems.append("no --memory-budget-bytes")
+    elif parse_bytes(budget) >= parse_bytes(limit):
+        problems.append(f"--memory-budget-bytes={budget} leaves no room "
+                        f"under the {limit} limit for the daemon itself")
+    return problems
+
+
+def model_mount_problems(pod, container, repository, config_maps):
+    """Every <model>.config.pbtxt of the mounted ConfigMap is mounted at
+    <repository>/<model>/config.pbtxt with its checkpoint folder beside."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+    problems = []
+    for volume in volumes.values():
+        if "configMap" not in volume:
+            continue
+        name = volume["configMap"]["name"]
+        if name not in config_maps:
+            problems.append(f"volume {volume['name']}: no ConfigMap {name}")
+            continue
+        for key, text in config_maps[name].get("data", {}).items():
+            model = key[:-len(".config.pbtxt")]
+            config_at = f"{repository}/{model}/config.pbtxt"
+            mount = mounts.get(config_at)
+            if not mount or mount.get("subPath") != key \
+                    or mount["name"] != volume["name"]:
+                problems.append(f"{key} is not mounted at {config_at}")
+            checkpoint = checkpoint_path(text)
+            if checkpoint is None:
+                problems.append(f"{key}: no checkpoint {{ path: ... }}")
+            elif f"{repository}/{model}/{checkpoint}" not in mounts:
+                problems.append(f"model {model}: nothing mounted at its "
+                                f"checkpoint {repository}/{model}/"
+                                f"{checkpoint}")
+    for path, mount in mounts.items():
+        if mount["name"] not in volumes:
+            problems.append(f"mount {path}: no volume {mount['name']}")
+    return problems
+
+
+def deployment_problems(objects):
+    deployments = by_kind(objects, "Deployment")
+    if len(deployments) != 1:
+        return [f"{len(deployments)} Deployments, expected 1"], None
+    deployment = deployments[0]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    flags = parse_flags(container.get("args"))
+    problems = []
+    for flag in ("model-repository", "grpc-port", "metrics-port",
+                 "shutdown-grace-seconds"):
+        if flag not in flags:
+            problems.append(f"no --{flag}")
+    if problems:
+        return problems, None
+    grpc_port, metrics_port = int(flags["grpc-port"]), int(
+        flags["metrics-port"])
+    ports = {p.get("name"): p["containerPort"]
+             for p in container.get("ports", [])}
+    if ports != {"grpc": grpc_port, "metrics": metrics_port}:
+        problems.append(f"container ports {ports} do not name --grpc-port "
+                        f"{grpc_port} (grpc) and --metrics-port "
+                        f"{metrics_port} (metrics)")
+    if ":" not in container["image"].rsplit("/", 1)[-1] \
+            and "@" not in container["image"]:
+        problems.append(f"image {container['image']!r} has no tag")
+    problems += probe_problems(container, grpc_port)
+    problems += termination_problems(pod, container,
+                                     int(flags["shutdown-grace-seconds"]))
+    problems += memory_problems(container, flags)
+    config_maps = {c["metadata"]["name"]: c
+                   for c in by_kind(objects, "ConfigMap")}
+    problems += model_mount_problems(pod, container,
+                                     flags["model-repository"], config_maps)
+    if not labels_match(deployment["spec"]["selector"],
+                        deployment["spec"]["template"]["metadata"]["labels"]):
+        problems.append("selector does not match the pod labels")
+    return problems, deployment
+
+
+def service_problems(objects, deployment):
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    port_names = {p.get("name") for p in container.get("ports", [])}
+    problems = []
+    services = by_kind(objects, "Service")
+    for service in services:
+        name = service["metadata"]["name"]
+        if not labels_match(service["spec"].get("selector"), pod_labels):
+            problems.append(f"Service {name} does not select the pods")
+        for port in service["spec"]["ports"]:
+            if not port.get("name"):
+                problems.append(f"Service {name}: unnamed port")
+            if port.get("targetPort") not in port_names:
+                problems.append(f"Service {name}: targetPort "
+                                f"{port.get('targetPort')!r} is not a "
+                                f"container port name")
+            if port.get("name") == "grpc" \
+                    and port.get("appProtocol") != "kubernetes.io/h2c":
+                problems.append(f"Service {name}: gRPC port without "
+                                f"appProtocol kubernetes.io/h2c")
+    for pdb in by_kind(objects, "PodDisruptionBudget"):
+        if not labels_match(pdb["spec"].get("selector"), pod_labels):
+            problems.append("PodDisruptionBudget does not select the pods")
+    for monitor in by_kind(objects, "ServiceMonitor"):
+        scraped = [s for s in services
+                   if labels_match(monitor["spec"]["selector"],
+                                   s["metadata"].get("labels", {}))]
+        scraped_ports = {p.get("name") for s in scraped
+                         for p in s["spec"]["ports"]}
+        for endpoint in monitor["spec"].get("endpoints", []):
+            if endpoint.get("port") not in scraped_ports:
+                problems.append(f"ServiceMonitor endpoint port "
+                                f"{endpoint.get('port')!r} is not a port of "
+                                f"the Services it selects")
+    return problems
+
+
+def adapter_metric_names(adapter_config):
+    return {(rule.get("name") or {}).get("as") for rule in
+            adapter_config.get("rules", [])}
+
+
+def autoscaler_problems(objects, deployment, adapter_config):
+    problems = []
+    for hpa in by_kind(objects, "HorizontalPodAutoscaler"):
+        target = hpa["spec"]["scaleTargetRef"]
+        if (target["kind"], target["name"]) != (
+                "Deployment", deployment["metadata"]["name"]):
+            problems.append(f"scaleTargetRef {target['kind']}/"
+                            f"{target['name']} is not the Deployment")
+        for metric in hpa["spec"].get("metrics", []):
+            if metric["type"] != "Pods":
+                continue
+            name = metric["pods"]["metric"]["name"]
+            if name not in adapter_metric_names(adapter_config):
+                problems.append(f"pods metric {name!r} is not served by the "
+                                f"Prometheus adapter's rules")
+    return problems
+
+
+def overlay_problems(objects, adapter_config):
+    kinds = {o.get("kind") for o in objects}
+    if kinds != OVERLAY_KINDS:
+        return [f"renders kinds {sorted(kinds)}, expected "
+                f"{sorted(OVERLAY_KINDS)}"]
+    problems, deployment = deployment_problems(objects)
+    if deployment is not None:
+        problems += service_problems(objects, deployment)
+        problems += autoscaler_problems(objects, deployment, adapter_config)
+    return problems
+
+
+def kserve_problems(objects):
+    runtimes = {o["metadata"]["name"]: o
+                for o in by_kind(objects, "ClusterServingRuntime")}
+    services = by_kind(objects, "InferenceService")
+    if not runtimes or not services:
+        return ["expected a ClusterServingRuntime and an InferenceService"]
+    problems = []
+    for runtime in runtimes.values():
+        container = runtime["spec"]["containers"][0]
+        flags = parse_flags(container.get("args"))
+        ports = {p.get("name"): p["containerPort"]
+                 for p in container.get("ports", [])}
+        if str(ports.get("h2c")) != flags.get("grpc-port"):
+            problems.append(f"runtime {runtime['metadata']['name']}: no port "
+                            f"named h2c on --grpc-port")
+        annotations = runtime["spec"].get("annotations", {})
+        if annotations.get("prometheus.kserve.io/port") \
+                != flags.get("metrics-port"):
+            problems.append("prometheus.kserve.io/port is not --metrics-port")
+    for service in services:
+        model = service["spec"]["predictor"]["model"]
+        runtime = runtimes.get(model.get("runtime"))
+        if runtime is None:
+            problems.append(f"InferenceService {service['metadata']['name']}:"
+                            f" no runtime {model.get('runtime')!r}")
+            continue
+        formats = {f["name"] for f in
+                   runtime["spec"].get("supportedModelFormats", [])}
+        if model["modelFormat"]["name"] not in formats:
+            problems.append(f"model format {model['modelFormat']['name']!r}"
+                            f" is not one the runtime supports")
+        if model.get("protocolVersion") not in runtime["spec"].get(
+                "protocolVersions", []):
+            problems.append(f"protocol {model.get('protocolVersion')!r} is "
+                            f"not one the runtime declares")
+    return problems
+
+
+# --- Dockerfile ------------------------------------------------------------------
+
+def dockerfile_stages(text):
+    """{stage name: [instruction lines]} with continuations joined."""
+    joined = re.sub(r"\\\n", " ", text)
+    stages, current = {}, None
+    for line in joined.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"FROM\s+\S+(?:\s+AS\s+(\S+))?", line, re.I)
+        if match:
+            current = match.group(1) or f"stage{len(stages)}"
+            stages[current] = []
+        elif current is not None:
+            stages[current].append(line)
+    return stages
+
+
+def runtime_packages(instructions):
+    packages = set()
+    for line in instructions:
+        for body in re.findall(r"packages\+?=\(([^)]*)\)", line):
+            packages.update(body.split())
+    return packages
+
+
+def needed_packages(binary):
+    """{library soname: Debian package} for the ELF NEEDED entries."""
+    readelf = run(["readelf", "-d", binary])
+    if readelf.returncode != 0:
+        raise ValueError(f"readelf -d {binary}: {readelf.stderr.strip()}")
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]",
+                        readelf.stdout)
+    ldd = run(["ldd", binary]).stdout
+    paths = dict(re.findall(r"^\s*(\S+) => (/\S+)", ldd, re.M))
+    # The dynamic loader has no "=>": /lib64/ld-linux-x86-64.so.2 (0x...).
+    paths.update((os.path.basename(path), path) for path in
+                 re.findall(r"^\s*(/\S+) \(0x", ldd, re.M))
+    missing = [soname for soname in needed if soname not in paths]
+    if missing:
+        raise ValueError(f"{binary}: ldd finds no {', '.join(missing)}")
+    # dpkg knows usrmerge'd libraries by their /lib path, others by /usr/lib.
+    real = {soname: os.path.realpath(paths[soname]) for soname in needed}
+    candidates = set(real.values()) | {
+        path.replace("/usr/lib/", "/lib/", 1) for path in real.values()}
+    owners = {}
+    output = run(["dpkg", "-S", *sorted(candidates)]).stdout
+    for line in output.splitlines():
+        package, _, path = line.partition(": ")
+        owners[path.replace("/lib/", "/usr/lib/", 1)
+               if path.startswith("/lib/") else path] = package.split(":")[0]
+    result = {}
+    for soname, path in real.items():
+        if path not in owners:
+            raise ValueError(f"{binary}: no Debian package owns {path} "
+                             f"({soname})")
+        result[soname] = owners[path]
+    return result
+
+
+def dockerfile_problems(root, hadolint, binaries):
+    dockerfile = os.path.join(root, "deploy", "Dockerfile")
+    problems = []
+    lint = run([hadolint, "--config",
+                os.path.join(root, "deploy", ".hadolint.yaml"), dockerfile])
+    if lint.returncode != 0:
+        problems.append(f"hadolint:\n{lint.stdout}{lint.stderr}".rstrip())
+    with open(dockerfile) as f:
+        stages = dockerfile_stages(f.read())
+    if set(stages) != {"builder", "runtime"} or list(stages)[-1] != "runtime":
+        return problems + [f"stages {list(stages)}, expected builder then "
+                           f"runtime"]
+    builder = " ".join(stages["builder"])
+    for script in ("./tools/install_deps.sh", "./tools/build_release.sh"):
+        if not re.search(r"RUN\b.*" + re.escape(script), builder):
+            problems.append(f"the builder stage does not run {script}")
+    with open(os.path.join(root, "tools", "run_server.sh")) as f:
+        if "./tools/build_release.sh" not in f.read():
+            problems.append("tools/run_server.sh does not build with "
+                            "tools/build_release.sh")
+    runtime = stages["runtime"]
+    users = [line.split()[1] for line in runtime if line.startswith("USER")]
+    if not users or users[-1].split(":")[0] in ("root", "0"):
+        problems.append("the runtime stage runs as root")
+    exposed = {p for line in runtime if line.startswith("EXPOSE")
+               for p in line.split()[1:]}
+    if not {"8001", "8002"} <= exposed:
+        problems.append(f"EXPOSE {sorted(exposed)} lacks 8001 and 8002")
+    if not any(line.startswith("HEALTHCHECK CMD") or
+               line.startswith("HEALTHCHECK --") for line in runtime):
+        problems.append("no HEALTHCHECK")
+    if not any(line.startswith("VOLUME") and "/models" in line
+               for line in runtime):
+        problems.append("no VOLUME for /models")
+    installed = runtime_packages(runtime)
+    for binary in binaries:
+        for soname, package in sorted(needed_packages(binary).items()):
+            if package not in installed | BASE_IMAGE_PACKAGES:
+                problems.append(f"{os.path.basename(binary)} needs {soname} "
+                                f"from {package}, which the runtime stage "
+                                f"does not install")
+    return problems
+
+
+# --- Main ---------------------------------------------------------------------------
+
+def check_all(root, kubectl, hadolint, promtool, binaries, report):
+    deploy = os.path.join(root, "deploy")
+    validator = SchemaValidator(os.path.join(deploy, "schemas"))
+
+    adapter_path = os.path.join(deploy, "kubernetes", "prometheus-adapter",
+                                "config.yaml")
+    adapter_config = load_file_objects(adapter_path)[0]
+    report.check("prometheus-adapter config.yaml (schema)",
+                 validator.validate_document(adapter_config, ADAPTER_SCHEMA))
+
+    overlays_dir = os.path.join(deploy, "kubernetes", "overlays")
+    overlays = sorted(os.listdir(overlays_dir))
+    if not overlays:
+        report.error(f"no overlays in {overlays_dir}")
+    for overlay in overlays:
+        where = f"overlay {overlay}"
+        try:
+            objects = render_overlay(kubectl,
+                                     os.path.join(overlays_dir, overlay))
+        except ValueError as e:
+            report.error(f"{where}: {e}")
+            continue
+        problems = [p for o in objects for p in validator.errors(o)]
+        report.check(f"{where}: {len(objects)} objects valid for Kubernetes "
+                     f"{' and '.join(KUBERNETES_VERSIONS)} "
+                     f"({', '.join(sorted(object_name(o) for o in objects))})",
+                     problems)
+        if not problems:
+            report.check(f"{where}: probes, ports, termination, memory, "
+                         f"model mounts, selectors, autoscaling agree",
+                         overlay_problems(objects, adapter_config))
+
+    kserve_dir = os.path.join(deploy, "kserve")
+    objects = [o for name in sorted(os.listdir(kserve_dir))
+               if name.endswith(".yaml")
+               for o in load_file_objects(os.path.join(kserve_dir, name))]
+    problems = [p for o in objects for p in validator.errors(o)]
+    report.check(f"kserve: {len(objects)} objects valid "
+                 f"({', '.join(object_name(o) for o in objects)})", problems)
+    if not problems:
+        report.check("kserve: the InferenceService asks for what the "
+                     "runtime offers", kserve_problems(objects))
+
+    result = run([promtool, "check", "config",
+                  os.path.join(deploy, "prometheus", "prometheus.yml")])
+    report.check("promtool check config deploy/prometheus/prometheus.yml",
+                 [] if result.returncode == 0 else
+                 [(result.stdout + result.stderr).strip()])
+
+    report.check(f"deploy/Dockerfile (hadolint, build scripts, runtime "
+                 f"packages for {len(binaries)} binaries)",
+                 dockerfile_problems(root, hadolint, binaries))
+    return not report.errors
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", default=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), ".."),
+        help="repository root (default: this script's)")
+    parser.add_argument("--kubectl", required=True)
+    parser.add_argument("--hadolint", required=True)
+    parser.add_argument("--promtool", default="promtool")
+    parser.add_argument("--binary", action="append", default=[],
+                        help="castserve or castserve-client, for the runtime "
+                             "stage's package check (repeatable)")
+    args = parser.parse_args(argv)
+    report = Report()
+    try:
+        kubectl = require_tool(args.kubectl, "kubectl")
+        hadolint = require_tool(args.hadolint, "hadolint")
+        promtool = require_tool(args.promtool, "promtool")
+        for binary in args.binary:
+            if not os.path.isfile(binary):
+                raise ToolMissing(f"binary {binary} does not exist")
+    except ToolMissing as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    passed = check_all(os.path.abspath(args.root), kubectl, hadolint,
+                       promtool, args.binary, report)
+    print(f"check_deploy: {'PASSED' if passed else 'FAILED'} "
+          f"({len(report.errors)} problems)")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
