@@ -23,9 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kDefaultPlatform[] = "castserve_torch";
-constexpr char kDefaultBackend[] = "castserve";
-
 absl::StatusOr<casting::ElementType> ComputeElementType(
     inference::ComputeDtype dtype) {
   switch (dtype) {

@@ -26,9 +26,6 @@ namespace {
 
 using ModelOrStatus = absl::StatusOr<std::shared_ptr<ServedModel>>;
 
-// What the config says when it leaves these empty (model_config.proto).
-constexpr char kDefaultPlatform[] = "castserve_torch";
-constexpr char kDefaultBackend[] = "castserve";
 // Requests of one stream in flight at once before reading pauses.
 constexpr size_t kMaxStreamRequestsInFlight = 64;
 

@@ -192,11 +192,9 @@ void ModelManagerImpl::LoadStartupModels() {
       }
       continue;
     }
-    absl::Status loaded = Load(entry.name, std::nullopt);
-    if (!loaded.ok()) {
-      Log(LogLevel::kError, "model failed to load",
-          {{"model", entry.name}, {"error", loaded.ToString()}});
-    }
+    // A failure is logged by Load and leaves the model UNAVAILABLE; the
+    // others still load.
+    (void)Load(entry.name, std::nullopt);
   }
 }
 

@@ -19,6 +19,11 @@
 
 namespace castserve {
 
+// The platform and backend reported (ModelMetadata, ModelConfig) for a
+// model whose config.pbtxt names none (model_config.proto).
+inline constexpr char kDefaultPlatform[] = "castserve_torch";
+inline constexpr char kDefaultBackend[] = "castserve";
+
 // One request, already converted from the wire and validated against the
 // signature. With max_batch_size > 0 every input carries the batch dimension
 // first (the same batch size for all inputs).
