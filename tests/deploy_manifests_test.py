@@ -27,6 +27,7 @@ DEPLOY_PYTHON.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -321,6 +322,42 @@ class DeployManifestsTest(unittest.TestCase):
             "deploy/prometheus/prometheus.yml",
             "    scrape_interval: 5s", "    scrape_interval: 5 seconds")])
         self.assertIn("error: promtool check config", output)
+
+    # --- The guide ------------------------------------------------------------
+
+    def test_guide_command_runs_the_tested_checker_with_the_tested_tools(self):
+        with open(os.path.join(self.good, "deploy", "README.md")) as f:
+            guide = f.read()
+        self.assertIn("```sh\n./tools/check_deploy.sh\n```", guide)
+        with open(os.path.join(self.good, "tools", "check_deploy.sh")) as f:
+            script = f.read()
+        with open(os.path.join(self.good, "tools", "test_all.sh")) as f:
+            test_all = f.read()
+        self.assertIn("./tools/fetch_deploy_tools.sh", script)
+        self.assertIn("./tools/fetch_deploy_tools.sh", test_all)
+        self.assertIn("exec .venv/bin/python tools/check_deploy.py", script)
+        # The script and tools/test_all.sh (this test's environment) name
+        # the same tools.
+        for variable, option in (("DEPLOY_PYTHON", None),
+                                 ("KUBECTL", "--kubectl"),
+                                 ("HADOLINT", "--hadolint")):
+            match = re.search(variable + r'="\$PWD/([^"]+)"', test_all)
+            self.assertIsNotNone(match, f"test_all.sh passes no {variable}")
+            if option is None:
+                self.assertIn(f"exec {match.group(1)} ", script)
+            else:
+                self.assertIn(f"{option}={match.group(1)}", script)
+
+    def test_guide_explains_every_alert(self):
+        with open(os.path.join(self.good, "deploy", "README.md")) as f:
+            alerts_section = f.read().split("## Alerts", 1)[1]
+        with open(os.path.join(self.good, "deploy", "prometheus",
+                               "castserve_alerts.yml")) as f:
+            alerts = re.findall(r"- alert:\s*(\S+)", f.read())
+        self.assertGreaterEqual(len(alerts), 7)
+        for alert in alerts:
+            self.assertRegex(alerts_section, rf"\| `{alert}` \(\w+\) \|",
+                             f"deploy/README.md does not explain {alert}")
 
     # --- Tools ---------------------------------------------------------------
 
