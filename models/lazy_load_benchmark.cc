@@ -1,0 +1,450 @@
+// Measures one way of loading a Hugging Face checkpoint folder, one process
+// per measurement (BENCHMARKS.md, experiments 2 and 4):
+//
+//   lazy_load_benchmark --model=DIR --mode=MODE [--tokens=16] [--forwards=2]
+//       [--json=PATH] [--spawn_time_ns=N] [--prefetch=1] [--threads=0]
+//
+// Modes (all compute in f32):
+//   eager             read everything at init and upcast it (resident f32);
+//   lazy_cached       mapped, each tensor decoded at first use and kept;
+//   mapped_transient  mapped, only the running module's f32 copies live
+//                     (casting hooks), prefetching the next module unless
+//                     --prefetch=0;
+//   decode_only       no model: reads every tensor (pass "read"), decodes it
+//                     from a resident bf16 buffer into a reused f32 buffer
+//                     (pass "decode"), and through Weight::Acquire with a
+//                     fresh transient copy each time (pass "acquire").
+//
+// Init is timed from process start: --spawn_time_ns (CLOCK_REALTIME, taken by
+// the driver just before it spawned us) or else /proc/self/stat's start time
+// (10 ms resolution). The line "ready ..." is printed and flushed as soon as
+// the model is built; "result {json}" comes last and is also written to
+// --json. Each forward is split, from hooks on every module with weights,
+// into time waiting for weights (acquire: read and decode, or waiting for the
+// prefetch), time in those modules' math, and the rest (attention scores,
+// residuals). Memory: VmHWM and RssAnon (/proc/self/status), the tracking
+// allocator's peak, and bytes read from storage (/proc/self/io read_bytes).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "casting/codec.h"
+#include "casting/tracking_allocator.h"
+#include "casting/weight.h"
+#include "models/model_loader.h"
+#include "models/module.h"
+
+namespace castserve::models {
+namespace {
+
+struct Flags {
+  std::string model;
+  std::string mode;
+  std::string json;
+  int tokens = 16;
+  int forwards = 2;
+  int64_t spawn_time_ns = 0;
+  bool prefetch = true;
+  // LibTorch intra-op threads; 0 = one per hardware thread.
+  int threads = 0;
+};
+
+absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(
+        absl::string_view(argv[i]).substr(2), absl::MaxSplits('=', 1));
+    bool ok = absl::string_view(argv[i]).substr(0, 2) == "--";
+    if (kv.first == "model") {
+      flags.model = kv.second;
+    } else if (kv.first == "mode") {
+      flags.mode = kv.second;
+    } else if (kv.first == "json") {
+      flags.json = kv.second;
+    } else if (kv.first == "tokens") {
+      ok = ok && absl::SimpleAtoi(kv.second, &flags.tokens);
+    } else if (kv.first == "forwards") {
+      ok = ok && absl::SimpleAtoi(kv.second, &flags.forwards);
+    } else if (kv.first == "spawn_time_ns") {
+      ok = ok && absl::SimpleAtoi(kv.second, &flags.spawn_time_ns);
+    } else if (kv.first == "threads") {
+      ok = ok && absl::SimpleAtoi(kv.second, &flags.threads);
+    } else if (kv.first == "prefetch") {
+      ok = ok && absl::SimpleAtob(kv.second, &flags.prefetch);
+    } else {
+      ok = false;
+    }
+    if (!ok) return absl::InvalidArgumentError(absl::StrCat("bad ", argv[i]));
+  }
+  if (flags.model.empty() || flags.mode.empty()) {
+    return absl::InvalidArgumentError("--model and --mode are required");
+  }
+  return flags;
+}
+
+int64_t RealtimeNs() {
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Process start as CLOCK_REALTIME ns: boot time plus /proc/self/stat field 22.
+int64_t ProcessStartNs() {
+  const std::string stat = ReadText("/proc/self/stat");
+  // Fields after the command name "(...)", which may contain spaces.
+  std::vector<std::string> fields =
+      absl::StrSplit(stat.substr(stat.rfind(')') + 2), ' ');
+  int64_t start_ticks = 0, boot_seconds = 0;
+  (void)absl::SimpleAtoi(fields[19], &start_ticks);  // Field 22.
+  for (absl::string_view line : absl::StrSplit(ReadText("/proc/stat"), '\n')) {
+    if (absl::ConsumePrefix(&line, "btime ")) {
+      (void)absl::SimpleAtoi(line, &boot_seconds);
+    }
+  }
+  return boot_seconds * 1000000000 +
+         start_ticks * (1000000000 / sysconf(_SC_CLK_TCK));
+}
+
+// "Key: <number> kB" lines of /proc/self/status, and "key: n" of /proc/self/io.
+std::map<std::string, int64_t> ReadCounters(const std::string& path) {
+  std::map<std::string, int64_t> counters;
+  for (absl::string_view line : absl::StrSplit(ReadText(path), '\n')) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(line, absl::MaxSplits(':', 1));
+    std::vector<absl::string_view> words =
+        absl::StrSplit(kv.second, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    int64_t value = 0;
+    if (words.empty() || !absl::SimpleAtoi(words[0], &value)) continue;
+    counters[std::string(kv.first)] =
+        words.size() > 1 && words[1] == "kB" ? value * 1024 : value;
+  }
+  return counters;
+}
+
+// The highest RssAnon seen, sampled every millisecond on a background
+// thread (the kernel keeps a high-water mark only for the whole RSS, file
+// pages of the mapping included).
+class RssAnonSampler {
+ public:
+  RssAnonSampler() : thread_([this] { Loop(); }) {}
+  ~RssAnonSampler() {
+    stop_ = true;
+    thread_.join();
+  }
+  int64_t peak_bytes() const { return peak_bytes_; }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      peak_bytes_ = std::max<int64_t>(
+          peak_bytes_, ReadCounters("/proc/self/status")["RssAnon"]);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> peak_bytes_{0};
+  std::thread thread_;
+};
+
+// What one phase (init, a forward, a pass) cost.
+struct PhaseStats {
+  std::string name;
+  double seconds = 0;
+  int64_t read_bytes = 0;          // From storage during the phase.
+  int64_t tracked_peak_bytes = 0;  // Tracking allocator, during the phase.
+  int64_t rss_anon_bytes = 0;      // At its end.
+  double weight_wait_seconds = 0;
+  double module_math_seconds = 0;
+  int64_t bytes_processed = 0;  // decode_only passes.
+  std::string extra;            // More JSON fields, each with a leading ','.
+
+  std::string Json() const {
+    return absl::StrCat("{\"name\":\"", name, "\",\"seconds\":", seconds,
+                        ",\"read_bytes\":", read_bytes,
+                        ",\"tracked_peak_bytes\":", tracked_peak_bytes,
+                        ",\"rss_anon_bytes\":", rss_anon_bytes,
+                        ",\"weight_wait_seconds\":", weight_wait_seconds,
+                        ",\"module_math_seconds\":", module_math_seconds,
+                        ",\"bytes_processed\":", bytes_processed, extra, "}");
+  }
+};
+
+// Times a phase; Finish fills the common fields.
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(std::string name) {
+    stats_.name = std::move(name);
+    casting::TrackingAllocator::Installed()->ResetPeak();
+    read_bytes_at_start_ = ReadCounters("/proc/self/io")["read_bytes"];
+    start_ = std::chrono::steady_clock::now();
+  }
+  PhaseStats Finish() {
+    stats_.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+            .count();
+    stats_.read_bytes =
+        ReadCounters("/proc/self/io")["read_bytes"] - read_bytes_at_start_;
+    stats_.tracked_peak_bytes =
+        casting::TrackingAllocator::Installed()->PeakAllocatedBytes();
+    stats_.rss_anon_bytes = ReadCounters("/proc/self/status")["RssAnon"];
+    return stats_;
+  }
+
+ private:
+  PhaseStats stats_;
+  int64_t read_bytes_at_start_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Splits a forward's time from hooks on every module with weights, attached
+// after the casting hooks (so its pre-hook runs after theirs and its
+// post-hook before theirs). The pre-hook acquires and releases each weight:
+// with cached copies and no casting hooks that is where the first decode
+// happens; with casting hooks it finds the copies they hold. "Wait" runs
+// from the previous module's end (or the forward's start) to the weights
+// being ready; "math" from there to the module's end.
+class WeightWaitProfiler {
+ public:
+  explicit WeightWaitProfiler(Module& root) {
+    root.Visit([this](Module& module) {
+      if (module.weights().empty()) return;
+      module.AddPreForwardHook(
+          [this](const Module& m, ForwardContext&) { PreForward(m); });
+      module.AddPostForwardHook(
+          [this](const Module&, ForwardContext&) { PostForward(); });
+    });
+  }
+  void StartForward() {
+    last_end_ = Now();
+    wait_seconds_ = math_seconds_ = 0;
+  }
+  double wait_seconds() const { return wait_seconds_; }
+  double math_seconds() const { return math_seconds_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static Clock::time_point Now() { return Clock::now(); }
+
+  void PreForward(const Module& module) {
+    for (const auto& [name, weight] : module.weights()) {
+      AcquireOrThrow(*weight).Reset();
+    }
+    ready_ = Now();
+    wait_seconds_ += std::chrono::duration<double>(ready_ - last_end_).count();
+  }
+  void PostForward() {
+    last_end_ = Now();
+    math_seconds_ += std::chrono::duration<double>(last_end_ - ready_).count();
+  }
+
+  // One forward at a time in this benchmark: no locking.
+  Clock::time_point last_end_, ready_;
+  double wait_seconds_ = 0;
+  double math_seconds_ = 0;
+};
+
+absl::StatusOr<WeightPolicyOptions> PolicyFor(const Flags& flags) {
+  WeightPolicyOptions options;
+  options.compute_dtype = casting::ElementType::kF32;
+  if (flags.mode == "eager") {
+    options.residency = casting::Residency::kResident;
+    options.compute_copy = casting::ComputeCopyPolicy::kCached;
+    options.eager = true;
+  } else if (flags.mode == "lazy_cached") {
+    options.residency = casting::Residency::kMapped;
+    options.compute_copy = casting::ComputeCopyPolicy::kCached;
+  } else if (flags.mode == "mapped_transient") {
+    options.residency = casting::Residency::kMapped;
+    options.compute_copy = casting::ComputeCopyPolicy::kTransient;
+    options.prefetch = flags.prefetch;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --mode=", flags.mode,
+                     " (eager, lazy_cached, mapped_transient, decode_only)"));
+  }
+  return options;
+}
+
+// Seeded token ids below 32000 (valid for every Llama vocabulary).
+NamedTensors MakeInputs(int tokens) {
+  at::manual_seed(0);
+  return {{"input_ids", at::randint(0, 32000, {1, tokens}, at::kLong)}};
+}
+
+absl::StatusOr<PhaseStats> TimedForward(const Model& model,
+                                        const NamedTensors& inputs,
+                                        WeightWaitProfiler& profiler,
+                                        int index) {
+  PhaseTimer timer(absl::StrCat("forward", index));
+  profiler.StartForward();
+  absl::StatusOr<NamedTensors> outputs = model.Forward(inputs);
+  if (!outputs.ok()) return outputs.status();
+  PhaseStats stats = timer.Finish();
+  stats.weight_wait_seconds = profiler.wait_seconds();
+  stats.module_math_seconds = profiler.math_seconds();
+  const at::Tensor& logits = outputs->at("logits");
+  stats.extra = absl::StrCat(
+      ",\"logits_finite\":", at::isfinite(logits).all().item<bool>(),
+      ",\"logits_sum\":", logits.to(at::kDouble).sum().item<double>());
+  return stats;
+}
+
+std::string ProcessJson(const RssAnonSampler& sampler) {
+  std::map<std::string, int64_t> status = ReadCounters("/proc/self/status");
+  std::map<std::string, int64_t> io = ReadCounters("/proc/self/io");
+  return absl::StrCat(
+      "\"vm_hwm_bytes\":", status["VmHWM"],
+      ",\"rss_anon_bytes\":", status["RssAnon"],
+      ",\"rss_anon_peak_bytes_sampled\":", sampler.peak_bytes(),
+      ",\"rss_file_bytes\":", status["RssFile"],
+      ",\"tracked_peak_bytes_process\":",
+      casting::TrackingAllocator::Installed()->PeakAllocatedBytes(),
+      ",\"read_bytes_total\":", io["read_bytes"],
+      ",\"intra_op_threads\":", at::get_num_threads());
+}
+
+// Runs a model mode: init, then the forwards. Returns the phases.
+absl::StatusOr<std::vector<PhaseStats>> RunModel(const Flags& flags,
+                                                 int64_t start_ns) {
+  absl::StatusOr<WeightPolicyOptions> options = PolicyFor(flags);
+  if (!options.ok()) return options.status();
+  PhaseTimer init_timer("init");
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      LoadHfModel(flags.model, *options);
+  if (!model.ok()) return model.status();
+  PhaseStats init = init_timer.Finish();
+  const double ready_seconds = (RealtimeNs() - start_ns) / 1e9;
+  init.extra = absl::StrCat(",\"from_process_start_seconds\":", ready_seconds);
+  std::printf("ready %.6f\n", ready_seconds);
+  std::fflush(stdout);
+
+  WeightWaitProfiler profiler((*model)->root());
+  const NamedTensors inputs = MakeInputs(flags.tokens);
+  std::vector<PhaseStats> phases = {init};
+  // Init and forwards are not one scope: the whole-process peak is reported
+  // on its own.
+  for (int i = 1; i <= flags.forwards; ++i) {
+    absl::StatusOr<PhaseStats> forward =
+        TimedForward(**model, inputs, profiler, i);
+    if (!forward.ok()) return forward.status();
+    std::printf("forward%d %.6f wait %.3f math %.3f\n", i, forward->seconds,
+                forward->weight_wait_seconds, forward->module_math_seconds);
+    std::fflush(stdout);
+    phases.push_back(*std::move(forward));
+  }
+  return phases;
+}
+
+// decode_only: the rates of the pieces a lazy first forward is made of.
+absl::StatusOr<std::vector<PhaseStats>> RunDecodeOnly(const Flags& flags) {
+  absl::StatusOr<std::unique_ptr<casting::Checkpoint>> opened =
+      OpenHfCheckpoint(flags.model);
+  if (!opened.ok()) return opened.status();
+  std::shared_ptr<const casting::Checkpoint> checkpoint = *std::move(opened);
+  uint64_t largest = 0, total = 0;
+  for (const casting::TensorEntry& e : checkpoint->tensors()) {
+    largest = std::max(largest, e.size_bytes);
+    total += e.size_bytes;
+  }
+  std::vector<uint8_t> source(largest);
+  std::vector<float> decoded(largest / 2);
+  std::vector<PhaseStats> phases;
+  PhaseTimer read_timer("read");
+  for (const casting::TensorEntry& e : checkpoint->tensors()) {
+    absl::Status status =
+        checkpoint->CopyTo(e, absl::MakeSpan(source.data(), e.size_bytes));
+    if (!status.ok()) return status;
+  }
+  phases.push_back(read_timer.Finish());
+  PhaseTimer decode_timer("decode");
+  for (const casting::TensorEntry& e : checkpoint->tensors()) {
+    absl::Status status = casting::Decode(
+        casting::StorageFormat::Plain(casting::ElementType::kBF16),
+        source.data(), nullptr, e.numel(), e.shape.empty() ? 1 : e.shape[0],
+        casting::ElementType::kF32, decoded.data());
+    if (!status.ok()) return status;
+  }
+  phases.push_back(decode_timer.Finish());
+  casting::WeightOptions options;
+  options.residency = casting::Residency::kMapped;
+  options.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  PhaseTimer acquire_timer("acquire");
+  for (const casting::TensorEntry& e : checkpoint->tensors()) {
+    absl::StatusOr<std::unique_ptr<casting::Weight>> weight =
+        casting::Weight::Create(checkpoint, e.name, options);
+    if (!weight.ok()) return weight.status();
+    absl::StatusOr<casting::ComputeHandle> handle = (*weight)->Acquire();
+    if (!handle.ok()) return handle.status();
+  }
+  phases.push_back(acquire_timer.Finish());
+  for (PhaseStats& phase : phases) phase.bytes_processed = total;
+  return phases;
+}
+
+int Main(int argc, char** argv) {
+  const int64_t start_ns = ProcessStartNs();
+  absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(flags.status().message()).c_str());
+    return 2;
+  }
+  if (!casting::TrackingAllocator::InstallTrackingCpuAllocator().ok()) {
+    std::fprintf(stderr, "cannot install the tracking allocator\n");
+    return 1;
+  }
+  at::set_num_threads(
+      flags->threads > 0
+          ? flags->threads
+          : static_cast<int>(std::thread::hardware_concurrency()));
+  const int64_t spawn_ns =
+      flags->spawn_time_ns > 0 ? flags->spawn_time_ns : start_ns;
+  RssAnonSampler sampler;
+  absl::StatusOr<std::vector<PhaseStats>> phases =
+      flags->mode == "decode_only" ? RunDecodeOnly(*flags)
+                                   : RunModel(*flags, spawn_ns);
+  if (!phases.ok()) {
+    std::fprintf(stderr, "%s\n", phases.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<std::string> phase_json;
+  for (const PhaseStats& phase : *phases) phase_json.push_back(phase.Json());
+  const std::string json = absl::StrCat(
+      "{\"model\":\"", flags->model, "\",\"mode\":\"", flags->mode,
+      "\",\"prefetch\":", flags->prefetch, ",\"tokens\":", flags->tokens,
+      ",\"start_from\":\"", flags->spawn_time_ns > 0 ? "driver" : "proc_stat",
+      "\",", ProcessJson(sampler), ",\"phases\":[",
+      absl::StrJoin(phase_json, ","), "]}");
+  std::printf("result %s\n", json.c_str());
+  if (!flags->json.empty()) std::ofstream(flags->json) << json << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace castserve::models
+
+int main(int argc, char** argv) { return castserve::models::Main(argc, argv); }
