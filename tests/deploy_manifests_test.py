@@ -295,6 +295,15 @@ class DeployManifestsTest(unittest.TestCase):
         self.assertIn("castserve-client needs libgpr.so.29 from libgrpc29",
                       output)
 
+    def test_runtime_package_names_must_exist(self):
+        output = self.broken("package_typo", [(
+            "deploy/Dockerfile", "libprotobuf32 ", "libprotobuf23 ")],
+            binaries=self.binaries)
+        self.assertIn("the runtime stage installs libprotobuf23, which is not "
+                      "an installed Debian package here", output)
+        self.assertIn("castserve needs libprotobuf.so.32 from libprotobuf32",
+                      output)
+
     def test_hadolint_findings_fail(self):
         output = self.broken("hadolint", [(
             "deploy/Dockerfile", "USER 10001:10001",

@@ -286,10 +286,13 @@ def memory_problems(container, flags):
         problems.append(f"memory request {request} != limit {limit}")
     budget = flags.get("memory-budget-bytes")
     if budget is None:
-        problems.append("no --memory-budget-bytes")
-    elif parse_bytes(budget) >= parse_bytes(limit):
-        problems.append(f"--memory-budget-bytes={budget} leaves no room "
-                        f"under the {limit} limit for the daemon itself")
+        return problems + ["no --memory-budget-bytes"]
+    try:
+        if parse_bytes(budget) >= parse_bytes(limit):
+            problems.append(f"--memory-budget-bytes={budget} leaves no room "
+                            f"under the {limit} limit for the daemon itself")
+    except ValueError as e:
+        problems.append(str(e))
     return problems
 
 
@@ -307,6 +310,10 @@ def model_mount_problems(pod, container, repository, config_maps):
             problems.append(f"volume {volume['name']}: no ConfigMap {name}")
             continue
         for key, text in config_maps[name].get("data", {}).items():
+            if not key.endswith(".config.pbtxt"):
+                problems.append(f"ConfigMap {name}: key {key!r} is not "
+                                f"<model>.config.pbtxt")
+                continue
             model = key[:-len(".config.pbtxt")]
             config_at = f"{repository}/{model}/config.pbtxt"
             mount = mounts.get(config_at)
@@ -573,8 +580,23 @@ def dockerfile_problems(root, hadolint, binaries):
                for line in runtime):
         problems.append("no VOLUME for /models")
     installed = runtime_packages(runtime)
+    # The builder is this machine's Debian 12 with tools/install_deps.sh's
+    # packages, whose libraries are exactly the runtime's: a runtime package
+    # unknown here is a misspelled or renamed one.
+    known = run(["dpkg-query", "-W", "-f=${Package} ${Status}\n",
+                 *sorted(installed)])
+    present = {line.split()[0] for line in known.stdout.splitlines()
+               if line.endswith(" installed")}
+    for package in sorted(installed - present):
+        problems.append(f"the runtime stage installs {package}, which is not "
+                        f"an installed Debian package here")
     for binary in binaries:
-        for soname, package in sorted(needed_packages(binary).items()):
+        try:
+            needed = needed_packages(binary)
+        except ValueError as e:
+            problems.append(str(e))
+            continue
+        for soname, package in sorted(needed.items()):
             if package not in installed | BASE_IMAGE_PACKAGES:
                 problems.append(f"{os.path.basename(binary)} needs {soname} "
                                 f"from {package}, which the runtime stage "
@@ -662,8 +684,12 @@ def main(argv=None):
     except ToolMissing as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    passed = check_all(os.path.abspath(args.root), kubectl, hadolint,
-                       promtool, args.binary, report)
+    try:
+        passed = check_all(os.path.abspath(args.root), kubectl, hadolint,
+                           promtool, args.binary, report)
+    except (OSError, ValueError) as e:   # unreadable or unparsable files
+        report.error(str(e))
+        passed = False
     print(f"check_deploy: {'PASSED' if passed else 'FAILED'} "
           f"({len(report.errors)} problems)")
     return 0 if passed else 1
