@@ -12,8 +12,11 @@ Docker build would.
   wrong type, a kind with no schema, a termination grace shorter than the
   drain, a model without its checkpoint mount, a budget over the limit, an
   autoscaling metric the adapter does not serve, a protocol the runtime does
-  not declare, a library the image lacks, a hadolint finding, a builder that
-  bypasses the README's build script, a broken Prometheus config;
+  not declare, a model config that does not parse, an unknown daemon flag,
+  a library the image lacks, a misspelled package, a hadolint finding, a
+  builder that bypasses the README's build script, a root user, a broken
+  Prometheus config;
+- deploy/README.md gives the command this test runs and explains each alert;
 - a missing tool is an error (exit 2), never a skip.
 
 Run by Bazel as:
@@ -22,7 +25,8 @@ with the tools tools/test_all.sh passes (after tools/fetch_deploy_tools.sh):
   DEPLOY_PYTHON  .venv/bin/python (kubernetes-validate, jsonschema, PyYAML)
   KUBECTL        .venv/deploy-tools/usr/bin/kubectl (Debian's kubectl 1.20)
   HADOLINT       .venv/bin/hadolint
-and promtool from Debian's `prometheus`. The test re-runs itself under
+and promtool and protoc from Debian (`prometheus`, `protobuf-compiler`).
+The test re-runs itself under
 DEPLOY_PYTHON.
 """
 
@@ -57,8 +61,9 @@ def reexec_under_deploy_python():
 
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+PROTOC = shutil.which("protoc") or "/usr/bin/protoc"
 # Runfiles the checks read, copied (symlinks resolved) into each test tree.
-TREE = ("deploy", "tools")
+TREE = ("deploy", "proto", "tools")
 
 
 class DeployManifestsTest(unittest.TestCase):
@@ -85,7 +90,7 @@ class DeployManifestsTest(unittest.TestCase):
                    os.path.join(root, "tools", "check_deploy.py"),
                    f"--root={root}", f"--kubectl={os.environ['KUBECTL']}",
                    f"--hadolint={os.environ['HADOLINT']}",
-                   f"--promtool={PROMTOOL}",
+                   f"--promtool={PROMTOOL}", f"--protoc={PROTOC}",
                    *[f"--binary={b}" for b in binaries], *extra]
         result = subprocess.run(command, capture_output=True, text=True,
                                 timeout=300)
@@ -123,8 +128,11 @@ class DeployManifestsTest(unittest.TestCase):
                 "ok: prometheus-adapter config.yaml (schema)",
                 f"ok: overlay cpu: 8 objects valid for Kubernetes {versions}",
                 f"ok: overlay cuda: 8 objects valid for Kubernetes {versions}",
-                "ok: overlay cpu: probes, ports, termination, memory",
-                "ok: overlay cuda: probes, ports, termination, memory",
+                "ok: castserve --help lists ",
+                "ok: overlay cpu: probes, ports, termination, memory, model "
+                "mounts, selectors, autoscaling, model configs, flags agree",
+                "ok: overlay cuda: probes, ports, termination, memory, model "
+                "mounts, selectors, autoscaling, model configs, flags agree",
                 "ok: kserve: 2 objects valid (ClusterServingRuntime/castserve,"
                 " InferenceService/minilm)",
                 "ok: kserve: the InferenceService asks for what the runtime "
@@ -276,6 +284,26 @@ class DeployManifestsTest(unittest.TestCase):
             'as: "castserve_pending_requests"', 'as: "castserve_backlog"')])
         self.assertIn("pods metric 'castserve_pending_requests' is not "
                       "served by the Prometheus adapter's rules", output)
+
+    def test_model_config_must_parse_as_model_config(self):
+        output = self.broken("config_typo", [(
+            "deploy/kubernetes/overlays/cuda/minilm.config.pbtxt",
+            "kind: KIND_GPU", "kind: KIND_GPUU")])
+        self.assertRegex(output, r"error: overlay cuda: .*ConfigMap "
+                         r"castserve-model-config-\w+: minilm.config.pbtxt: "
+                         r"input:9:\d+: Unknown enumeration value of "
+                         r'"KIND_GPUU" for field "kind"')
+        self.assertNotIn("error: overlay cpu: probes", output)
+
+    def test_daemon_flags_must_exist(self):
+        output = self.broken("flag_typo", [
+            ("deploy/kubernetes/base/deployment.yaml",
+             "--log-level=info", "--log-levle=info"),
+            ("deploy/kserve/cluster-serving-runtime.yaml",
+             "--bind-address=0.0.0.0", "--bind-adress=0.0.0.0")],
+            binaries=self.binaries)
+        self.assertIn("unknown flag --log-levle (castserve --help)", output)
+        self.assertIn("unknown flag --bind-adress (castserve --help)", output)
 
     def test_inference_service_protocol_must_be_declared_by_runtime(self):
         output = self.broken("protocol", [(

@@ -12,7 +12,10 @@
   daemon's drain, the memory budget fits the limit, every model of the
   ConfigMap is mounted with its checkpoint folder, the selectors of the
   Service, PodDisruptionBudget and ServiceMonitor match the pods, and the
-  HorizontalPodAutoscaler's metric is one the Prometheus adapter serves.
+  HorizontalPodAutoscaler's metric is one the Prometheus adapter serves;
+  every model config of the ConfigMap parses as inference.ModelConfig
+  (`protoc --encode`, proto/model_config.proto) and, given the castserve
+  binary, every daemon flag in the manifests is one `castserve --help` lists.
 - KServe (deploy/kserve): schemas, and the InferenceService asks for what
   the ClusterServingRuntime offers (format, protocol, h2c port).
 - The Prometheus adapter's rules (schema) and Prometheus's configuration
@@ -24,7 +27,7 @@
 
 Usage (tools/check_deploy.sh fetches the tools and runs this):
   check_deploy.py --kubectl PATH --hadolint PATH [--promtool PATH]
-                  [--root DIR] [--binary PATH]...
+                  [--protoc PATH] [--root DIR] [--binary PATH]...
 Prints one `ok:` line per check passed, one `error:` line per problem;
 exits 0 when all pass, 1 on problems, 2 when a tool is missing.
 """
@@ -333,6 +336,41 @@ def model_mount_problems(pod, container, repository, config_maps):
     return problems
 
 
+def config_problems(protoc, proto_dir, config_maps):
+    """Each <model>.config.pbtxt parses as inference.ModelConfig."""
+    problems = []
+    for name, config_map in sorted(config_maps.items()):
+        for key, text in sorted(config_map.get("data", {}).items()):
+            result = subprocess.run(
+                [protoc, f"--proto_path={proto_dir}",
+                 "--encode=inference.ModelConfig", "model_config.proto"],
+                input=text, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                text=True, timeout=60)
+            if result.returncode != 0:
+                message = " ".join(result.stderr.split("\n")[:1])
+                problems.append(f"ConfigMap {name}: {key}: {message}")
+    return problems
+
+
+def daemon_flags(binaries):
+    """The flags `castserve --help` lists, or None without the binary."""
+    for binary in binaries:
+        if os.path.basename(binary) == "castserve":
+            result = run([binary, "--help"])
+            return set(re.findall(r"^\s+--([a-z0-9-]+)", result.stdout,
+                                  re.M))
+    return None
+
+
+def flag_problems(args, known_flags):
+    if known_flags is None:
+        return []
+    return [f"unknown flag {arg.split('=')[0]} (castserve --help)"
+            for arg in args or []
+            if parse_flags([arg]).keys() - known_flags
+            or not parse_flags([arg])]
+
+
 def deployment_problems(objects):
     deployments = by_kind(objects, "Deployment")
     if len(deployments) != 1:
@@ -434,19 +472,34 @@ def autoscaler_problems(objects, deployment, adapter_config):
     return problems
 
 
-def overlay_problems(objects, adapter_config):
+class DaemonChecks:
+    """What checks a manifest against the daemon: its config schema (protoc
+    and proto/model_config.proto) and its flags (None: not checked)."""
+
+    def __init__(self, protoc, proto_dir, known_flags):
+        self.protoc = protoc
+        self.proto_dir = proto_dir
+        self.known_flags = known_flags
+
+
+def overlay_problems(objects, adapter_config, daemon):
     kinds = {o.get("kind") for o in objects}
     if kinds != OVERLAY_KINDS:
         return [f"renders kinds {sorted(kinds)}, expected "
                 f"{sorted(OVERLAY_KINDS)}"]
     problems, deployment = deployment_problems(objects)
     if deployment is not None:
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        problems += flag_problems(container.get("args"), daemon.known_flags)
         problems += service_problems(objects, deployment)
         problems += autoscaler_problems(objects, deployment, adapter_config)
+    config_maps = {c["metadata"]["name"]: c
+                   for c in by_kind(objects, "ConfigMap")}
+    problems += config_problems(daemon.protoc, daemon.proto_dir, config_maps)
     return problems
 
 
-def kserve_problems(objects):
+def kserve_problems(objects, known_flags):
     runtimes = {o["metadata"]["name"]: o
                 for o in by_kind(objects, "ClusterServingRuntime")}
     services = by_kind(objects, "InferenceService")
@@ -456,6 +509,7 @@ def kserve_problems(objects):
     for runtime in runtimes.values():
         container = runtime["spec"]["containers"][0]
         flags = parse_flags(container.get("args"))
+        problems += flag_problems(container.get("args"), known_flags)
         ports = {p.get("name"): p["containerPort"]
                  for p in container.get("ports", [])}
         if str(ports.get("h2c")) != flags.get("grpc-port"):
@@ -606,9 +660,16 @@ def dockerfile_problems(root, hadolint, binaries):
 
 # --- Main ---------------------------------------------------------------------------
 
-def check_all(root, kubectl, hadolint, promtool, binaries, report):
+def check_all(root, tools, binaries, report):
+    """tools: {"kubectl", "hadolint", "promtool", "protoc": path}."""
+    kubectl, hadolint, promtool = (tools["kubectl"], tools["hadolint"],
+                                   tools["promtool"])
     deploy = os.path.join(root, "deploy")
     validator = SchemaValidator(os.path.join(deploy, "schemas"))
+    daemon = DaemonChecks(tools["protoc"], os.path.join(root, "proto"),
+                          daemon_flags(binaries))
+    if daemon.known_flags is not None:
+        report.ok(f"castserve --help lists {len(daemon.known_flags)} flags")
 
     adapter_path = os.path.join(deploy, "kubernetes", "prometheus-adapter",
                                 "config.yaml")
@@ -635,8 +696,9 @@ def check_all(root, kubectl, hadolint, promtool, binaries, report):
                      problems)
         if not problems:
             report.check(f"{where}: probes, ports, termination, memory, "
-                         f"model mounts, selectors, autoscaling agree",
-                         overlay_problems(objects, adapter_config))
+                         f"model mounts, selectors, autoscaling, model "
+                         f"configs, flags agree",
+                         overlay_problems(objects, adapter_config, daemon))
 
     kserve_dir = os.path.join(deploy, "kserve")
     objects = [o for name in sorted(os.listdir(kserve_dir))
@@ -647,7 +709,8 @@ def check_all(root, kubectl, hadolint, promtool, binaries, report):
                  f"({', '.join(object_name(o) for o in objects)})", problems)
     if not problems:
         report.check("kserve: the InferenceService asks for what the "
-                     "runtime offers", kserve_problems(objects))
+                     "runtime offers", kserve_problems(objects,
+                                                      daemon.known_flags))
 
     result = run([promtool, "check", "config",
                   os.path.join(deploy, "prometheus", "prometheus.yml")])
@@ -669,15 +732,15 @@ def main(argv=None):
     parser.add_argument("--kubectl", required=True)
     parser.add_argument("--hadolint", required=True)
     parser.add_argument("--promtool", default="promtool")
+    parser.add_argument("--protoc", default="protoc")
     parser.add_argument("--binary", action="append", default=[],
                         help="castserve or castserve-client, for the runtime "
                              "stage's package check (repeatable)")
     args = parser.parse_args(argv)
     report = Report()
     try:
-        kubectl = require_tool(args.kubectl, "kubectl")
-        hadolint = require_tool(args.hadolint, "hadolint")
-        promtool = require_tool(args.promtool, "promtool")
+        tools = {name: require_tool(getattr(args, name), name)
+                 for name in ("kubectl", "hadolint", "promtool", "protoc")}
         for binary in args.binary:
             if not os.path.isfile(binary):
                 raise ToolMissing(f"binary {binary} does not exist")
@@ -685,8 +748,8 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        passed = check_all(os.path.abspath(args.root), kubectl, hadolint,
-                           promtool, args.binary, report)
+        passed = check_all(os.path.abspath(args.root), tools, args.binary,
+                           report)
     except (OSError, ValueError) as e:   # unreadable or unparsable files
         report.error(str(e))
         passed = False
