@@ -158,13 +158,16 @@ absl::StatusOr<VisionTowerConfig> VisionTowerConfig::FromHf(
     }
     *field.value = *value;
   }
+  // image_size need not divide by patch_size: the patch convolution (stride
+  // = kernel, no padding) drops the remainder, as in transformers, e.g.
+  // siglip-so400m-patch14-384 has 27 x 27 patches of 14 covering 378 pixels.
   if (out.hidden_size % out.num_attention_heads != 0 ||
-      out.image_size % out.patch_size != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(config.label(), ": hidden_size (", out.hidden_size,
-                     ") must divide by num_attention_heads (",
-                     out.num_attention_heads, ") and image_size (",
-                     out.image_size, ") by patch_size (", out.patch_size, ")"));
+      out.image_size < out.patch_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config.label(), ": hidden_size (", out.hidden_size,
+        ") must divide by num_attention_heads (", out.num_attention_heads,
+        ") and image_size (", out.image_size, ") be at least patch_size (",
+        out.patch_size, ")"));
   }
   auto eps = config.GetDouble("layer_norm_eps", defaults.layer_norm_eps);
   auto act = config.GetString("hidden_act", default_activation);

@@ -182,6 +182,31 @@ TEST(SiglipVisionTest, FullSiglipConfigAndNoHead) {
   EXPECT_EQ(outputs->count("pooler_output"), 0u);
 }
 
+// siglip-so400m-patch14-384's image is not a multiple of its patch: the
+// patch convolution drops the remainder (here 10 pixels, 2 x 2 patches of 4),
+// so the last two rows and columns of pixels never reach the output.
+TEST(SiglipVisionTest, ImageSizeNotMultipleOfPatchDropsRemainder) {
+  const std::string config = std::string(kConfig).replace(
+      std::string(kConfig).find("\"image_size\": 8"),
+      std::string("\"image_size\": 8").size(), "\"image_size\": 10");
+  auto model =
+      LoadHfModel(WriteModel(RandomWeights(), "siglip_crop", config), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->inputs()[0].shape, (std::vector<int64_t>{-1, 2, 10, 10}));
+  at::Tensor pixels = at::randn({1, 2, 10, 10});
+  at::Tensor changed = pixels.clone();
+  changed.narrow(2, 8, 2).fill_(5.0);
+  changed.narrow(3, 8, 2).fill_(-5.0);
+  auto outputs = (*model)->Forward({{"pixel_values", pixels}});
+  auto outputs_changed = (*model)->Forward({{"pixel_values", changed}});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  ASSERT_TRUE(outputs_changed.ok()) << outputs_changed.status();
+  EXPECT_EQ(outputs->at("last_hidden_state").sizes(),
+            (std::vector<int64_t>{1, 4, 8}));
+  EXPECT_TRUE(at::equal(outputs->at("last_hidden_state"),
+                        outputs_changed->at("last_hidden_state")));
+}
+
 TEST(SiglipVisionTest, NamesKindsAndInputErrors) {
   auto model = LoadHfModel(WriteModel(RandomWeights(), "siglip_names"), {});
   ASSERT_TRUE(model.ok()) << model.status();
