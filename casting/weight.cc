@@ -137,10 +137,24 @@ int64_t Weight::num_rows() const {
   return entry_.shape.empty() ? 1 : entry_.shape[0];
 }
 
+at::Tensor Weight::NewBuffer(at::ScalarType dtype,
+                             at::IntArrayRef shape) const {
+  if (options_.buffer_pool != nullptr &&
+      options_.compute_copy == ComputeCopyPolicy::kTransient) {
+    return options_.buffer_pool->Take(dtype, shape);
+  }
+  return at::empty(shape, at::TensorOptions().dtype(dtype));
+}
+
+void Weight::Recycle(at::Tensor buffer) const {
+  if (options_.buffer_pool != nullptr &&
+      options_.compute_copy == ComputeCopyPolicy::kTransient) {
+    options_.buffer_pool->Give(std::move(buffer));
+  }
+}
+
 absl::StatusOr<at::Tensor> Weight::ReadSource(at::ScalarType dtype) const {
-  at::Tensor bytes = at::empty(
-      {static_cast<int64_t>(entry_.size_bytes / at::elementSize(dtype))},
-      at::TensorOptions().dtype(dtype));
+  at::Tensor bytes = NewBuffer(dtype, entry_.shape);
   if (absl::Status status = checkpoint_->CopyTo(entry_, BytesOf(bytes));
       !status.ok()) {
     return status;
@@ -149,31 +163,25 @@ absl::StatusOr<at::Tensor> Weight::ReadSource(at::ScalarType dtype) const {
 }
 
 absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
-  if (passthrough_) {
-    absl::StatusOr<at::Tensor> source =
-        ReadSource(*PassthroughScalarType(entry_.dtype));
-    if (!source.ok()) return source.status();
-    return source->view(entry_.shape);
-  }
+  if (passthrough_) return ReadSource(*PassthroughScalarType(entry_.dtype));
   const ElementType source_type = *CodecElementType(entry_.dtype);
   absl::StatusOr<at::Tensor> source = ReadSource(TorchScalarType(source_type));
   if (!source.ok()) return source.status();
-  if (source_type == options_.compute_dtype) return source->view(entry_.shape);
-  at::Tensor compute = at::empty(
-      entry_.shape,
-      at::TensorOptions().dtype(TorchScalarType(options_.compute_dtype)));
+  if (source_type == options_.compute_dtype) return source;
+  at::Tensor compute =
+      NewBuffer(TorchScalarType(options_.compute_dtype), entry_.shape);
   absl::Status status =
       Decode(StorageFormat::Plain(source_type), source->data_ptr(), nullptr,
              entry_.numel(), num_rows(), options_.compute_dtype,
              compute.data_ptr(), options_.codec);
+  Recycle(*std::move(source));
   if (!status.ok()) return status;
   return compute;
 }
 
 absl::StatusOr<at::Tensor> Weight::DecodeFromStorage() const {
-  at::Tensor compute = at::empty(
-      entry_.shape,
-      at::TensorOptions().dtype(TorchScalarType(options_.compute_dtype)));
+  at::Tensor compute =
+      NewBuffer(TorchScalarType(options_.compute_dtype), entry_.shape);
   absl::Status status = Decode(
       options_.storage, storage_.data_ptr(),
       scales_.defined() ? scales_.data_ptr<float>() : nullptr, entry_.numel(),
@@ -279,6 +287,7 @@ void Weight::Release() {
   --users_;
   if (users_ == 0 && options_.compute_copy == ComputeCopyPolicy::kTransient &&
       !compute_.is_same(storage_)) {
+    Recycle(std::move(compute_));
     compute_.reset();
   }
 }

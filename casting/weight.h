@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "casting/buffer_pool.h"
 #include "casting/checkpoint.h"
 #include "casting/codec.h"
 #include "casting/footprint.h"
@@ -63,6 +64,10 @@ struct WeightOptions {
   ElementType compute_dtype = ElementType::kF32;
   ComputeCopyPolicy compute_copy = ComputeCopyPolicy::kCached;
   CodecOptions codec;
+  // With transient copies: where compute copies (and the staging buffers
+  // of reads from the mapping) come from and go back to. Null allocates
+  // each one anew. Typically one pool per model.
+  std::shared_ptr<BufferPool> buffer_pool;
 };
 
 // The lazy work a weight has done since it was created (cumulative; sums
@@ -171,9 +176,13 @@ class Weight {
   // Makes the resident storage copy (storage_, scales_).
   absl::Status MakeStorageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EnsureComputeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The source bytes copied into an aligned tensor of `dtype` (safe against
-  // truncation).
+  // The source copied into an aligned tensor of the checkpoint's shape;
+  // `dtype` must be the entry's own (safe against truncation).
   absl::StatusOr<at::Tensor> ReadSource(at::ScalarType dtype) const;
+  // A tensor for a transient copy or staging buffer: from the buffer pool
+  // when there is one, else a new allocation. Recycle gives it back.
+  at::Tensor NewBuffer(at::ScalarType dtype, at::IntArrayRef shape) const;
+  void Recycle(at::Tensor buffer) const;
   absl::StatusOr<at::Tensor> DecodeFromSource() const;
   absl::StatusOr<at::Tensor> DecodeFromStorage() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

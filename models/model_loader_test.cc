@@ -287,6 +287,27 @@ TEST_F(ModelLoaderTest, TransientCastingHoldsOneModuleAtATime) {
   EXPECT_EQ(*std::max_element(holding.begin(), holding.end()), 1);
 }
 
+TEST_F(ModelLoaderTest, PooledTransientCopiesAllocateNothingAfterTheFirst) {
+  casting::TrackingAllocator* allocator =
+      casting::TrackingAllocator::Installed();
+  for (bool prefetch : {false, true}) {
+    WeightPolicyOptions options = Fp8Transient(prefetch);
+    options.reuse_transient_buffers = true;
+    auto model = LoadHfModel(WriteSparseBert(), options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    // Resident copies; fills the pool (two forwards: the first forward's
+    // copies of a shape are freed before the pool has two of it).
+    ForwardPeakIncrease(**model);
+    ForwardPeakIncrease(**model);
+    const int64_t after_first = allocator->AllocatedBytes();
+    // Each copy comes from a freed one of the same shape: the forward only
+    // allocates activations.
+    EXPECT_LT(ForwardPeakIncrease(**model), kBiggestModuleBytes / 2)
+        << "prefetch=" << prefetch;
+    EXPECT_EQ(allocator->AllocatedBytes(), after_first);
+  }
+}
+
 TEST_F(ModelLoaderTest, PrefetchHoldsAtMostTwoModules) {
   auto model = LoadHfModel(WriteSparseBert(), Fp8Transient(true));
   ASSERT_TRUE(model.ok()) << model.status();

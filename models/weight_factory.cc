@@ -33,7 +33,12 @@ WeightFactory::WeightFactory(
     WeightPolicyOptions options, std::string key_prefix)
     : checkpoint_(std::move(checkpoint)),
       options_(std::move(options)),
-      key_prefix_(std::move(key_prefix)) {}
+      key_prefix_(std::move(key_prefix)) {
+  if (options_.compute_copy == casting::ComputeCopyPolicy::kTransient &&
+      options_.reuse_transient_buffers) {
+    buffer_pool_ = std::make_shared<casting::BufferPool>();
+  }
+}
 
 const casting::TensorEntry* WeightFactory::Find(
     absl::string_view module_name, absl::string_view local_name) const {
@@ -70,6 +75,7 @@ absl::StatusOr<std::unique_ptr<casting::Weight>> WeightFactory::Make(
   weight_options.storage = casting::StorageFormat::Plain(compute_dtype());
   weight_options.compute_copy = options_.compute_copy;
   weight_options.codec = options_.codec;
+  weight_options.buffer_pool = buffer_pool_;
   if (options_.casting.has_value()) {
     casting::WeightDecision decision =
         options_.casting->Decide(module_name, kind);

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "casting/buffer_pool.h"
 #include "casting/casting_policy.h"
 #include "casting/checkpoint.h"
 #include "casting/weight.h"
@@ -37,6 +38,11 @@ struct WeightPolicyOptions {
   // copies on every forward; with cached copies this overlaps the first
   // forward's decoding (the lazy upcast) with its compute.
   bool prefetch = false;
+  // With transient copies: reuse the memory of freed compute copies for the
+  // next ones of the same shape (casting/buffer_pool.h), one pool per
+  // factory, instead of allocating fresh pages every forward. Trades idle
+  // memory between forwards for speed.
+  bool reuse_transient_buffers = false;
   casting::CodecOptions codec;
 };
 
@@ -52,7 +58,8 @@ absl::StatusOr<std::string> FindKeyPrefix(
     const casting::Checkpoint& checkpoint, absl::string_view probe_key,
     const std::vector<std::string>& candidate_prefixes);
 
-// Thread-compatible; Make is const and may be called concurrently.
+// Thread-compatible; Make is const and may be called concurrently. Copies
+// share the buffer pool.
 class WeightFactory {
  public:
   // `key_prefix` is prepended to every module name to find checkpoint keys
@@ -86,6 +93,8 @@ class WeightFactory {
   std::shared_ptr<const casting::Checkpoint> checkpoint_;
   WeightPolicyOptions options_;
   std::string key_prefix_;
+  // Shared by the weights made; null without transient copies.
+  std::shared_ptr<casting::BufferPool> buffer_pool_;
 };
 
 }  // namespace castserve::models

@@ -347,6 +347,7 @@ absl::StatusOr<models::WeightPolicyOptions> WeightPolicyFromConfig(
           : casting::ComputeCopyPolicy::kCached;
   options.eager = weights.materialization() == inference::MATERIALIZATION_EAGER;
   options.prefetch = weights.prefetch();
+  options.reuse_transient_buffers = weights.reuse_transient_buffers();
   const inference::LayerwiseCasting& layerwise = weights.casting();
   absl::StatusOr<casting::ElementType> compute =
       ComputeElementType(layerwise.compute_dtype());

@@ -148,6 +148,7 @@ TEST(HfServedModelFactoryTest, WeightPolicyFollowsTheConfig) {
   weights.set_compute_copy(inference::COMPUTE_COPY_TRANSIENT);
   weights.set_materialization(inference::MATERIALIZATION_EAGER);
   weights.set_prefetch(true);
+  weights.set_reuse_transient_buffers(true);
   inference::LayerwiseCasting* casting = weights.mutable_casting();
   casting->set_storage_dtype(inference::STORAGE_DTYPE_F8_E4M3FN);
   casting->set_compute_dtype(inference::COMPUTE_DTYPE_BF16);
@@ -162,6 +163,7 @@ TEST(HfServedModelFactoryTest, WeightPolicyFollowsTheConfig) {
   EXPECT_EQ(options->compute_copy, casting::ComputeCopyPolicy::kTransient);
   EXPECT_TRUE(options->eager);
   EXPECT_TRUE(options->prefetch);
+  EXPECT_TRUE(options->reuse_transient_buffers);
   EXPECT_EQ(options->compute_dtype, casting::ElementType::kBF16);
   ASSERT_TRUE(options->casting.has_value());
   const casting::CastingPolicy::Options& policy = options->casting->options();
