@@ -175,7 +175,17 @@ absl::Status Checkpoint::CopyTo(const TensorEntry& entry,
         "buffer of ", dst.size(), " bytes is too small for tensor '",
         entry.name, "' (", entry.size_bytes, " bytes)"));
   }
-  absl::Span<const uint8_t> src = Bytes(entry);
+  return CopyRangeTo(entry, 0, dst.subspan(0, entry.size_bytes));
+}
+
+absl::Status Checkpoint::CopyRangeTo(const TensorEntry& entry, uint64_t offset,
+                                     absl::Span<uint8_t> dst) const {
+  if (offset > entry.size_bytes || dst.size() > entry.size_bytes - offset) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "bytes [", offset, ", ", offset + dst.size(), ") are outside tensor '",
+        entry.name, "' (", entry.size_bytes, " bytes)"));
+  }
+  absl::Span<const uint8_t> src = Bytes(entry).subspan(offset, dst.size());
   absl::Status status = CopyFromMapping(dst.data(), src.data(), src.size());
   if (!status.ok()) {
     return absl::DataLossError(absl::StrCat(file(entry.file_index).path(),

@@ -112,6 +112,11 @@ class Checkpoint {
   // returning DATA_LOSS instead of crashing if the file shrank under it.
   absl::Status CopyTo(const TensorEntry& entry, absl::Span<uint8_t> dst) const;
 
+  // Copies dst.size() bytes of the entry, starting `offset` bytes into it:
+  // OutOfRange past the entry's end, DATA_LOSS as CopyTo.
+  absl::Status CopyRangeTo(const TensorEntry& entry, uint64_t offset,
+                           absl::Span<uint8_t> dst) const;
+
  private:
   Checkpoint() = default;
   // Fills index_by_name_ and checks the invariants listed above.

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -188,6 +189,89 @@ absl::StatusOr<at::Tensor> Weight::DecodeFromStorage() const {
       num_rows(), options_.compute_dtype, compute.data_ptr(), options_.codec);
   if (!status.ok()) return status;
   return compute;
+}
+
+absl::Status Weight::DecodeRowLocked(int64_t row, void* dst) const {
+  const int64_t row_elements = entry_.numel() / num_rows();
+  if (options_.residency == Residency::kResident) {
+    const int64_t row_bytes =
+        row_elements * options_.storage.element_size_bytes();
+    const float* scale = nullptr;
+    if (options_.storage.scaling == Scaling::kPerRow) {
+      scale = scales_.data_ptr<float>() + row;
+    } else if (options_.storage.scaling == Scaling::kPerTensor) {
+      scale = scales_.data_ptr<float>();
+    }
+    return Decode(
+        options_.storage,
+        static_cast<const uint8_t*>(storage_.data_ptr()) + row * row_bytes,
+        scale, row_elements, /*num_rows=*/1, options_.compute_dtype, dst,
+        options_.codec);
+  }
+  const ElementType source_type = *CodecElementType(entry_.dtype);
+  const int64_t row_bytes = row_elements * ElementSizeBytes(source_type);
+  if (source_type == options_.compute_dtype) {
+    return checkpoint_->CopyRangeTo(
+        entry_, row * row_bytes,
+        {static_cast<uint8_t*>(dst), static_cast<size_t>(row_bytes)});
+  }
+  std::vector<uint8_t> source(row_bytes);
+  if (absl::Status status = checkpoint_->CopyRangeTo(entry_, row * row_bytes,
+                                                     absl::MakeSpan(source));
+      !status.ok()) {
+    return status;
+  }
+  return Decode(StorageFormat::Plain(source_type), source.data(), nullptr,
+                row_elements, /*num_rows=*/1, options_.compute_dtype, dst,
+                options_.codec);
+}
+
+absl::StatusOr<at::Tensor> Weight::GatherRows(const at::Tensor& row_ids) {
+  if (entry_.shape.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight '", entry_.name, "' is a scalar: it has no rows"));
+  }
+  const at::Tensor ids = row_ids.to(at::kLong).contiguous().view({-1});
+  const int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    if (id[i] < 0 || id[i] >= entry_.shape[0]) {
+      return absl::OutOfRangeError(
+          absl::StrCat("weight '", entry_.name, "': row ", id[i],
+                       " is outside its ", entry_.shape[0], " rows"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (compute_.defined()) return compute_.index_select(0, ids);
+  if (passthrough_) {  // Integer tables: small, read whole.
+    absl::StatusOr<at::Tensor> table = DecodeFromSource();
+    if (!table.ok()) return table.status();
+    return table->index_select(0, ids);
+  }
+  if (options_.residency == Residency::kResident) {
+    if (absl::Status status = MaterializeLocked(); !status.ok()) return status;
+    if (StorageIsCompute()) return storage_.index_select(0, ids);
+  }
+  const absl::Time start = absl::Now();
+  std::vector<int64_t> shape = entry_.shape;
+  shape[0] = ids.numel();
+  at::Tensor rows = at::empty(
+      shape,
+      at::TensorOptions().dtype(TorchScalarType(options_.compute_dtype)));
+  const int64_t row_bytes = rows.numel() == 0 ? 0 : rows.nbytes() / ids.numel();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    if (absl::Status status = DecodeRowLocked(
+            id[i], static_cast<uint8_t*>(rows.data_ptr()) + i * row_bytes);
+        !status.ok()) {
+      return status;
+    }
+  }
+  activity_.compute_materializations += 1;
+  activity_.compute_bytes += rows.nbytes();
+  if (options_.compute_copy == ComputeCopyPolicy::kTransient) {
+    activity_.transient_compute_bytes += rows.nbytes();
+  }
+  activity_.compute_time += absl::Now() - start;
+  return rows;
 }
 
 absl::Status Weight::MaterializeLocked() {

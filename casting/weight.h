@@ -137,6 +137,16 @@ class Weight {
   // for a later retry.
   absl::StatusOr<ComputeHandle> Acquire() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Rows `row_ids` (an integer tensor, each id in [0, shape()[0])) in the
+  // compute dtype, shaped [row_ids.numel(), shape()[1:]...], decoding only
+  // those rows: what an embedding lookup needs from a transient weight,
+  // instead of a compute copy of the whole table. Reads the rows from the
+  // mapping, or from the resident storage (made first if missing); uses
+  // the compute copy when one exists. Counts as a compute materialization
+  // of the gathered bytes. OutOfRange for an id outside the rows.
+  absl::StatusOr<at::Tensor> GatherRows(const at::Tensor& row_ids)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Makes the resident storage copy now (eager load). No-op when mapped or
   // already resident.
   absl::Status Materialize() ABSL_LOCKS_EXCLUDED(mu_);
@@ -185,6 +195,9 @@ class Weight {
   void Recycle(at::Tensor buffer) const;
   absl::StatusOr<at::Tensor> DecodeFromSource() const;
   absl::StatusOr<at::Tensor> DecodeFromStorage() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decodes row `row` into `dst` (one row of the compute dtype).
+  absl::Status DecodeRowLocked(int64_t row, void* dst) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when the resident storage tensor doubles as the compute copy.
   bool StorageIsCompute() const;

@@ -268,6 +268,31 @@ TEST_F(WeightTest, PrefetchComputeMeansTheNextAcquireDoesNotDecode) {
   EXPECT_EQ(weight->compute_builds(), 1);
 }
 
+TEST_F(WeightTest, GatherRowsChecksIdsAndUsesAnExistingCopy) {
+  WeightOptions options;
+  options.residency = Residency::kMapped;
+  options.compute_copy = ComputeCopyPolicy::kTransient;
+  std::unique_ptr<Weight> weight = MakeWeight("w_bf16", options);
+  const at::Tensor expected = SourceAsFloat(*checkpoint_, "w_bf16");
+  absl::StatusOr<at::Tensor> rows =
+      weight->GatherRows(at::tensor({2, 0}, at::kLong));
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_TRUE(rows->equal(expected.index_select(0, at::tensor({2, 0}))));
+  EXPECT_EQ(weight->GatherRows(at::tensor({4}, at::kLong)).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(weight->GatherRows(at::tensor({-1}, at::kLong)).status().code(),
+            absl::StatusCode::kOutOfRange);
+  // While a user holds the whole copy, rows come from it.
+  absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+  ASSERT_TRUE(handle.ok());
+  const WeightActivity before = weight->activity();
+  rows = weight->GatherRows(at::tensor({3}, at::kInt));
+  ASSERT_TRUE(rows.ok());
+  EXPECT_TRUE(rows->equal(expected.index_select(0, at::tensor({3}))));
+  EXPECT_EQ(weight->activity().compute_materializations,
+            before.compute_materializations);
+}
+
 TEST_F(WeightTest, TruncatedFileIsAnErrorForThisWeightOnly) {
   WeightOptions options;
   options.residency = Residency::kMapped;

@@ -78,13 +78,15 @@ void CastingHooks::PreForward(const Module& module, ForwardContext& context) {
   if (options_.prefetch) {
     ClaimPrefetch(module);
     const Module* next = LearnOrderAndGetNext(module);
-    if (next != nullptr && !AllComputeCopiesExist(*next)) {
+    if (next != nullptr && !next->ReadsOwnWeights() &&
+        !AllComputeCopiesExist(*next)) {
       for (const auto& [name, weight] : next->weights()) {
         weight->AdviseWillNeed();
       }
       SchedulePrefetch(*next);
     }
   }
+  if (module.ReadsOwnWeights()) return;
   for (const auto& [name, weight] : module.weights()) {
     context.Hold(&module, name, AcquireOrThrow(*weight));
   }

@@ -14,7 +14,8 @@
 // first forward, which for a lazily loaded model does all the decoding, is
 // prefetched too); from then on it follows the order in which the modules
 // first ran. A module whose compute copies all exist (cached copies after
-// their first use) is not prefetched.
+// their first use) is not prefetched, nor one that reads its own weights
+// (Module::ReadsOwnWeights: an embedding gathering rows).
 //
 // Destroying the object (or Remove) detaches every hook and drops the
 // compute copies prefetched for a forward that never used them. The model

@@ -71,6 +71,11 @@ int64_t Embedding::num_embeddings() const {
   return weight("weight")->shape()[0];
 }
 
+bool Embedding::ReadsOwnWeights() const {
+  return weight("weight")->options().compute_copy ==
+         casting::ComputeCopyPolicy::kTransient;
+}
+
 at::Tensor Embedding::Forward(ForwardContext& context,
                               const at::Tensor& ids) const {
   ModuleCall call(*this, context);
@@ -86,7 +91,13 @@ at::Tensor Embedding::Forward(ForwardContext& context,
     TORCH_CHECK_INDEX(min_id >= 0 && max_id < num, "embedding '", name(),
                       "': id ", bad, " is outside the table of ", num, " rows");
   }
-  return at::embedding(Param(context, "weight"), ids);
+  if (!ReadsOwnWeights()) return at::embedding(Param(context, "weight"), ids);
+  casting::Weight& table = *weight("weight");
+  absl::StatusOr<at::Tensor> rows = table.GatherRows(ids);
+  if (!rows.ok()) throw WeightUnavailableError(table.name(), rows.status());
+  std::vector<int64_t> shape = ids.sizes().vec();
+  shape.push_back(rows->size(1));
+  return rows->view(shape);
 }
 
 LayerNorm::LayerNorm(std::string name, double eps)

@@ -37,8 +37,12 @@ class Embedding : public Module {
  public:
   static absl::StatusOr<std::unique_ptr<Embedding>> Create(
       std::string name, const WeightFactory& weights);
+  // With a transient table, decodes only the rows of `ids`
+  // (casting::Weight::GatherRows) instead of the whole table.
   at::Tensor Forward(ForwardContext& context, const at::Tensor& ids) const;
   int64_t num_embeddings() const;
+  // True when the table's compute copies are transient.
+  bool ReadsOwnWeights() const override;
 
  private:
   using Module::Module;

@@ -72,6 +72,58 @@ TEST_F(LayersTest, EmbeddingLooksUpRowsAndChecksIds) {
   EXPECT_THROW((*embedding)->Forward(context, at::ones({1})), c10::TypeError);
 }
 
+// A transient table decodes only the looked-up rows, from the mapping or
+// from each storage format, and gives what a lookup in the whole decoded
+// table gives.
+TEST_F(LayersTest, TransientEmbeddingGathersOnlyTheLookedUpRows) {
+  const at::Tensor table = at::randn({64, 8}).to(at::kBFloat16);
+  const at::Tensor ids =
+      at::tensor({3, 63, 3, 0, 17, 40}, at::kLong).view({2, 3});
+  std::vector<WeightPolicyOptions> policies;
+  WeightPolicyOptions mapped;
+  mapped.residency = casting::Residency::kMapped;
+  policies.push_back(mapped);
+  for (const char* format : {"F8_E4M3FN:per_row", "F8_E5M2:per_tensor",
+                             "F8_E4M3FN", "BF16", "F32"}) {
+    casting::CastingPolicy::Options cast;
+    const casting::StorageFormat storage =
+        *casting::StorageFormat::Parse(format);
+    cast.storage_dtype = storage.element;
+    cast.scaling = storage.scaling;
+    cast.compute_dtype = casting::ElementType::kF32;
+    WeightPolicyOptions options;
+    options.casting = *casting::CastingPolicy::Create(cast);
+    policies.push_back(options);
+  }
+  for (WeightPolicyOptions options : policies) {
+    WeightPolicyOptions whole = options;
+    whole.compute_copy = casting::ComputeCopyPolicy::kCached;
+    options.compute_copy = casting::ComputeCopyPolicy::kTransient;
+    auto gathering =
+        Embedding::Create("emb", Factory({{"emb.weight", table}}, options));
+    auto reference =
+        Embedding::Create("emb", Factory({{"emb.weight", table}}, whole));
+    ASSERT_TRUE(gathering.ok() && reference.ok());
+    EXPECT_TRUE((*gathering)->ReadsOwnWeights());
+    EXPECT_FALSE((*reference)->ReadsOwnWeights());
+    ForwardContext context;
+    const at::Tensor rows = (*gathering)->Forward(context, ids);
+    EXPECT_EQ(rows.sizes(), (std::vector<int64_t>{2, 3, 8}));
+    EXPECT_EQ(rows.scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(rows, (*reference)->Forward(context, ids)));
+    const casting::Weight& weight = *(*gathering)->weight("weight");
+    EXPECT_FALSE(weight.has_compute_copy());
+    // F32 storage is the compute dtype: rows are looked up in it. Every
+    // other table decodes six rows and never the whole table.
+    const bool decoded =
+        !options.casting.has_value() ||
+        options.casting->options().storage_dtype != casting::ElementType::kF32;
+    EXPECT_EQ(weight.activity().transient_compute_bytes,
+              decoded ? 6 * 8 * 4 : 0);
+    if (decoded) EXPECT_EQ(weight.compute_builds(), 0);
+  }
+}
+
 TEST_F(LayersTest, LayerNormMatchesAtLayerNorm) {
   at::Tensor g = at::randn({5}), b = at::randn({5}), x = at::randn({2, 3, 5});
   WeightFactory factory = Factory({{"ln.weight", g}, {"ln.bias", b}});

@@ -100,6 +100,11 @@ class Module {
   void AddWeight(std::string local_name,
                  std::unique_ptr<casting::Weight> weight);
   casting::Weight* weight(absl::string_view local_name) const;
+
+  // True for a module that reads its weights itself during its forward (an
+  // embedding gathering rows of a transient table) instead of using whole
+  // compute copies: the casting hooks neither acquire nor prefetch them.
+  virtual bool ReadsOwnWeights() const { return false; }
   const std::map<std::string, std::unique_ptr<casting::Weight>>& weights()
       const {
     return weights_;
