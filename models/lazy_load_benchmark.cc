@@ -2,18 +2,19 @@
 // per measurement (BENCHMARKS.md, experiments 2 and 4):
 //
 //   lazy_load_benchmark --model=DIR --mode=MODE [--tokens=16] [--forwards=2]
-//       [--json=PATH] [--spawn_time_ns=N] [--prefetch=1] [--threads=0]
+//       [--json=PATH] [--spawn_time_ns=N] [--prefetch=1] [--buffer_pool=0]
+//       [--threads=0] [--codec_threads=0] [--advise_ahead_mb=0]
 //
 // Modes (all compute in f32):
 //   eager             read everything at init and upcast it (resident f32);
 //   lazy_cached       mapped, each tensor decoded at first use and kept;
 //   mapped_transient  mapped, only the running module's f32 copies live
-//                     (casting hooks), prefetching the next module unless
-//                     --prefetch=0;
-//   decode_only       no model: reads every tensor (pass "read"), decodes it
-//                     from a resident bf16 buffer into a reused f32 buffer
-//                     (pass "decode"), and through Weight::Acquire with a
-//                     fresh transient copy each time (pass "acquire").
+//                     (casting hooks), from a buffer pool with
+//                     --buffer_pool=1;
+// and the lazy modes prefetch the next module unless --prefetch=0.
+//   decode_only       no model: passes over every tensor that time the
+//                     pieces of a lazy forward's weight wait (read, decode,
+//                     Weight::Acquire, and two prototypes; RunDecodeOnly).
 //
 // Init is timed from process start: --spawn_time_ns (CLOCK_REALTIME, taken by
 // the driver just before it spawned us) or else /proc/self/stat's start time
@@ -26,6 +27,7 @@
 // allocator's peak, and bytes read from storage (/proc/self/io read_bytes).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +36,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -65,6 +68,12 @@ struct Flags {
   bool prefetch = true;
   // LibTorch intra-op threads; 0 = one per hardware thread.
   int threads = 0;
+  // Threads one decode may use (CodecOptions::max_threads); 0 = all.
+  int codec_threads = 0;
+  // WeightPolicyOptions::reuse_transient_buffers (mapped_transient).
+  bool buffer_pool = false;
+  // Prototype: readahead window, in MiB of checkpoint bytes (0 = off).
+  int64_t advise_ahead_mb = 0;
 };
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
@@ -85,6 +94,12 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       ok = ok && absl::SimpleAtoi(kv.second, &flags.forwards);
     } else if (kv.first == "spawn_time_ns") {
       ok = ok && absl::SimpleAtoi(kv.second, &flags.spawn_time_ns);
+    } else if (kv.first == "codec_threads") {
+      ok = ok && absl::SimpleAtoi(kv.second, &flags.codec_threads);
+    } else if (kv.first == "buffer_pool") {
+      ok = ok && absl::SimpleAtob(kv.second, &flags.buffer_pool);
+    } else if (kv.first == "advise_ahead_mb") {
+      ok = ok && absl::SimpleAtoi(kv.second, &flags.advise_ahead_mb);
     } else if (kv.first == "threads") {
       ok = ok && absl::SimpleAtoi(kv.second, &flags.threads);
     } else if (kv.first == "prefetch") {
@@ -175,6 +190,9 @@ class RssAnonSampler {
 struct PhaseStats {
   std::string name;
   double seconds = 0;
+  // User + system CPU time of all threads: less sensitive than `seconds` to
+  // other work sharing the cores.
+  double cpu_seconds = 0;
   int64_t read_bytes = 0;          // From storage during the phase.
   int64_t tracked_peak_bytes = 0;  // Tracking allocator, during the phase.
   int64_t rss_anon_bytes = 0;      // At its end.
@@ -185,6 +203,7 @@ struct PhaseStats {
 
   std::string Json() const {
     return absl::StrCat("{\"name\":\"", name, "\",\"seconds\":", seconds,
+                        ",\"cpu_seconds\":", cpu_seconds,
                         ",\"read_bytes\":", read_bytes,
                         ",\"tracked_peak_bytes\":", tracked_peak_bytes,
                         ",\"rss_anon_bytes\":", rss_anon_bytes,
@@ -201,12 +220,14 @@ class PhaseTimer {
     stats_.name = std::move(name);
     casting::TrackingAllocator::Installed()->ResetPeak();
     read_bytes_at_start_ = ReadCounters("/proc/self/io")["read_bytes"];
+    cpu_at_start_ = CpuSeconds();
     start_ = std::chrono::steady_clock::now();
   }
   PhaseStats Finish() {
     stats_.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
             .count();
+    stats_.cpu_seconds = CpuSeconds() - cpu_at_start_;
     stats_.read_bytes =
         ReadCounters("/proc/self/io")["read_bytes"] - read_bytes_at_start_;
     stats_.tracked_peak_bytes =
@@ -216,7 +237,15 @@ class PhaseTimer {
   }
 
  private:
+  static double CpuSeconds() {
+    rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+           (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+  }
+
   PhaseStats stats_;
+  double cpu_at_start_ = 0;
   int64_t read_bytes_at_start_ = 0;
   std::chrono::steady_clock::time_point start_;
 };
@@ -268,9 +297,44 @@ class WeightWaitProfiler {
   double math_seconds_ = 0;
 };
 
+// Prototype of a deeper readahead than the casting hooks' prefetch (which
+// hints one module ahead, and nothing on the first forward, whose order it
+// is still learning): when a module with weights starts, madvise(WILLNEED)
+// the weights of the modules that follow it in tree order, up to `window`
+// bytes. Costs no memory beyond the page cache.
+class ReadaheadWindow {
+ public:
+  ReadaheadWindow(Module& root, int64_t window_bytes) {
+    root.Visit([this](Module& module) {
+      if (!module.weights().empty()) order_.push_back(&module);
+    });
+    for (size_t i = 0; i < order_.size(); ++i) {
+      order_[i]->AddPreForwardHook(
+          [this, i, window_bytes](const Module&, ForwardContext&) {
+            Advise(i + 1, window_bytes);
+          });
+    }
+  }
+
+ private:
+  void Advise(size_t first, int64_t window_bytes) const {
+    int64_t advised = 0;
+    for (size_t i = first; i < order_.size() && advised < window_bytes; ++i) {
+      for (const auto& [name, weight] : order_[i]->weights()) {
+        weight->AdviseWillNeed();
+        int64_t bytes = 2;  // Upper bound of the mapped bf16 bytes.
+        for (int64_t d : weight->shape()) bytes *= d;
+        advised += bytes;
+      }
+    }
+  }
+  std::vector<Module*> order_;
+};
+
 absl::StatusOr<WeightPolicyOptions> PolicyFor(const Flags& flags) {
   WeightPolicyOptions options;
   options.compute_dtype = casting::ElementType::kF32;
+  options.codec.max_threads = flags.codec_threads;
   if (flags.mode == "eager") {
     options.residency = casting::Residency::kResident;
     options.compute_copy = casting::ComputeCopyPolicy::kCached;
@@ -278,10 +342,12 @@ absl::StatusOr<WeightPolicyOptions> PolicyFor(const Flags& flags) {
   } else if (flags.mode == "lazy_cached") {
     options.residency = casting::Residency::kMapped;
     options.compute_copy = casting::ComputeCopyPolicy::kCached;
+    options.prefetch = flags.prefetch;
   } else if (flags.mode == "mapped_transient") {
     options.residency = casting::Residency::kMapped;
     options.compute_copy = casting::ComputeCopyPolicy::kTransient;
     options.prefetch = flags.prefetch;
+    options.reuse_transient_buffers = flags.buffer_pool;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown --mode=", flags.mode,
@@ -343,6 +409,11 @@ absl::StatusOr<std::vector<PhaseStats>> RunModel(const Flags& flags,
   std::printf("ready %.6f\n", ready_seconds);
   std::fflush(stdout);
 
+  std::unique_ptr<ReadaheadWindow> readahead;
+  if (flags.advise_ahead_mb > 0) {
+    readahead = std::make_unique<ReadaheadWindow>((*model)->root(),
+                                                  flags.advise_ahead_mb << 20);
+  }
   WeightWaitProfiler profiler((*model)->root());
   const NamedTensors inputs = MakeInputs(flags.tokens);
   std::vector<PhaseStats> phases = {init};
@@ -360,53 +431,94 @@ absl::StatusOr<std::vector<PhaseStats>> RunModel(const Flags& flags,
   return phases;
 }
 
-// decode_only: the rates of the pieces a lazy first forward is made of.
+// Runs `step` on every tensor of `checkpoint` as one timed pass.
+absl::StatusOr<PhaseStats> TimePass(
+    const std::string& name, const casting::Checkpoint& checkpoint,
+    const std::function<absl::Status(const casting::TensorEntry&)>& step) {
+  PhaseTimer timer(name);
+  uint64_t total = 0;
+  for (const casting::TensorEntry& e : checkpoint.tensors()) {
+    if (absl::Status status = step(e); !status.ok()) return status;
+    total += e.size_bytes;
+  }
+  PhaseStats stats = timer.Finish();
+  stats.bytes_processed = static_cast<int64_t>(total);
+  return stats;
+}
+
+absl::Status DecodeBf16(const casting::TensorEntry& e, const void* src,
+                        void* dst) {
+  return casting::Decode(
+      casting::StorageFormat::Plain(casting::ElementType::kBF16), src, nullptr,
+      e.numel(), e.shape.empty() ? 1 : e.shape[0], casting::ElementType::kF32,
+      dst);
+}
+
+// decode_only: the pieces a lazy first forward is made of, each as a pass
+// over every tensor (all bf16 -> f32):
+//   read          copy from the mapping into one reused buffer;
+//   decode        decode that buffer into one reused f32 buffer;
+//   acquire       Weight::Acquire (mapped, transient) as the model does it:
+//                 a new staging buffer, copy, a new f32 tensor, decode;
+//   fused_new     prototype: decode straight from the mapping (no staging
+//                 copy) into a new f32 tensor;
+//   fused_reused  prototype: the same into one reused f32 buffer (what a
+//                 buffer pool gives a transient copy).
 absl::StatusOr<std::vector<PhaseStats>> RunDecodeOnly(const Flags& flags) {
   absl::StatusOr<std::unique_ptr<casting::Checkpoint>> opened =
       OpenHfCheckpoint(flags.model);
   if (!opened.ok()) return opened.status();
   std::shared_ptr<const casting::Checkpoint> checkpoint = *std::move(opened);
-  uint64_t largest = 0, total = 0;
+  uint64_t largest = 0;
   for (const casting::TensorEntry& e : checkpoint->tensors()) {
     largest = std::max(largest, e.size_bytes);
-    total += e.size_bytes;
   }
   std::vector<uint8_t> source(largest);
   std::vector<float> decoded(largest / 2);
+  casting::WeightOptions transient;
+  transient.residency = casting::Residency::kMapped;
+  transient.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  using Entry = casting::TensorEntry;
+  const std::vector<
+      std::pair<std::string, std::function<absl::Status(const Entry&)>>>
+      passes = {
+          {"read",
+           [&](const Entry& e) {
+             return checkpoint->CopyTo(
+                 e, absl::MakeSpan(source.data(), e.size_bytes));
+           }},
+          {"decode",
+           [&](const Entry& e) {
+             return DecodeBf16(e, source.data(), decoded.data());
+           }},
+          {"acquire",
+           [&](const Entry& e) {
+             absl::StatusOr<std::unique_ptr<casting::Weight>> weight =
+                 casting::Weight::Create(checkpoint, e.name, transient);
+             if (!weight.ok()) return weight.status();
+             return (*weight)->Acquire().status();
+           }},
+          {"fused_new",
+           [&](const Entry& e) {
+             at::Tensor out = at::empty({e.numel()}, at::kFloat);
+             return DecodeBf16(e, checkpoint->Bytes(e).data(), out.data_ptr());
+           }},
+          {"fused_reused",
+           [&](const Entry& e) {
+             return DecodeBf16(e, checkpoint->Bytes(e).data(), decoded.data());
+           }},
+      };
   std::vector<PhaseStats> phases;
-  PhaseTimer read_timer("read");
-  for (const casting::TensorEntry& e : checkpoint->tensors()) {
-    absl::Status status =
-        checkpoint->CopyTo(e, absl::MakeSpan(source.data(), e.size_bytes));
-    if (!status.ok()) return status;
+  for (const auto& [name, step] : passes) {
+    absl::StatusOr<PhaseStats> pass = TimePass(name, *checkpoint, step);
+    if (!pass.ok()) return pass.status();
+    phases.push_back(*std::move(pass));
   }
-  phases.push_back(read_timer.Finish());
-  PhaseTimer decode_timer("decode");
-  for (const casting::TensorEntry& e : checkpoint->tensors()) {
-    absl::Status status = casting::Decode(
-        casting::StorageFormat::Plain(casting::ElementType::kBF16),
-        source.data(), nullptr, e.numel(), e.shape.empty() ? 1 : e.shape[0],
-        casting::ElementType::kF32, decoded.data());
-    if (!status.ok()) return status;
-  }
-  phases.push_back(decode_timer.Finish());
-  casting::WeightOptions options;
-  options.residency = casting::Residency::kMapped;
-  options.compute_copy = casting::ComputeCopyPolicy::kTransient;
-  PhaseTimer acquire_timer("acquire");
-  for (const casting::TensorEntry& e : checkpoint->tensors()) {
-    absl::StatusOr<std::unique_ptr<casting::Weight>> weight =
-        casting::Weight::Create(checkpoint, e.name, options);
-    if (!weight.ok()) return weight.status();
-    absl::StatusOr<casting::ComputeHandle> handle = (*weight)->Acquire();
-    if (!handle.ok()) return handle.status();
-  }
-  phases.push_back(acquire_timer.Finish());
-  for (PhaseStats& phase : phases) phase.bytes_processed = total;
   return phases;
 }
 
 int Main(int argc, char** argv) {
+  const int64_t main_entered_ns = RealtimeNs();
   const int64_t start_ns = ProcessStartNs();
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
   if (!flags.ok()) {
@@ -435,7 +547,11 @@ int Main(int argc, char** argv) {
   for (const PhaseStats& phase : *phases) phase_json.push_back(phase.Json());
   const std::string json = absl::StrCat(
       "{\"model\":\"", flags->model, "\",\"mode\":\"", flags->mode,
-      "\",\"prefetch\":", flags->prefetch, ",\"tokens\":", flags->tokens,
+      "\",\"prefetch\":", flags->prefetch,
+      ",\"advise_ahead_mb\":", flags->advise_ahead_mb,
+      ",\"codec_threads\":", flags->codec_threads,
+      ",\"tokens\":", flags->tokens,
+      ",\"main_entered_seconds\":", (main_entered_ns - spawn_ns) / 1e9,
       ",\"start_from\":\"", flags->spawn_time_ns > 0 ? "driver" : "proc_stat",
       "\",", ProcessJson(sampler), ",\"phases\":[",
       absl::StrJoin(phase_json, ","), "]}");
