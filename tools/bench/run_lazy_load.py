@@ -5,8 +5,12 @@
     python3 tools/bench/gen_llama_checkpoint.py --shape 1b --out /tmp/castserve-bench/llama-1b
     python3 tools/bench/gen_llama_checkpoint.py --shape 8b --out /tmp/castserve-bench/llama-8b
     bazel build -c opt //models:lazy_load_benchmark
+    # Both experiments in one hold of the lock (what BENCHMARKS.md reports):
+    python3 tools/bench/run_lazy_load.py all --repeats 3 --forwards 3
+    python3 tools/bench/lazy_load_report.py   # the Markdown tables
+    # Or one at a time:
     python3 tools/bench/run_lazy_load.py experiment2 --repeats 5
-    python3 tools/bench/run_lazy_load.py experiment4 --repeats 3
+    python3 tools/bench/run_lazy_load.py experiment4 --repeats 2
 
 Every measurement is its own process, spawned under
 `flock /tmp/castserve_bench.lock` so timed runs of different benchmarks never
