@@ -252,14 +252,18 @@ class PhaseTimer {
 
 // Splits a forward's time from hooks on every module with weights, attached
 // after the casting hooks (so its pre-hook runs after theirs and its
-// post-hook before theirs). The pre-hook acquires and releases each weight:
-// with cached copies and no casting hooks that is where the first decode
-// happens; with casting hooks it finds the copies they hold. "Wait" runs
-// from the previous module's end (or the forward's start) to the weights
-// being ready; "math" from there to the module's end.
+// post-hook before theirs). "Wait" runs from the previous module's end (or
+// the forward's start) to the module's weights being ready; "math" from
+// there to the module's end. With casting hooks (transient copies, or any
+// prefetch) their pre-hook has acquired the weights by then. Without them
+// (`acquire_in_hook`), this pre-hook acquires and releases each weight, so
+// that the first decode of a cached copy counts as wait, not math. A module
+// that reads its own weights (an embedding gathering rows) is never
+// acquired here: that would decode its whole table.
 class WeightWaitProfiler {
  public:
-  explicit WeightWaitProfiler(Module& root) {
+  WeightWaitProfiler(Module& root, bool acquire_in_hook)
+      : acquire_in_hook_(acquire_in_hook) {
     root.Visit([this](Module& module) {
       if (module.weights().empty()) return;
       module.AddPreForwardHook(
@@ -280,8 +284,10 @@ class WeightWaitProfiler {
   static Clock::time_point Now() { return Clock::now(); }
 
   void PreForward(const Module& module) {
-    for (const auto& [name, weight] : module.weights()) {
-      AcquireOrThrow(*weight).Reset();
+    if (acquire_in_hook_ && !module.ReadsOwnWeights()) {
+      for (const auto& [name, weight] : module.weights()) {
+        AcquireOrThrow(*weight).Reset();
+      }
     }
     ready_ = Now();
     wait_seconds_ += std::chrono::duration<double>(ready_ - last_end_).count();
@@ -291,6 +297,7 @@ class WeightWaitProfiler {
     math_seconds_ += std::chrono::duration<double>(last_end_ - ready_).count();
   }
 
+  const bool acquire_in_hook_;
   // One forward at a time in this benchmark: no locking.
   Clock::time_point last_end_, ready_;
   double wait_seconds_ = 0;
@@ -414,7 +421,11 @@ absl::StatusOr<std::vector<PhaseStats>> RunModel(const Flags& flags,
     readahead = std::make_unique<ReadaheadWindow>((*model)->root(),
                                                   flags.advise_ahead_mb << 20);
   }
-  WeightWaitProfiler profiler((*model)->root());
+  // LoadHfModel attaches casting hooks for transient copies or prefetch.
+  const bool has_casting_hooks =
+      options->prefetch ||
+      options->compute_copy == casting::ComputeCopyPolicy::kTransient;
+  WeightWaitProfiler profiler((*model)->root(), !has_casting_hooks);
   const NamedTensors inputs = MakeInputs(flags.tokens);
   std::vector<PhaseStats> phases = {init};
   // Init and forwards are not one scope: the whole-process peak is reported
