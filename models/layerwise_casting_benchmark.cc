@@ -30,14 +30,15 @@
 // Usage:
 //   layerwise_casting_benchmark --model=DIR [--batches=1,4,16]
 //       [--configs=all|NAME,...] [--runs=5|BATCH:N,...] [--warmup=1|...]
-//       [--threads=N] [--json=PATH] [--profile]
+//       [--threads=N] [--reuse_transient_buffers=true|false] [--json=PATH]
+//       [--profile]
 // Config names: resident/F32, resident/BF16 (no casting), and
 // cast/<storage>/<compute>, e.g. cast/F8_E5M2/BF16, cast/F8_E4M3FN:per_row/F32
-// (transient compute copies, prefetch on). --runs and --warmup take one count
-// for every batch or BATCH:COUNT pairs (batches not listed use 1 run /
-// 0 warm-ups). --threads sets LibTorch's intra-op threads (default: its
-// own default, which the daemon also keeps). --profile prints time per module
-// kind for the timed forwards.
+// (transient compute copies, prefetch on, buffer reuse as the flag says).
+// --runs and --warmup take one count for every batch or BATCH:COUNT pairs
+// (batches not listed use 1 run / 0 warm-ups). --threads sets LibTorch's
+// intra-op threads (default: its own default, which the daemon also keeps).
+// --profile prints time per module kind for the timed forwards.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <malloc.h>
@@ -93,6 +94,8 @@ struct Flags {
   std::string json_path;
   bool profile = false;
   int threads = 0;  // 0: LibTorch's default, as the daemon runs.
+  // WeightPolicyOptions::reuse_transient_buffers of the cast configurations.
+  bool reuse_transient_buffers = false;
   int default_runs = 1;
   int default_warmup = 0;
 };
@@ -103,7 +106,8 @@ struct BenchConfig {
   WeightPolicyOptions options;
 };
 
-absl::StatusOr<BenchConfig> ParseConfig(const std::string& name) {
+absl::StatusOr<BenchConfig> ParseConfig(const std::string& name,
+                                        const Flags& flags) {
   std::vector<std::string> parts = absl::StrSplit(name, '/');
   BenchConfig config{name, {}};
   config.options.eager = true;
@@ -132,6 +136,7 @@ absl::StatusOr<BenchConfig> ParseConfig(const std::string& name) {
   config.options.casting = *std::move(created);
   config.options.compute_copy = casting::ComputeCopyPolicy::kTransient;
   config.options.prefetch = true;
+  config.options.reuse_transient_buffers = flags.reuse_transient_buffers;
   return config;
 }
 
@@ -191,6 +196,9 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       flags.json_path = value;
     } else if (key == "--threads") {
       ok = absl::SimpleAtoi(value, &flags.threads) && flags.threads >= 0;
+    } else if (key == "--reuse_transient_buffers") {
+      ok = value == "true" || value == "false";
+      flags.reuse_transient_buffers = value == "true";
     } else if (key == "--profile") {
       flags.profile = true;
     } else {
@@ -583,10 +591,12 @@ void WriteJson(const std::string& path, const Flags& flags,
   out << absl::StrFormat(
       "{\n  \"benchmark\": \"layerwise_casting_benchmark\",\n"
       "  \"model\": \"%s\",\n  \"intra_op_threads\": %d,\n"
+      "  \"reuse_transient_buffers\": %s,\n"
       "  \"units\": \"MB = 2^20 bytes, seconds\",\n"
       "  \"results\": [\n%s\n  ],\n  \"targets\": [\n%s\n  ]\n}\n",
-      flags.model_dir, at::get_num_threads(), absl::StrJoin(configs, ",\n"),
-      absl::StrJoin(target_json, ",\n"));
+      flags.model_dir, at::get_num_threads(),
+      flags.reuse_transient_buffers ? "true" : "false",
+      absl::StrJoin(configs, ",\n"), absl::StrJoin(target_json, ",\n"));
   if (!out) std::fprintf(stderr, "could not write %s\n", path.c_str());
 }
 
@@ -599,7 +609,7 @@ int Main(int argc, char** argv) {
   }
   std::vector<BenchConfig> configs;
   for (const std::string& name : flags->configs) {
-    absl::StatusOr<BenchConfig> config = ParseConfig(name);
+    absl::StatusOr<BenchConfig> config = ParseConfig(name, *flags);
     if (!config.ok()) {
       std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
       return 2;
