@@ -66,10 +66,13 @@ class SelfAttention : public Module {
 
   at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x) const {
     ModuleCall call(*this, ctx);
-    at::Tensor attended = ScaledDotProductAttention(
-        SplitHeads(q_->Forward(ctx, x), heads_),
-        SplitHeads(k_->Forward(ctx, x), heads_),
-        SplitHeads(v_->Forward(ctx, x), heads_), at::Tensor(), scale_);
+    // In registration order, which prefetch follows until it has seen a
+    // forward (as function arguments they would run in unspecified order).
+    at::Tensor q = SplitHeads(q_->Forward(ctx, x), heads_);
+    at::Tensor k = SplitHeads(k_->Forward(ctx, x), heads_);
+    at::Tensor v = SplitHeads(v_->Forward(ctx, x), heads_);
+    at::Tensor attended =
+        ScaledDotProductAttention(q, k, v, at::Tensor(), scale_);
     return out_->Forward(ctx, MergeHeads(attended));
   }
 

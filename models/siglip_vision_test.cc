@@ -207,6 +207,32 @@ TEST(SiglipVisionTest, ImageSizeNotMultipleOfPatchDropsRemainder) {
                         outputs_changed->at("last_hidden_state")));
 }
 
+// Prefetch follows the tree's order until it has seen a forward: modules
+// that run in registration order leave no prefetched copy behind after the
+// first forward.
+TEST(SiglipVisionTest, FirstPrefetchedForwardLeavesNoComputeCopies) {
+  auto policy = casting::CastingPolicy::Create({});
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  WeightPolicyOptions options;
+  options.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  options.casting = *policy;
+  options.prefetch = true;
+  auto model =
+      LoadHfModel(WriteModel(RandomWeights(), "siglip_prefetch"), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE(
+      (*model)->Forward({{"pixel_values", at::randn({1, 2, 8, 8})}}).ok());
+  std::vector<std::string> left;
+  (*model)->root().Visit([&](Module& module) {
+    for (const auto& [local_name, weight] : module.weights()) {
+      if (weight->footprint().transient_compute_bytes() > 0) {
+        left.push_back(module.name() + "." + local_name);
+      }
+    }
+  });
+  EXPECT_THAT(left, ::testing::IsEmpty());
+}
+
 TEST(SiglipVisionTest, NamesKindsAndInputErrors) {
   auto model = LoadHfModel(WriteModel(RandomWeights(), "siglip_names"), {});
   ASSERT_TRUE(model.ok()) << model.status();
