@@ -13,8 +13,8 @@
 // buffers per shape, 1 GiB), so between forwards a model holds one or two
 // compute copies per distinct weight shape beyond its storage; the peak of a
 // forward grows by less than that, since a buffer of each shape was live
-// during it anyway. Idle buffers are live allocations (the tracking allocator counts
-// them for the model that made them) until the pool is destroyed.
+// during it anyway. Idle buffers are live allocations (the tracking allocator
+// counts them for the model that made them) until the pool is destroyed.
 //
 // Thread safety: all methods are safe to call concurrently.
 #ifndef CASTSERVE_CASTING_BUFFER_POOL_H_
