@@ -77,7 +77,9 @@ PrefetchCounts CastingHooks::prefetch_counts() const {
 void CastingHooks::PreForward(const Module& module, ForwardContext& context) {
   if (options_.prefetch) {
     ClaimPrefetch(module);
-    const Module* next = LearnOrderAndGetNext(module);
+    bool order_learned = false;
+    const Module* next = LearnOrderAndGetNext(module, &order_learned);
+    if (order_learned) DropStalePrefetches();
     if (next != nullptr && !next->ReadsOwnWeights() &&
         !AllComputeCopiesExist(*next)) {
       for (const auto& [name, weight] : next->weights()) {
@@ -104,7 +106,8 @@ void CastingHooks::SetOrder(
   for (size_t i = 0; i < order.size(); ++i) position.emplace(order[i], i);
 }
 
-const Module* CastingHooks::LearnOrderAndGetNext(const Module& module) {
+const Module* CastingHooks::LearnOrderAndGetNext(const Module& module,
+                                                 bool* order_learned) {
   absl::MutexLock lock(&order_mu_);
   if (!order_learned_ &&
       learned_position_.emplace(&module, learned_.size()).second) {
@@ -114,6 +117,7 @@ const Module* CastingHooks::LearnOrderAndGetNext(const Module& module) {
       learned_.clear();
       learned_position_.clear();
       order_learned_ = true;
+      *order_learned = true;
     }
   }
   auto it = position_.find(&module);
@@ -176,6 +180,18 @@ void CastingHooks::PrefetchLoop() {
     in_flight_ = nullptr;
     unclaimed_.insert(module);
   }
+}
+
+void CastingHooks::DropStalePrefetches() {
+  {
+    absl::MutexLock lock(&prefetch_mu_);
+    pending_.clear();
+    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(prefetch_mu_) {
+      return in_flight_ == nullptr;
+    };
+    prefetch_mu_.Await(absl::Condition(&idle));
+  }
+  DropUnclaimedPrefetches();
 }
 
 void CastingHooks::DropUnclaimedPrefetches() {

@@ -82,8 +82,9 @@ class CastingHooks {
   void PostForward(const Module& module, ForwardContext& context);
 
   // Records `module` in the learned order; returns the module after it, if
-  // the order knows one.
-  const Module* LearnOrderAndGetNext(const Module& module);
+  // the order knows one. Sets `*order_learned` when this call completed the
+  // learned order.
+  const Module* LearnOrderAndGetNext(const Module& module, bool* order_learned);
   // Sets `order` and `position` to `modules`.
   static void SetOrder(std::vector<const Module*> modules,
                        std::vector<const Module*>& order,
@@ -95,6 +96,11 @@ class CastingHooks {
   void ClaimPrefetch(const Module& module);
   void PrefetchLoop();
   void DropUnclaimedPrefetches();
+  // Once the order is learned, every module has run: prefetches still
+  // unclaimed were made from the tree's order for modules that already ran
+  // (when it differs from the real one). Drops them and the queued ones,
+  // so that their transient copies do not live until the next forward.
+  void DropStalePrefetches();
 
   const Options options_;
   std::vector<std::pair<Module*, int>> attached_;  // Module, hook id.
