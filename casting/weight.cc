@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -166,17 +167,33 @@ absl::StatusOr<at::Tensor> Weight::ReadSource(at::ScalarType dtype) const {
 absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
   if (passthrough_) return ReadSource(*PassthroughScalarType(entry_.dtype));
   const ElementType source_type = *CodecElementType(entry_.dtype);
-  absl::StatusOr<at::Tensor> source = ReadSource(TorchScalarType(source_type));
-  if (!source.ok()) return source.status();
-  if (source_type == options_.compute_dtype) return source;
+  if (source_type == options_.compute_dtype) {
+    return ReadSource(TorchScalarType(source_type));
+  }
+  // Through a small staging buffer of this thread's, chunk by chunk: a
+  // staging copy of the whole tensor would be new pages to fault in on every
+  // decode (as costly as the decode itself).
+  static constexpr int64_t kChunkBytes = int64_t{8} << 20;
+  thread_local std::vector<uint8_t> staging(kChunkBytes);
   at::Tensor compute =
       NewBuffer(TorchScalarType(options_.compute_dtype), entry_.shape);
-  absl::Status status =
-      Decode(StorageFormat::Plain(source_type), source->data_ptr(), nullptr,
-             entry_.numel(), num_rows(), options_.compute_dtype,
-             compute.data_ptr(), options_.codec);
-  Recycle(*std::move(source));
-  if (!status.ok()) return status;
+  const int64_t source_size = ElementSizeBytes(source_type);
+  const int64_t compute_size = ElementSizeBytes(options_.compute_dtype);
+  const int64_t chunk_elements = kChunkBytes / source_size;
+  for (int64_t first = 0; first < entry_.numel(); first += chunk_elements) {
+    const int64_t count = std::min(chunk_elements, entry_.numel() - first);
+    absl::Status status = checkpoint_->CopyRangeTo(
+        entry_, first * source_size,
+        absl::MakeSpan(staging.data(), count * source_size));
+    if (status.ok()) {
+      status = Decode(
+          StorageFormat::Plain(source_type), staging.data(), nullptr, count,
+          /*num_rows=*/1, options_.compute_dtype,
+          static_cast<uint8_t*>(compute.data_ptr()) + first * compute_size,
+          options_.codec);
+    }
+    if (!status.ok()) return status;
+  }
   return compute;
 }
 
