@@ -64,9 +64,10 @@ struct WeightOptions {
   ElementType compute_dtype = ElementType::kF32;
   ComputeCopyPolicy compute_copy = ComputeCopyPolicy::kCached;
   CodecOptions codec;
-  // With transient copies: where compute copies (and the staging buffers
-  // of reads from the mapping) come from and go back to. Null allocates
-  // each one anew. Typically one pool per model.
+  // With transient copies: where compute copies come from and go back to.
+  // Null allocates each one anew. Typically one pool per model. (Decoding
+  // from the mapping stages through a reused per-thread 8 MiB buffer, not
+  // the pool.)
   std::shared_ptr<BufferPool> buffer_pool;
 };
 
