@@ -52,6 +52,18 @@ std::optional<at::ScalarType> PassthroughScalarType(DType dtype) {
   }
 }
 
+// Reads from the mapping are staged in chunks of about this size.
+constexpr int64_t kStagingChunkBytes = int64_t{8} << 20;
+
+// This thread's staging buffer for reads from the mapping, grown to at
+// least `bytes`: reused, so its pages are faulted in once per thread, not on
+// every decode.
+absl::Span<uint8_t> Staging(int64_t bytes) {
+  thread_local std::vector<uint8_t> buffer;
+  if (static_cast<int64_t>(buffer.size()) < bytes) buffer.resize(bytes);
+  return absl::MakeSpan(buffer.data(), bytes);
+}
+
 absl::Span<uint8_t> BytesOf(at::Tensor& tensor) {
   return {static_cast<uint8_t*>(tensor.data_ptr()),
           static_cast<size_t>(tensor.nbytes())};
@@ -170,21 +182,19 @@ absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
   if (source_type == options_.compute_dtype) {
     return ReadSource(TorchScalarType(source_type));
   }
-  // Through a small staging buffer of this thread's, chunk by chunk: a
-  // staging copy of the whole tensor would be new pages to fault in on every
-  // decode (as costly as the decode itself).
-  static constexpr int64_t kChunkBytes = int64_t{8} << 20;
-  thread_local std::vector<uint8_t> staging(kChunkBytes);
+  // Through this thread's staging buffer, chunk by chunk: a staging copy of
+  // the whole tensor would be new pages to fault in on every decode (as
+  // costly as the decode itself).
   at::Tensor compute =
       NewBuffer(TorchScalarType(options_.compute_dtype), entry_.shape);
   const int64_t source_size = ElementSizeBytes(source_type);
   const int64_t compute_size = ElementSizeBytes(options_.compute_dtype);
-  const int64_t chunk_elements = kChunkBytes / source_size;
+  const int64_t chunk_elements = kStagingChunkBytes / source_size;
   for (int64_t first = 0; first < entry_.numel(); first += chunk_elements) {
     const int64_t count = std::min(chunk_elements, entry_.numel() - first);
-    absl::Status status = checkpoint_->CopyRangeTo(
-        entry_, first * source_size,
-        absl::MakeSpan(staging.data(), count * source_size));
+    absl::Span<uint8_t> staging = Staging(count * source_size);
+    absl::Status status =
+        checkpoint_->CopyRangeTo(entry_, first * source_size, staging);
     if (status.ok()) {
       status = Decode(
           StorageFormat::Plain(source_type), staging.data(), nullptr, count,
@@ -314,12 +324,68 @@ absl::Status Weight::MakeStorageLocked() {
     return absl::OkStatus();
   }
   ElementType source_type = *CodecElementType(entry_.dtype);
-  absl::StatusOr<at::Tensor> source = ReadSource(TorchScalarType(source_type));
-  if (!source.ok()) return source.status();
   if (options_.storage == StorageFormat::Plain(source_type)) {
-    storage_ = *std::move(source);  // Already in the storage format.
+    // Already in the storage format.
+    absl::StatusOr<at::Tensor> source =
+        ReadSource(TorchScalarType(source_type));
+    if (!source.ok()) return source.status();
+    storage_ = *std::move(source);
     return absl::OkStatus();
   }
+  absl::StatusOr<int64_t> data_bytes = options_.storage.DataBytes(entry_.shape);
+  absl::StatusOr<int64_t> num_scales = options_.storage.NumScales(entry_.shape);
+  if (!data_bytes.ok()) return data_bytes.status();
+  if (!num_scales.ok()) return num_scales.status();
+  at::Tensor storage = at::empty({*data_bytes}, at::kByte);
+  at::Tensor scales;
+  if (options_.storage.is_scaled()) {
+    scales = at::empty({*num_scales}, at::kFloat);
+  }
+  // Rows encode independently unless one scale covers the whole tensor.
+  absl::Status status =
+      IsComputeType(source_type) &&
+              options_.storage.scaling != Scaling::kPerTensor
+          ? EncodeFromSourceByRows(source_type, storage, scales)
+          : EncodeFromWholeSource(source_type, storage, scales);
+  if (!status.ok()) return status;
+  storage_ = std::move(storage);
+  scales_ = std::move(scales);
+  return absl::OkStatus();
+}
+
+absl::Status Weight::EncodeFromSourceByRows(ElementType source_type,
+                                            at::Tensor& storage,
+                                            at::Tensor& scales) const {
+  const int64_t rows = num_rows();
+  const int64_t row_elements = rows == 0 ? 0 : entry_.numel() / rows;
+  const int64_t row_source_bytes = row_elements * ElementSizeBytes(source_type);
+  const int64_t row_storage_bytes =
+      row_elements * options_.storage.element_size_bytes();
+  const int64_t chunk_rows = std::max<int64_t>(
+      1, kStagingChunkBytes / std::max<int64_t>(row_source_bytes, 1));
+  for (int64_t first = 0; first < rows; first += chunk_rows) {
+    const int64_t count = std::min(chunk_rows, rows - first);
+    absl::Span<uint8_t> staging = Staging(count * row_source_bytes);
+    absl::Status status =
+        checkpoint_->CopyRangeTo(entry_, first * row_source_bytes, staging);
+    if (status.ok()) {
+      status = Encode(
+          source_type, staging.data(), count * row_elements, count,
+          options_.storage,
+          static_cast<uint8_t*>(storage.data_ptr()) + first * row_storage_bytes,
+          scales.defined() ? scales.data_ptr<float>() + first : nullptr,
+          options_.codec);
+    }
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Weight::EncodeFromWholeSource(ElementType source_type,
+                                           at::Tensor& storage,
+                                           at::Tensor& scales) const {
+  absl::StatusOr<at::Tensor> source = ReadSource(TorchScalarType(source_type));
+  if (!source.ok()) return source.status();
   if (!IsComputeType(source_type)) {
     // fp8 on disk, another format wanted: go through f32.
     at::Tensor widened = at::empty({entry_.numel()}, at::kFloat);
@@ -331,22 +397,10 @@ absl::Status Weight::MakeStorageLocked() {
     source = std::move(widened);
     source_type = ElementType::kF32;
   }
-  absl::StatusOr<int64_t> data_bytes = options_.storage.DataBytes(entry_.shape);
-  absl::StatusOr<int64_t> num_scales = options_.storage.NumScales(entry_.shape);
-  if (!data_bytes.ok()) return data_bytes.status();
-  if (!num_scales.ok()) return num_scales.status();
-  at::Tensor storage = at::empty({*data_bytes}, at::kByte);
-  at::Tensor scales;
-  if (options_.storage.is_scaled())
-    scales = at::empty({*num_scales}, at::kFloat);
-  absl::Status status = Encode(
-      source_type, source->data_ptr(), entry_.numel(), num_rows(),
-      options_.storage, storage.data_ptr(),
-      scales.defined() ? scales.data_ptr<float>() : nullptr, options_.codec);
-  if (!status.ok()) return status;
-  storage_ = std::move(storage);
-  scales_ = std::move(scales);
-  return absl::OkStatus();
+  return Encode(source_type, source->data_ptr(), entry_.numel(), num_rows(),
+                options_.storage, storage.data_ptr(),
+                scales.defined() ? scales.data_ptr<float>() : nullptr,
+                options_.codec);
 }
 
 absl::Status Weight::EnsureComputeLocked() {

@@ -186,6 +186,15 @@ class Weight {
   absl::Status MaterializeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the resident storage copy (storage_, scales_).
   absl::Status MakeStorageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Encode the source into `storage` (and `scales`, sized for the format):
+  // a chunk of rows at a time through this thread's staging buffer (plain
+  // or per-row formats from an f32/f16/bf16 source), or all at once.
+  absl::Status EncodeFromSourceByRows(ElementType source_type,
+                                      at::Tensor& storage,
+                                      at::Tensor& scales) const;
+  absl::Status EncodeFromWholeSource(ElementType source_type,
+                                     at::Tensor& storage,
+                                     at::Tensor& scales) const;
   absl::Status EnsureComputeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The source copied into an aligned tensor of the checkpoint's shape;
   // `dtype` must be the entry's own (safe against truncation).

@@ -268,6 +268,57 @@ TEST_F(WeightTest, PrefetchComputeMeansTheNextAcquireDoesNotDecode) {
   EXPECT_EQ(weight->compute_builds(), 1);
 }
 
+// Tensors larger than the 8 MiB staging chunk are read, encoded and decoded
+// chunk by chunk; the result must equal the codec run over the whole tensor.
+TEST(WeightChunkedTest, ChunkedEncodeAndDecodeEqualWholeTensorCodec) {
+  const std::string path = TempPath("chunked.safetensors");
+  at::manual_seed(5);
+  // 3001 rows of 1000 bf16 values: 6 MB of bf16, 12 MB as f32, so the
+  // f32 source spans two chunks with a partial last one.
+  const at::Tensor values =
+      (at::randn({3001, 1000}) * at::logspace(-6, 2, 3001).unsqueeze(1));
+  const at::Tensor f32 = values.contiguous();
+  std::string data(static_cast<const char*>(f32.data_ptr()), f32.nbytes());
+  ASSERT_TRUE(test_util::WriteSafetensorsFile(
+                  path,
+                  test_util::MakeHeaderJson(
+                      {{"w", "F32", {3001, 1000}, 0, data.size()}}),
+                  data)
+                  .ok());
+  std::shared_ptr<const Checkpoint> checkpoint = *OpenSafetensors(path);
+  for (const StorageFormat format :
+       {StorageFormat{ElementType::kF8E4M3FN, Scaling::kPerRow},
+        StorageFormat{ElementType::kF8E5M2, Scaling::kNone},
+        StorageFormat{ElementType::kBF16, Scaling::kNone}}) {
+    WeightOptions options;
+    options.storage = format;
+    options.compute_dtype = ElementType::kF32;
+    std::unique_ptr<Weight> weight = *Weight::Create(checkpoint, "w", options);
+    absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    // The reference: one Encode and one Decode over the whole tensor.
+    std::vector<uint8_t> encoded(f32.numel() * format.element_size_bytes());
+    std::vector<float> scales(3001);
+    ASSERT_TRUE(Encode(ElementType::kF32, f32.data_ptr(), f32.numel(), 3001,
+                       format, encoded.data(), scales.data())
+                    .ok());
+    at::Tensor expected = at::empty({3001, 1000}, at::kFloat);
+    ASSERT_TRUE(Decode(format, encoded.data(), scales.data(), f32.numel(), 3001,
+                       ElementType::kF32, expected.data_ptr())
+                    .ok());
+    EXPECT_TRUE(handle->tensor().equal(expected)) << format.ToString();
+  }
+  // Mapped f32 -> bf16 decode (3M elements: two chunks of the staging
+  // buffer) rounds as LibTorch's cast does (to nearest even).
+  WeightOptions mapped;
+  mapped.residency = Residency::kMapped;
+  mapped.compute_dtype = ElementType::kBF16;
+  std::unique_ptr<Weight> weight = *Weight::Create(checkpoint, "w", mapped);
+  absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+  ASSERT_TRUE(handle.ok());
+  EXPECT_TRUE(handle->tensor().equal(f32.to(at::kBFloat16)));
+}
+
 TEST_F(WeightTest, GatherRowsChecksIdsAndUsesAnExistingCopy) {
   WeightOptions options;
   options.residency = Residency::kMapped;
