@@ -326,6 +326,10 @@ ScopedModelTag::ScopedModelTag(absl::string_view model_id)
   tls_model = model_;
 }
 
+std::string ScopedModelTag::CurrentModelId() {
+  return tls_model == nullptr ? std::string() : tls_model->id;
+}
+
 ScopedModelTag::~ScopedModelTag() {
   tls_model = previous_;
   Unref(model_);

@@ -170,6 +170,11 @@ class ScopedModelTag {
 
   bool attributed() const { return model_ != nullptr; }
 
+  // The id the current thread's allocations are attributed to ("" if none):
+  // what work handed to another thread passes on, so that the other thread
+  // can tag itself the same way.
+  static std::string CurrentModelId();
+
  private:
   internal::ModelCounters* model_;
   internal::ModelCounters* previous_;

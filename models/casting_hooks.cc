@@ -1,6 +1,9 @@
 #include "models/casting_hooks.h"
 
+#include <optional>
 #include <string>
+
+#include "casting/tracking_allocator.h"
 
 namespace castserve::models {
 namespace {
@@ -131,16 +134,16 @@ void CastingHooks::SchedulePrefetch(const Module& module) {
   if (stopping_ || in_flight_ == &module || unclaimed_.count(&module) > 0) {
     return;
   }
-  for (const Module* pending : pending_) {
-    if (pending == &module) return;
+  for (const PendingPrefetch& pending : pending_) {
+    if (pending.module == &module) return;
   }
-  pending_.push_back(&module);
+  pending_.push_back({&module, casting::ScopedModelTag::CurrentModelId()});
 }
 
 void CastingHooks::ClaimPrefetch(const Module& module) {
   absl::MutexLock lock(&prefetch_mu_);
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-    if (*it == &module) {
+    if (it->module == &module) {
       pending_.erase(it);
       ++prefetch_counts_.misses;
       return;
@@ -159,7 +162,7 @@ void CastingHooks::ClaimPrefetch(const Module& module) {
 
 void CastingHooks::PrefetchLoop() {
   while (true) {
-    const Module* module = nullptr;
+    PendingPrefetch work;
     {
       absl::MutexLock lock(&prefetch_mu_);
       auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(prefetch_mu_) {
@@ -167,14 +170,20 @@ void CastingHooks::PrefetchLoop() {
       };
       prefetch_mu_.Await(absl::Condition(&has_work));
       if (stopping_) return;
-      module = pending_.front();
+      work = std::move(pending_.front());
       pending_.pop_front();
-      in_flight_ = module;
+      in_flight_ = work.module;
       ++prefetches_started_;
     }
-    // Errors are not lost: the module's own Acquire reports them.
-    for (const auto& [name, weight] : module->weights()) {
-      (void)weight->PrefetchCompute();
+    const Module* module = work.module;
+    {
+      // The copies count for the model whose forward asked for them.
+      std::optional<casting::ScopedModelTag> tag;
+      if (!work.model_id.empty()) tag.emplace(work.model_id);
+      // Errors are not lost: the module's own Acquire reports them.
+      for (const auto& [name, weight] : module->weights()) {
+        (void)weight->PrefetchCompute();
+      }
     }
     absl::MutexLock lock(&prefetch_mu_);
     in_flight_ = nullptr;

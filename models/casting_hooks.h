@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -116,8 +117,15 @@ class CastingHooks {
       ABSL_GUARDED_BY(order_mu_);
   bool order_learned_ ABSL_GUARDED_BY(order_mu_) = false;
 
+  // A prefetch to run, and the model id the forward that asked for it
+  // attributes its allocations to (casting::ScopedModelTag).
+  struct PendingPrefetch {
+    const Module* module;
+    std::string model_id;
+  };
+
   mutable absl::Mutex prefetch_mu_;
-  std::deque<const Module*> pending_ ABSL_GUARDED_BY(prefetch_mu_);
+  std::deque<PendingPrefetch> pending_ ABSL_GUARDED_BY(prefetch_mu_);
   const Module* in_flight_ ABSL_GUARDED_BY(prefetch_mu_) = nullptr;
   // Prefetched, not yet acquired by a forward.
   std::unordered_set<const Module*> unclaimed_ ABSL_GUARDED_BY(prefetch_mu_);

@@ -252,6 +252,34 @@ TEST_F(CastingHooksTest, PrefetchOverlapsTheLazyUpcastOfTheFirstForwardOnly) {
   });
 }
 
+TEST_F(CastingHooksTest, PrefetchedCopiesCountForTheModelThatAskedForThem) {
+  casting::TrackingAllocator* allocator =
+      casting::TrackingAllocator::Installed();
+  ASSERT_TRUE(allocator->RegisterModel("hooked").ok());
+  {
+    auto chain = MakeChain(casting::ComputeCopyPolicy::kTransient);
+    CastingHooks::Options options;
+    options.prefetch = true;
+    auto hooks = CastingHooks::Attach(*chain, options);
+    std::vector<int> holding;
+    std::vector<int64_t> transient_bytes;
+    // Slow layers: each prefetch finishes while its predecessor runs, so
+    // two layers' copies are live at once, one made on the prefetch thread.
+    Probe(*chain, &holding, &transient_bytes, absl::Milliseconds(20));
+    casting::ScopedModelTag tag("hooked");
+    for (int pass = 0; pass < 2; ++pass) {
+      ForwardContext context;
+      chain->Forward(context, input_);
+    }
+    ASSERT_GT(hooks->prefetch_counts().hits, 0);
+    absl::StatusOr<casting::ModelMemoryUsage> usage =
+        allocator->GetModelUsage("hooked");
+    ASSERT_TRUE(usage.ok());
+    EXPECT_GE(usage->peak_bytes, 2 * kLayerBytes);
+  }
+  ASSERT_TRUE(allocator->UnregisterModel("hooked").ok());
+}
+
 TEST_F(CastingHooksTest, PrefetchPeakIsAtMostTwoLayers) {
   auto chain = MakeChain(casting::ComputeCopyPolicy::kTransient);
   CastingHooks::Options options;
