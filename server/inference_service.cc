@@ -154,11 +154,13 @@ class StreamInferReactor
 
   void OnReadDone(bool ok) override {
     if (!ok) {
+      Next next;
       {
         absl::MutexLock lock(&mutex_);
         reads_done_ = true;
+        next = DecideLocked();
       }
-      return Advance();
+      return Perform(next);
     }
     auto slot = std::make_unique<Slot>();
     slot->request = std::move(incoming_);
@@ -180,6 +182,7 @@ class StreamInferReactor
 
   void OnWriteDone(bool ok) override {
     bool resume_read = false;
+    Next next;
     {
       absl::MutexLock lock(&mutex_);
       writing_ = false;
@@ -190,9 +193,10 @@ class StreamInferReactor
         read_paused_ = false;
         resume_read = true;
       }
+      next = DecideLocked();
     }
     if (resume_read) StartRead(&incoming_);
-    Advance();
+    Perform(next);
   }
 
   void OnDone() override {
@@ -216,35 +220,48 @@ class StreamInferReactor
       response->set_model_name(slot->request.model_name());
       response->set_id(slot->request.id());
     }
+    // The update and the decision share one critical section: once
+    // in_flight_ may read 0, another thread may finish the call and the
+    // reactor may be deleted, so this worker thread must not touch it again
+    // except to start what it decided.
+    Next next;
     {
       absl::MutexLock lock(&mutex_);
       slot->done = true;
       --in_flight_;
+      next = DecideLocked();
     }
-    Advance();
+    Perform(next);
   }
 
-  // Starts the next write, or finishes the call, as the state allows. The
-  // decision is taken under the lock, the operation started outside it: a
-  // completion may run inline and take the lock again.
-  void Advance() {
-    inference::ModelStreamInferResponse* to_write = nullptr;
+  // What to start next: the next write, or finishing the call.
+  struct Next {
+    inference::ModelStreamInferResponse* write = nullptr;
     bool finish = false;
-    {
-      absl::MutexLock lock(&mutex_);
-      if (!writing_ && !write_failed_ && !slots_.empty() &&
-          slots_.front()->done) {
-        writing_ = true;
-        to_write = &slots_.front()->response;
-      }
-      if (!finished_ && !writing_ && in_flight_ == 0 &&
-          ((reads_done_ && slots_.empty()) || write_failed_)) {
-        finished_ = true;
-        finish = true;
-      }
+  };
+
+  // Decides the next write or the end of the call as the state allows.
+  // Called under the lock together with the state change that prompts it;
+  // the operation is started outside it (Perform): a completion may run
+  // inline and take the lock again.
+  Next DecideLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    Next next;
+    if (!writing_ && !write_failed_ && !slots_.empty() &&
+        slots_.front()->done) {
+      writing_ = true;
+      next.write = &slots_.front()->response;
     }
-    if (to_write != nullptr) StartWrite(to_write);
-    if (finish) Finish(grpc::Status::OK);
+    if (!finished_ && !writing_ && in_flight_ == 0 &&
+        ((reads_done_ && slots_.empty()) || write_failed_)) {
+      finished_ = true;
+      next.finish = true;
+    }
+    return next;
+  }
+
+  void Perform(const Next& next) {
+    if (next.write != nullptr) StartWrite(next.write);
+    if (next.finish) Finish(grpc::Status::OK);
   }
 
   ModelManager* const manager_;
