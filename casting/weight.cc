@@ -242,9 +242,9 @@ absl::Status Weight::DecodeRowLocked(int64_t row, void* dst) const {
         entry_, row * row_bytes,
         {static_cast<uint8_t*>(dst), static_cast<size_t>(row_bytes)});
   }
-  std::vector<uint8_t> source(row_bytes);
-  if (absl::Status status = checkpoint_->CopyRangeTo(entry_, row * row_bytes,
-                                                     absl::MakeSpan(source));
+  absl::Span<uint8_t> source = Staging(row_bytes);
+  if (absl::Status status =
+          checkpoint_->CopyRangeTo(entry_, row * row_bytes, source);
       !status.ok()) {
     return status;
   }

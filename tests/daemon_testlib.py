@@ -17,6 +17,21 @@ import time
 
 START_TIMEOUT_SECONDS = 60
 
+# A config.pbtxt `weights` block: layerwise casting to fp8 e4m3fn with
+# per-row scales, resident and made at load, transient f32 compute copies.
+FP8_CASTING_WEIGHTS = """
+weights {
+  residency: RESIDENCY_RESIDENT
+  materialization: MATERIALIZATION_EAGER
+  compute_copy: COMPUTE_COPY_TRANSIENT
+  casting {
+    storage_dtype: STORAGE_DTYPE_F8_E4M3FN
+    compute_dtype: COMPUTE_DTYPE_F32
+    scaling: SCALING_PER_ROW
+  }
+}
+"""
+
 
 def write_file(path, text):
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -42,8 +42,9 @@ import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 from proto import inference_pb2, inference_pb2_grpc  # noqa: E402
 
-from daemon_testlib import (Daemon, add_model, raw_request,  # noqa: E402
-                             read_safetensors, references,
+from daemon_testlib import (FP8_CASTING_WEIGHTS, Daemon,  # noqa: E402
+                             add_model, raw_request, read_safetensors,
+                             references,
                              response_arrays, write_file,
                              write_safetensors)
 
@@ -57,17 +58,7 @@ RSS_TOLERANCE = 0.05
 PADDED_VOCAB = 131072  # x 32 hidden x 4 bytes = 16 MiB of f32 embeddings.
 REFERENCE_FORMAT = "roundtrip.F8_E4M3FN:per_row.output."
 
-CASTING = """
-weights {
-  residency: RESIDENCY_RESIDENT
-  materialization: MATERIALIZATION_EAGER
-  compute_copy: COMPUTE_COPY_TRANSIENT
-  casting {
-    storage_dtype: STORAGE_DTYPE_F8_E4M3FN
-    compute_dtype: COMPUTE_DTYPE_F32
-    scaling: SCALING_PER_ROW
-  }
-}
+CASTING = FP8_CASTING_WEIGHTS + """
 instance_group { kind: KIND_CPU count: 1 }
 """
 BERT_CONFIG = "max_batch_size: 8\n" + CASTING

@@ -36,8 +36,9 @@ import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 from proto import inference_pb2, inference_pb2_grpc  # noqa: E402
 
-from daemon_testlib import (Daemon, read_safetensors,  # noqa: E402
-                             write_file, write_safetensors)
+from daemon_testlib import (FP8_CASTING_WEIGHTS, Daemon,  # noqa: E402
+                             read_safetensors, write_file,
+                             write_safetensors)
 
 CASTSERVE = os.path.abspath(sys.argv[1])
 BERT_DIR = os.path.dirname(os.path.abspath(sys.argv[2]))
@@ -56,18 +57,7 @@ instance_group { kind: KIND_CPU count: 1 }
 PLAIN = SIGNATURE + """
 weights { materialization: MATERIALIZATION_EAGER }
 """
-CAST = SIGNATURE + """
-weights {
-  residency: RESIDENCY_RESIDENT
-  materialization: MATERIALIZATION_EAGER
-  compute_copy: COMPUTE_COPY_TRANSIENT
-  casting {
-    storage_dtype: STORAGE_DTYPE_F8_E4M3FN
-    compute_dtype: COMPUTE_DTYPE_F32
-    scaling: SCALING_PER_ROW
-  }
-}
-"""
+CAST = SIGNATURE + FP8_CASTING_WEIGHTS
 # Layerwise casting over the mapped checkpoint, as deploy/'s minilm: fp8
 # copies made at first use, norms read from the mapping, prefetch.
 LAZY = SIGNATURE + """
