@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <limits>
+#include <optional>
 
 #include "c10/util/Exception.h"
 
@@ -52,17 +53,6 @@ at::Tensor MakeAttentionBias(const at::Tensor& key_mask, int64_t batch,
   return bias.masked_fill(allowed.logical_not(), LowestFinite(dtype));
 }
 
-at::Tensor RepeatKeyValueHeads(const at::Tensor& x, int64_t repeats) {
-  TORCH_CHECK(x.dim() == 4, "kv heads must be [batch, heads, seq, dim]");
-  TORCH_CHECK(repeats >= 1, "kv head repeats must be >= 1, got ", repeats);
-  if (repeats == 1) return x;
-  const int64_t batch = x.size(0), heads = x.size(1), seq = x.size(2),
-                dim = x.size(3);
-  return x.unsqueeze(2)
-      .expand({batch, heads, repeats, seq, dim})
-      .reshape({batch, heads * repeats, seq, dim});
-}
-
 at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& v,
                                      const at::Tensor& bias, double scale) {
@@ -73,13 +63,13 @@ at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
   const int64_t q_heads = q.size(1), kv_heads = k.size(1);
   TORCH_CHECK(kv_heads > 0 && q_heads % kv_heads == 0, "query heads (", q_heads,
               ") must be a multiple of kv heads (", kv_heads, ")");
-  const int64_t repeats = q_heads / kv_heads;
-  at::Tensor keys = RepeatKeyValueHeads(k, repeats);
-  at::Tensor values = RepeatKeyValueHeads(v, repeats);
-  at::Tensor scores = at::matmul(q, keys.transpose(-2, -1)) * scale;
-  if (bias.defined()) scores = scores + bias.to(scores.scalar_type());
-  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-  return at::matmul(probs, values);
+  // LibTorch's fused kernel (flash attention on CPU) never materializes the
+  // [batch, heads, q_len, k_len] scores, and repeats kv heads itself.
+  std::optional<at::Tensor> mask;
+  if (bias.defined()) mask = bias.to(q.scalar_type());
+  return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0,
+                                          /*is_causal=*/false, scale,
+                                          /*enable_gqa=*/kv_heads != q_heads);
 }
 
 at::Tensor SplitHeads(const at::Tensor& x, int64_t heads) {

@@ -1,6 +1,6 @@
-// Scaled dot-product attention for castserve's architectures, written with
-// matmul and softmax (LibTorch 1.13 has no fused kernel): padding masks,
-// causal masks for decoders and grouped-query attention.
+// Scaled dot-product attention for castserve's architectures over LibTorch's
+// fused kernel: padding masks, causal masks for decoders and grouped-query
+// attention.
 //
 // Shapes use [batch, heads, seq, head_dim] for queries, keys and values.
 // Masks are additive biases: 0 where a query may attend, the lowest finite
@@ -27,16 +27,12 @@ at::Tensor MakeAttentionBias(const at::Tensor& key_mask, int64_t batch,
                              int64_t query_len, int64_t key_len, bool causal,
                              at::ScalarType dtype, int64_t sliding_window = 0);
 
-// Repeats each of the kv heads of `x` [batch, kv_heads, seq, dim]
-// `repeats` times consecutively: head h of the result is kv head
-// h / repeats (the grouping of grouped-query attention).
-at::Tensor RepeatKeyValueHeads(const at::Tensor& x, int64_t repeats);
-
 // softmax(q k^T * scale + bias) v for q [batch, q_heads, q_len, dim] and
 // k, v [batch, kv_heads, k_len, dim] with q_heads a multiple of kv_heads
 // (grouped-query attention repeats the kv heads). `bias` is undefined or
-// broadcastable to [batch, q_heads, q_len, k_len]. The softmax runs in f32
-// and its result is cast back to q's dtype before multiplying by v.
+// broadcastable to [batch, q_heads, q_len, k_len]; it is applied in q's
+// dtype. The fused kernel accumulates in f32 for bf16/f16 inputs and never
+// materializes the scores.
 // Returns [batch, q_heads, q_len, dim].
 at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& v,

@@ -134,13 +134,6 @@ TEST(MakeAttentionBiasTest, SlidingWindowLimitsLookBack) {
   EXPECT_EQ(bias[0][0][1][0].item<float>(), 0);
 }
 
-TEST(RepeatKeyValueHeadsTest, RepeatsEachHeadConsecutively) {
-  at::Tensor x = at::arange(2, at::kFloat).view({1, 2, 1, 1});
-  at::Tensor y = RepeatKeyValueHeads(x, 3);
-  EXPECT_TRUE(
-      at::equal(y.flatten(), at::tensor({0.f, 0.f, 0.f, 1.f, 1.f, 1.f})));
-}
-
 TEST(SplitHeadsTest, MergeInvertsSplit) {
   at::Tensor x = at::randn({2, 3, 8});
   at::Tensor heads = SplitHeads(x, 4);

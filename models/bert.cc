@@ -3,11 +3,11 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "models/attention.h"
 #include "models/layers.h"
 #include "models/model_loader.h"
 
@@ -22,19 +22,6 @@ absl::Status Adopt(Module& parent, absl::StatusOr<std::unique_ptr<T>> child,
   if (!child.ok()) return child.status();
   *out = parent.AddChild(*std::move(child));
   return absl::OkStatus();
-}
-
-// The most negative finite value of `dtype`: what masked scores get, as in
-// transformers (finfo.min), so a fully padded row stays finite.
-double LowestValue(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kBFloat16:
-      return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
-    case at::kHalf:
-      return static_cast<double>(std::numeric_limits<c10::Half>::lowest());
-    default:
-      return std::numeric_limits<float>::lowest();
-  }
 }
 
 class BertEmbeddings : public Module {
@@ -116,11 +103,10 @@ class BertSelfAttention : public Module {
     at::Tensor q = split_heads(query_->Forward(context, x));
     at::Tensor k = split_heads(key_->Forward(context, x));
     at::Tensor v = split_heads(value_->Forward(context, x));
-    at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) /
-                            std::sqrt(static_cast<double>(head_dim)) +
-                        additive_mask;
-    at::Tensor probs = at::softmax(scores, -1);
-    return at::matmul(probs, v).transpose(1, 2).reshape({batch, seq, hidden});
+    const double scale = 1 / std::sqrt(static_cast<double>(head_dim));
+    return ScaledDotProductAttention(q, k, v, additive_mask, scale)
+        .transpose(1, 2)
+        .reshape({batch, seq, hidden});
   }
 
  private:
@@ -261,10 +247,10 @@ class BertEncoderStack : public Module {
       ForwardContext& context, const at::Tensor& ids, const at::Tensor& mask,
       const at::Tensor& token_types) const {
     ModuleCall call(*this, context);
+    // [batch, 1, 1, seq]: every query of a sequence sees its real tokens.
     at::Tensor additive_mask =
-        ((1 - mask.to(at::kFloat)) * LowestValue(compute_dtype_))
-            .to(compute_dtype_)
-            .view({mask.size(0), 1, 1, mask.size(1)});
+        MakeAttentionBias(mask, mask.size(0), /*query_len=*/1, mask.size(1),
+                          /*causal=*/false, compute_dtype_);
     at::Tensor hidden = embeddings_->Forward(context, ids, token_types);
     for (const BertLayer* layer : layers_) {
       hidden = layer->Forward(context, hidden, additive_mask);

@@ -323,6 +323,16 @@ class DeployManifestsTest(unittest.TestCase):
         self.assertIn("castserve-client needs libgpr.so.29 from libgrpc29",
                       output)
 
+    def test_runtime_image_must_copy_every_libtorch_library(self):
+        output = self.broken("no_libgomp", [(
+            "deploy/Dockerfile",
+            "     /opt/castserve/libtorch-2.11.0/torch/lib/libgomp.so.1 \\\n",
+            "")], binaries=self.binaries)
+        self.assertIn("castserve loads torch/lib/libgomp.so.1 of LibTorch, "
+                      "which the runtime stage does not copy to "
+                      "/opt/castserve/libtorch-2.11.0/torch/lib/libgomp.so.1",
+                      output)
+
     def test_runtime_package_names_must_exist(self):
         output = self.broken("package_typo", [(
             "deploy/Dockerfile", "libprotobuf32 ", "libprotobuf23 ")],

@@ -1,29 +1,18 @@
 """Repository rule that wraps a LibTorch installation as @libtorch//:libtorch.
 
-By default it uses Debian's libtorch-dev (LibTorch 1.13.1, CPU only): headers in
-/usr/include, libraries on the default linker path. Setting the environment
-variable LIBTORCH to the root of an unpacked LibTorch distribution (the folder
-holding include/ and lib/, for example a LibTorch 2.x CUDA build) selects that
-one instead; Bazel re-runs this rule when LIBTORCH changes.
+By default it uses LibTorch 2.11.0+cu130, the C++ distribution inside PyPI's
+torch wheel, unpacked by tools/fetch_libtorch.sh into
+$CASTSERVE_CACHE/libtorch-2.11.0/torch (CASTSERVE_CACHE defaults to
+~/.cache/castserve). Setting LIBTORCH to the root of another LibTorch (the
+folder holding include/ and lib/) selects that one instead. Bazel re-runs this
+rule when either variable changes.
+
+Only libtorch_cpu and libc10 are linked: the CPU build runs on machines
+without a GPU (libtorch_cpu needs libcudart.so.13 and libcupti.so.13 at load
+time, which the fetch script unpacks where the wheel's RPATH looks for them).
 """
 
-_DEBIAN_API_INCLUDE = "/usr/include/torch/csrc/api/include"
-
-_BUILD_DEBIAN = """
-package(default_visibility = ["//visibility:public"])
-
-# Debian installs ATen/c10/torch headers into /usr/include, which the compiler
-# searches already; only the C++ frontend's include root needs adding.
-cc_library(
-    name = "libtorch",
-    hdrs = glob(["api_include/**/*.h"]),
-    includes = ["api_include"],
-    linkopts = ["-ltorch", "-ltorch_cpu", "-lc10"],
-)
-
-"""
-
-_BUILD_CUSTOM = """
+_BUILD = """
 package(default_visibility = ["//visibility:public"])
 
 cc_library(
@@ -33,37 +22,32 @@ cc_library(
     linkopts = [
         "-L{lib}",
         "-Wl,-rpath,{lib}",
-        # torch_cuda registers its kernels from static initializers: keep it
-        # linked even though nothing references it by name.
-        "-Wl,--no-as-needed",
-    ] + {cuda_libs} + [
-        "-ltorch",
         "-ltorch_cpu",
         "-lc10",
-        "-Wl,--as-needed",
     ],
 )
 """
 
+def _default_root(ctx):
+    cache = ctx.os.environ.get("CASTSERVE_CACHE", "")
+    if not cache:
+        cache = ctx.os.environ.get("HOME", "/root") + "/.cache/castserve"
+    return cache + "/libtorch-2.11.0/torch"
+
 def _libtorch_repository_impl(ctx):
-    root = ctx.os.environ.get("LIBTORCH", "")
-    if not root:
-        ctx.symlink(_DEBIAN_API_INCLUDE, "api_include")
-        ctx.file("BUILD", _BUILD_DEBIAN.format())
-        return
+    root = ctx.os.environ.get("LIBTORCH", "") or _default_root(ctx)
     if not ctx.path(root + "/include/torch").exists:
-        fail("LIBTORCH=%s does not look like a LibTorch root (no include/torch)" % root)
-    ctx.symlink(root + "/include", "include")
-    cuda_libs = []
-    if ctx.path(root + "/lib/libtorch_cuda.so").exists:
-        cuda_libs = ["-ltorch_cuda", "-lc10_cuda"]
-    ctx.file("BUILD", _BUILD_CUSTOM.format(
-        lib = root + "/lib",
-        cuda_libs = repr(cuda_libs),
-    ))
+        fail(("no LibTorch at %s (no include/torch): run tools/fetch_libtorch.sh " +
+              "(tools/install_deps.sh calls it), or set LIBTORCH to a LibTorch root") % root)
+    # The distribution carries its own (older) protobuf headers under
+    # include/google; they would shadow Debian's, which gRPC is built with.
+    for entry in ctx.path(root + "/include").readdir():
+        if entry.basename != "google":
+            ctx.symlink(entry, "include/" + entry.basename)
+    ctx.file("BUILD", _BUILD.format(lib = root + "/lib"))
 
 libtorch_repository = repository_rule(
     implementation = _libtorch_repository_impl,
-    environ = ["LIBTORCH"],
+    environ = ["LIBTORCH", "CASTSERVE_CACHE", "HOME"],
     local = True,
 )

@@ -565,8 +565,15 @@ def runtime_packages(instructions):
     return packages
 
 
-def needed_packages(binary):
-    """{library soname: Debian package} for the ELF NEEDED entries."""
+# The folder tools/fetch_libtorch.sh unpacks LibTorch into, under
+# CASTSERVE_CACHE; libraries below it come from the builder stage, not Debian.
+LIBTORCH_FOLDER = "libtorch-2.11.0"
+
+
+def needed_libraries(binary):
+    """({library soname: Debian package} for the ELF NEEDED entries,
+    {path inside LIBTORCH_FOLDER} of every library loaded from there,
+    directly or through another library)."""
     readelf = run(["readelf", "-d", binary])
     if readelf.returncode != 0:
         raise ValueError(f"readelf -d {binary}: {readelf.stderr.strip()}")
@@ -580,8 +587,12 @@ def needed_packages(binary):
     missing = [soname for soname in needed if soname not in paths]
     if missing:
         raise ValueError(f"{binary}: ldd finds no {', '.join(missing)}")
+    marker = f"/{LIBTORCH_FOLDER}/"
+    libtorch = {os.path.normpath(path).split(marker, 1)[1]
+                for path in paths.values() if marker in path}
     # dpkg knows usrmerge'd libraries by their /lib path, others by /usr/lib.
-    real = {soname: os.path.realpath(paths[soname]) for soname in needed}
+    real = {soname: os.path.realpath(paths[soname]) for soname in needed
+            if marker not in paths[soname]}
     candidates = set(real.values()) | {
         path.replace("/usr/lib/", "/lib/", 1) for path in real.values()}
     owners = {}
@@ -596,7 +607,34 @@ def needed_packages(binary):
             raise ValueError(f"{binary}: no Debian package owns {path} "
                              f"({soname})")
         result[soname] = owners[path]
-    return result
+    return result, libtorch
+
+
+def builder_cache(instructions):
+    """The builder stage's CASTSERVE_CACHE (ENV), or None."""
+    for line in instructions:
+        match = re.match(r"ENV\s+CASTSERVE_CACHE[= ](\S+)", line)
+        if match:
+            return match.group(1)
+    return None
+
+
+def copied_from_builder(instructions):
+    """The absolute paths the runtime stage copies from the builder stage, as
+    they land in the image (a source copied into a folder ending in /)."""
+    copied = set()
+    for line in instructions:
+        words = line.split()
+        if len(words) < 4 or words[0] != "COPY" or \
+                words[1] != "--from=builder":
+            continue
+        *sources, destination = words[2:]
+        for source in sources:
+            if destination.endswith("/"):
+                copied.add(destination + os.path.basename(source))
+            else:
+                copied.add(destination)
+    return copied
 
 
 def dockerfile_problems(root, hadolint, binaries):
@@ -644,12 +682,20 @@ def dockerfile_problems(root, hadolint, binaries):
     for package in sorted(installed - present):
         problems.append(f"the runtime stage installs {package}, which is not "
                         f"an installed Debian package here")
+    cache = builder_cache(stages["builder"])
+    copied = copied_from_builder(runtime)
     for binary in binaries:
         try:
-            needed = needed_packages(binary)
+            needed, libtorch = needed_libraries(binary)
         except ValueError as e:
             problems.append(str(e))
             continue
+        for library in sorted(libtorch):
+            path = f"{cache}/{LIBTORCH_FOLDER}/{library}"
+            if cache is None or path not in copied:
+                problems.append(f"{os.path.basename(binary)} loads "
+                                f"{library} of LibTorch, which the runtime "
+                                f"stage does not copy to {path}")
         for soname, package in sorted(needed.items()):
             if package not in installed | BASE_IMAGE_PACKAGES:
                 problems.append(f"{os.path.basename(binary)} needs {soname} "

@@ -7,10 +7,8 @@ set -euo pipefail
 packages=(
   # Build: Bazel and the C++ libraries the daemon links.
   bazel-bootstrap g++ libgrpc++-dev protobuf-compiler protobuf-compiler-grpc
-  libprotobuf-dev libabsl-dev prometheus-cpp-dev libtorch-dev
+  libprotobuf-dev libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  # Without it LibTorch's CPU matmul falls back to the reference BLAS (~80x slower).
-  libopenblas0-pthread
   # Tests: Debian's Python with gRPC, promtool, clang-format.
   python3 python3-pip python3-venv python3-numpy python3-grpcio python3-protobuf prometheus clang-format
   curl ca-certificates
@@ -29,3 +27,7 @@ if ((${#missing[@]} > 0)); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# LibTorch 2.11.0 (PyPI's torch wheel holds the C++ distribution, with MKL and
+# oneDNN inside libtorch_cpu): Debian's libtorch-dev is 1.13.
+"$(dirname "$0")/fetch_libtorch.sh" >/dev/null
