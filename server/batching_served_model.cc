@@ -1,6 +1,7 @@
 #include "server/batching_served_model.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
@@ -33,11 +34,15 @@ struct BatchSettings {
   absl::Duration queue_timeout = absl::InfiniteDuration();
   int64_t max_queue_size = kDefaultMaxQueueSize;
   int instance_count = 1;
+  // LibTorch threads per forward; 0 leaves LibTorch's setting.
+  int intra_op_threads = 0;
 };
 
-BatchSettings SettingsFromConfig(const inference::ModelConfig& config) {
+BatchSettings SettingsFromConfig(const inference::ModelConfig& config,
+                                 int intra_op_threads) {
   BatchSettings settings;
   settings.max_batch_size = config.max_batch_size();
+  settings.intra_op_threads = intra_op_threads;
   settings.joins = config.has_dynamic_batching() && settings.max_batch_size > 1;
   const inference::ModelDynamicBatching& batching = config.dynamic_batching();
   for (int32_t size : batching.preferred_batch_size()) {
@@ -55,12 +60,7 @@ BatchSettings SettingsFromConfig(const inference::ModelConfig& config) {
     settings.queue_timeout =
         absl::Microseconds(policy.default_timeout_microseconds());
   }
-  if (config.instance_group_size() > 0) {
-    settings.instance_count = 0;
-    for (const inference::ModelInstanceGroup& group : config.instance_group()) {
-      settings.instance_count += std::max(group.count(), 1);
-    }
-  }
+  settings.instance_count = InstanceCount(config);
   return settings;
 }
 
@@ -243,11 +243,11 @@ int64_t TrackedModelId::peak_bytes() const {
 class BatchingServedModel::Impl {
  public:
   Impl(inference::ModelConfig config, std::shared_ptr<models::Model> model,
-       std::unique_ptr<TrackedModelId> tracked_id)
+       std::unique_ptr<TrackedModelId> tracked_id, int intra_op_threads)
       : tracked_id_(std::move(tracked_id)),
         model_(std::move(model)),
         config_(std::move(config)),
-        settings_(SettingsFromConfig(config_)) {}
+        settings_(SettingsFromConfig(config_, intra_op_threads)) {}
 
   // Starts the instance threads and the reaper; each holds `self`.
   void Start(const std::shared_ptr<Impl>& self);
@@ -390,6 +390,13 @@ void BatchingServedModel::Impl::Infer(
 }
 
 void BatchingServedModel::Impl::InstanceLoop() {
+  if (settings_.intra_op_threads > 0) {
+    // LibTorch keeps the count per thread (OpenMP's and MKL's settings), but
+    // initializes a thread's from the last process-wide value on its first
+    // parallel op: initialize first, then set this thread's own.
+    at::init_num_threads();
+    at::set_num_threads(settings_.intra_op_threads);
+  }
   for (;;) {
     std::vector<PendingPtr> batch;
     std::vector<Rejection> dropped;
@@ -674,10 +681,20 @@ casting::WeightActivity BatchingServedModel::Impl::weight_activity() const {
 // ---------------------------------------------------------------------------
 // BatchingServedModel
 
+int InstanceCount(const inference::ModelConfig& config) {
+  if (config.instance_group_size() == 0) return 1;
+  int count = 0;
+  for (const inference::ModelInstanceGroup& group : config.instance_group()) {
+    count += std::max(group.count(), 1);
+  }
+  return count;
+}
+
 absl::StatusOr<std::unique_ptr<BatchingServedModel>>
 BatchingServedModel::Create(inference::ModelConfig config,
                             std::shared_ptr<models::Model> model,
-                            std::unique_ptr<TrackedModelId> tracked_id) {
+                            std::unique_ptr<TrackedModelId> tracked_id,
+                            int intra_op_threads) {
   if (model == nullptr) {
     return absl::InvalidArgumentError("BatchingServedModel needs a model");
   }
@@ -692,7 +709,7 @@ BatchingServedModel::Create(inference::ModelConfig config,
     }
   }
   auto impl = std::make_shared<Impl>(std::move(config), std::move(model),
-                                     std::move(tracked_id));
+                                     std::move(tracked_id), intra_op_threads);
   impl->Start(impl);
   return absl::WrapUnique(new BatchingServedModel(std::move(impl)));
 }

@@ -42,6 +42,10 @@
 
 namespace castserve {
 
+// How many instances `config` asks for: the sum of its instance groups'
+// counts (a group counts at least 1), 1 without groups.
+int InstanceCount(const inference::ModelConfig& config);
+
 // A model id registered with the process's tracking allocator while the
 // object lives, so that allocations made under casting::ScopedModelTag(id())
 // count for the model. Ids are unique per object ("<name>#<n>"): a reload's
@@ -78,11 +82,13 @@ class BatchingServedModel final : public ServedModel,
  public:
   // `config` is the effective configuration (signature filled in);
   // `model` runs the forwards; `tracked_id` (may be null) tags them and is
-  // released only after the model is destroyed. InvalidArgument for a
-  // negative max_batch_size or instance count.
+  // released only after the model is destroyed. Each instance thread runs
+  // its forwards on `intra_op_threads` LibTorch threads (0 leaves LibTorch's
+  // setting). InvalidArgument for a negative max_batch_size or instance
+  // count.
   static absl::StatusOr<std::unique_ptr<BatchingServedModel>> Create(
       inference::ModelConfig config, std::shared_ptr<models::Model> model,
-      std::unique_ptr<TrackedModelId> tracked_id);
+      std::unique_ptr<TrackedModelId> tracked_id, int intra_op_threads = 0);
   ~BatchingServedModel() override;
 
   // Runs `request` alone on the calling thread, outside the queue and the

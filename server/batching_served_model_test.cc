@@ -1,6 +1,7 @@
 #include "server/batching_served_model.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <atomic>
 #include <future>
@@ -38,6 +39,8 @@ class FakeModel : public models::Model {
   models::Module& root() override { return root_; }
 
   int forwards_started() const { return forwards_started_; }
+  // LibTorch's intra-op thread count seen by the last forward.
+  int last_intra_op_threads() const { return last_intra_op_threads_; }
   int max_concurrent_forwards() const { return max_running_; }
 
  protected:
@@ -51,6 +54,7 @@ class FakeModel : public models::Model {
   NamedTensors ForwardImpl(models::ForwardContext& context,
                            const NamedTensors& inputs) const override {
     ++forwards_started_;
+    last_intra_op_threads_ = at::get_num_threads();
     const int running = ++running_;
     int seen = max_running_;
     while (running > seen &&
@@ -71,6 +75,7 @@ class FakeModel : public models::Model {
       {"doubled", at::kFloat, {-1, -1}, false},
       {"row_sum", at::kFloat, {-1}, false}};
   mutable std::atomic<int> forwards_started_{0};
+  mutable std::atomic<int> last_intra_op_threads_{0};
   mutable std::atomic<int> running_{0};
   mutable std::atomic<int> max_running_{0};
 };
@@ -87,10 +92,11 @@ inference::ModelConfig BatchingConfig(int max_batch_size,
 
 std::shared_ptr<BatchingServedModel> Serve(
     inference::ModelConfig config, std::shared_ptr<FakeModel> model,
-    std::unique_ptr<TrackedModelId> tracked_id = nullptr) {
+    std::unique_ptr<TrackedModelId> tracked_id = nullptr,
+    int intra_op_threads = 0) {
   absl::StatusOr<std::unique_ptr<BatchingServedModel>> served =
       BatchingServedModel::Create(std::move(config), std::move(model),
-                                  std::move(tracked_id));
+                                  std::move(tracked_id), intra_op_threads);
   EXPECT_TRUE(served.ok()) << served.status();
   return served.ok() ? std::shared_ptr<BatchingServedModel>(*std::move(served))
                      : nullptr;
@@ -298,6 +304,20 @@ TEST(BatchingServedModelTest, InstancesRunForwardsConcurrently) {
   EXPECT_EQ(model->max_concurrent_forwards(), 3);
 }
 
+TEST(BatchingServedModelTest, EachModelsForwardsRunOnItsOwnThreadCount) {
+  // Two models in one process, each instance thread with its own count.
+  auto three = std::make_shared<FakeModel>();
+  auto one = std::make_shared<FakeModel>();
+  auto served_three = Serve(inference::ModelConfig(), three, nullptr, 3);
+  auto served_one = Serve(inference::ModelConfig(), one, nullptr, 1);
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(Send(*served_three, RowsRequest(1, 2, 0)).get().outputs.ok());
+    ASSERT_TRUE(Send(*served_one, RowsRequest(1, 2, 0)).get().outputs.ok());
+    EXPECT_EQ(three->last_intra_op_threads(), 3);
+    EXPECT_EQ(one->last_intra_op_threads(), 1);
+  }
+}
+
 TEST(BatchingServedModelTest, OneBadRequestFailsAloneInsideABatch) {
   auto served =
       Serve(BatchingConfig(4, 2'000'000), std::make_shared<FakeModel>());
@@ -377,6 +397,14 @@ TEST(BatchingServedModelTest, AttributesForwardAllocationsToTheModel) {
   result = InferenceResult();  // Frees the outputs made by the forward,
   // once the worker has let go of the batch's too.
   WaitUntil([&] { return served->tracked_bytes() < int64_t{kWidth} * 4; });
+}
+
+TEST(InstanceCountTest, SumsTheGroupsEachCountingAtLeastOne) {
+  inference::ModelConfig config;
+  EXPECT_EQ(InstanceCount(config), 1);
+  config.add_instance_group()->set_count(3);
+  config.add_instance_group();  // count 0 counts as 1
+  EXPECT_EQ(InstanceCount(config), 4);
 }
 
 TEST(TrackedModelIdTest, IdsAreUniquePerRegistration) {

@@ -1,13 +1,16 @@
 #include "server/hf_served_model_factory.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "casting/casting_policy.h"
@@ -16,10 +19,14 @@
 #include "models/model_loader.h"
 #include "server/batching_served_model.h"
 #include "server/log.h"
+#include "server/server_flags.h"
 #include "server/tensor_conversion.h"
 
 namespace castserve {
 namespace {
+
+// The model config parameter Triton's PyTorch backend reads for the same.
+constexpr char kIntraOpThreadsParameter[] = "INTRA_OP_THREAD_COUNT";
 
 namespace fs = std::filesystem;
 
@@ -438,7 +445,36 @@ absl::StatusOr<InferenceRequest> MakeWarmupRequest(
   return request;
 }
 
-HfServedModelFactory::HfServedModelFactory() {
+absl::StatusOr<int> IntraOpThreadsFor(const inference::ModelConfig& config,
+                                      int default_threads,
+                                      int hardware_threads) {
+  auto parameter = config.parameters().find(kIntraOpThreadsParameter);
+  if (parameter != config.parameters().end()) {
+    const std::string& value = parameter->second.string_value();
+    int threads = 0;
+    if (!absl::SimpleAtoi(value, &threads) || threads < 1 ||
+        threads > kMaxThreads) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter ", kIntraOpThreadsParameter, ": '", value.substr(0, 64),
+          "' is not a thread count between 1 and ", kMaxThreads));
+    }
+    return threads;
+  }
+  if (default_threads > 0) return default_threads;
+  return std::max(1, hardware_threads / InstanceCount(config));
+}
+
+HfServedModelFactory::HfServedModelFactory(ThreadSettings threads)
+    : threads_(threads) {
+  if (threads_.inter_op_threads > 0) {
+    // LibTorch accepts this once, before its pool starts.
+    try {
+      at::set_num_interop_threads(threads_.inter_op_threads);
+    } catch (const c10::Error& e) {
+      Log(LogLevel::kWarning, "inter-op threads not set",
+          {{"error", e.what_without_backtrace()}});
+    }
+  }
   absl::StatusOr<casting::TrackingAllocator*> installed =
       casting::TrackingAllocator::InstallTrackingCpuAllocator();
   if (!installed.ok()) {
@@ -452,6 +488,10 @@ HfServedModelFactory::HfServedModelFactory() {
 absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Create(
     const std::string& model_directory, const inference::ModelConfig& config) {
   if (absl::Status valid = CheckDevice(config); !valid.ok()) return valid;
+  absl::StatusOr<int> intra_op_threads = IntraOpThreadsFor(
+      config, threads_.intra_op_threads,
+      static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  if (!intra_op_threads.ok()) return intra_op_threads.status();
   absl::StatusOr<std::string> folder =
       CheckpointFolder(model_directory, config.checkpoint().path());
   if (!folder.ok()) return folder.status();
@@ -480,7 +520,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Create(
       BatchingServedModel::Create(
           std::move(effective),
           std::shared_ptr<models::Model>(*std::move(model)),
-          std::move(tracked_id));
+          std::move(tracked_id), *intra_op_threads);
   if (!served.ok()) return served.status();
   if (absl::Status warm =
           RunWarmups(**served, (*served)->config(), model_directory);

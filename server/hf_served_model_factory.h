@@ -20,14 +20,23 @@
 
 namespace castserve {
 
+// LibTorch's thread settings for the daemon (server flags).
+struct ThreadSettings {
+  // Threads per forward for models without INTRA_OP_THREAD_COUNT; 0: the
+  // hardware threads divided by the model's instance count (at least 1).
+  int intra_op_threads = 0;
+  // LibTorch's inter-op pool; 0 keeps its default.
+  int inter_op_threads = 0;
+};
+
 // Thread-safe: Create may run for several models at once. Serves on the CPU;
 // a config asking for KIND_GPU instances is UNIMPLEMENTED.
 class HfServedModelFactory final : public ServedModelFactory {
  public:
   // Installs the tracking CPU allocator if no one has (idempotent). Should
   // another allocator hold the slot, models are measured by their weights'
-  // footprint alone (logged).
-  HfServedModelFactory();
+  // footprint alone (logged). Sizes LibTorch's inter-op pool once.
+  explicit HfServedModelFactory(ThreadSettings threads = {});
 
   // Errors: INVALID_ARGUMENT for a bad checkpoint path, weight policy,
   // signature mismatch or warmup request; the loader's errors (NOT_FOUND for
@@ -35,6 +44,9 @@ class HfServedModelFactory final : public ServedModelFactory {
   absl::StatusOr<std::shared_ptr<ServedModel>> Create(
       const std::string& model_directory,
       const inference::ModelConfig& config) override;
+
+ private:
+  const ThreadSettings threads_;
 };
 
 // The pieces of Create, exposed for tests.
@@ -60,6 +72,16 @@ absl::StatusOr<std::string> CheckpointFolder(
 absl::Status ApplySignature(const std::vector<models::TensorSpec>& inputs,
                             const std::vector<models::TensorSpec>& outputs,
                             inference::ModelConfig* config);
+
+// The LibTorch threads each instance of `config` runs a forward on: the
+// model's INTRA_OP_THREAD_COUNT parameter (as in Triton's PyTorch backend),
+// else `default_threads` when > 0, else `hardware_threads` divided by the
+// model's instance count, at least 1 (instances x threads never
+// oversubscribe the cores by default). INVALID_ARGUMENT for a parameter that
+// is not an integer between 1 and kMaxThreads.
+absl::StatusOr<int> IntraOpThreadsFor(const inference::ModelConfig& config,
+                                      int default_threads,
+                                      int hardware_threads);
 
 // The request `warmup` describes against `config` (inputs and data types
 // checked; data files read relative to `model_directory`, same path rules

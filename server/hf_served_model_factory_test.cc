@@ -10,6 +10,7 @@
 
 #include "casting/casting_policy.h"
 #include "casting/tracking_allocator.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/test_util/tensor_files.h"
 #include "server/batching_served_model.h"
@@ -318,6 +319,28 @@ TEST(HfServedModelFactoryTest, WarmupDataFileIsRepeatedOverTheBatch) {
   EXPECT_EQ(
       MakeWarmupRequest(warmup, config, directory.string()).status().code(),
       absl::StatusCode::kInvalidArgument);
+}
+
+TEST(IntraOpThreadsForTest, ParameterThenFlagThenCoresPerInstance) {
+  inference::ModelConfig config;
+  // No flag: the cores divided by the instances, at least 1.
+  EXPECT_EQ(*IntraOpThreadsFor(config, 0, 16), 16);
+  config.add_instance_group()->set_count(4);
+  EXPECT_EQ(*IntraOpThreadsFor(config, 0, 16), 4);
+  EXPECT_EQ(*IntraOpThreadsFor(config, 0, 2), 1);
+  // The flag wins over the rule, the model's parameter over the flag.
+  EXPECT_EQ(*IntraOpThreadsFor(config, 3, 16), 3);
+  (*config.mutable_parameters())["INTRA_OP_THREAD_COUNT"].set_string_value("5");
+  EXPECT_EQ(*IntraOpThreadsFor(config, 3, 16), 5);
+  for (const char* bad : {"0", "-2", "two", "1025", ""}) {
+    (*config.mutable_parameters())["INTRA_OP_THREAD_COUNT"].set_string_value(
+        bad);
+    absl::StatusOr<int> threads = IntraOpThreadsFor(config, 3, 16);
+    ASSERT_FALSE(threads.ok()) << bad;
+    EXPECT_EQ(threads.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(threads.status().message()),
+                ::testing::HasSubstr("INTRA_OP_THREAD_COUNT"));
+  }
 }
 
 TEST(HfServedModelFactoryTest, GpuInstancesAreUnimplementedOnThisBuild) {

@@ -62,6 +62,8 @@ int Run(const ServerFlags& flags) {
   options.metrics_port = flags.metrics_port;
   options.memory_budget_bytes = flags.memory_budget_bytes;
   options.max_message_bytes = flags.max_message_bytes;
+  options.intra_op_threads = flags.intra_op_threads;
+  options.inter_op_threads = flags.inter_op_threads;
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
   if (!server.ok()) {
     Log(LogLevel::kError, "castserve cannot start",

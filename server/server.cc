@@ -123,7 +123,10 @@ absl::Status Server::ScanRepository() {
 }
 
 absl::Status Server::StartModels(const ServerOptions& options) {
-  factory_ = std::make_unique<HfServedModelFactory>();
+  ThreadSettings threads;
+  threads.intra_op_threads = options.intra_op_threads;
+  threads.inter_op_threads = options.inter_op_threads;
+  factory_ = std::make_unique<HfServedModelFactory>(threads);
   ModelManagerOptions manager_options;
   manager_options.repository = repository_.get();
   manager_options.factory = factory_.get();

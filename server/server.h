@@ -32,6 +32,9 @@ struct ServerOptions {
   // Largest gRPC message received or sent; a larger request fails with
   // RESOURCE_EXHAUSTED before any handler runs.
   int64_t max_message_bytes = int64_t{256} << 20;
+  // LibTorch threads (HfServedModelFactory's ThreadSettings).
+  int intra_op_threads = 0;
+  int inter_op_threads = 0;
 };
 
 // The running daemon: the gRPC server (KServe v2 service and

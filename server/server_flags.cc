@@ -45,6 +45,18 @@ absl::Status ParseBytes(absl::string_view flag, const std::string& value,
   return absl::OkStatus();
 }
 
+// A thread count: 0 (the default rule) up to kMaxThreads.
+absl::Status ParseThreads(absl::string_view flag, const std::string& value,
+                          int* threads) {
+  if (!absl::SimpleAtoi(value, threads) || *threads < 0 ||
+      *threads > kMaxThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": '", value,
+                     "' is not a thread count between 0 and ", kMaxThreads));
+  }
+  return absl::OkStatus();
+}
+
 using ValueSetter =
     std::function<absl::Status(const std::string& value, ServerFlags& flags)>;
 
@@ -100,6 +112,14 @@ const std::map<std::string, ValueSetter, std::less<>>& ValueFlags() {
              return ParseBytes("max-message-bytes", v, 1024,
                                std::numeric_limits<int32_t>::max(),
                                &f.max_message_bytes);
+           }},
+          {"intra-op-threads",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseThreads("intra-op-threads", v, &f.intra_op_threads);
+           }},
+          {"inter-op-threads",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseThreads("inter-op-threads", v, &f.inter_op_threads);
            }},
           {"shutdown-grace-seconds",
            [](const std::string& v, ServerFlags& f) {
@@ -184,6 +204,11 @@ Flags:
   --max-message-bytes=N         largest gRPC message accepted or sent; larger
                                 requests fail with RESOURCE_EXHAUSTED
                                 (default 256MiB)
+  --intra-op-threads=N          LibTorch threads each model instance runs one
+                                forward on (default 0: the cores divided by
+                                the model's instance count, at least 1; a
+                                model's INTRA_OP_THREAD_COUNT parameter wins)
+  --inter-op-threads=N          LibTorch's inter-op pool (default 0: its own)
   --shutdown-grace-seconds=S    on SIGTERM/SIGINT, how long in-flight calls may
                                 finish before they are cancelled (default 10)
   --version                     print the version and exit

@@ -10,6 +10,9 @@
 
 namespace castserve {
 
+// The largest thread count a flag or config accepts.
+inline constexpr int kMaxThreads = 1024;
+
 // The daemon's command line, parsed.
 struct ServerFlags {
   std::string model_repository;
@@ -26,6 +29,10 @@ struct ServerFlags {
   // Largest gRPC message accepted or sent; a larger request fails with
   // RESOURCE_EXHAUSTED.
   int64_t max_message_bytes = int64_t{256} << 20;
+  // LibTorch threads per forward (0: the cores divided by the model's
+  // instance count) and LibTorch's inter-op pool (0: its default).
+  int intra_op_threads = 0;
+  int inter_op_threads = 0;
   bool show_help = false;
   bool show_version = false;
 };

@@ -57,6 +57,10 @@ TEST(ServerFlagsTest, RejectsBadInputWithTheFlagNamed) {
       {{"--model-repository=/m", "stray"}, "unexpected argument 'stray'"},
       {{"--model-repository=/m", "--shutdown-grace-seconds=nan"},
        "--shutdown-grace-seconds"},
+      {{"--model-repository=/m", "--intra-op-threads=-1"},
+       "--intra-op-threads: '-1' is not a thread count between 0 and 1024"},
+      {{"--model-repository=/m", "--inter-op-threads=5000"},
+       "--inter-op-threads: '5000'"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ServerFlags> flags = Parse(c.args);
@@ -87,11 +91,25 @@ TEST(ServerFlagsTest, ByteFlagsTakeBinarySuffixes) {
   }
 }
 
+TEST(ServerFlagsTest, ThreadFlagsDefaultToTheAutomaticRule) {
+  absl::StatusOr<ServerFlags> defaults = Parse({"--model-repository=/r"});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->intra_op_threads, 0);
+  EXPECT_EQ(defaults->inter_op_threads, 0);
+  absl::StatusOr<ServerFlags> flags =
+      Parse({"--model-repository=/r", "--intra-op-threads=3",
+             "--inter-op-threads=2"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->intra_op_threads, 3);
+  EXPECT_EQ(flags->inter_op_threads, 2);
+}
+
 TEST(ServerFlagsTest, UsageListsEveryFlag) {
   for (const char* flag :
        {"--model-repository", "--grpc-port", "--metrics-port", "--log-level",
         "--version", "--help", "--shutdown-grace-seconds", "--bind-address",
-        "--memory-budget-bytes", "--max-message-bytes"}) {
+        "--memory-budget-bytes", "--max-message-bytes", "--intra-op-threads",
+        "--inter-op-threads"}) {
     EXPECT_THAT(ServerUsage(), HasSubstr(flag));
   }
 }
