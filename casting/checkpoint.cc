@@ -178,6 +178,11 @@ absl::Status Checkpoint::CopyTo(const TensorEntry& entry,
   return CopyRangeTo(entry, 0, dst.subspan(0, entry.size_bytes));
 }
 
+void Checkpoint::ReleasePages(const TensorEntry& entry) const {
+  (void)file(entry.file_index).AdviseDontNeed(entry.offset_bytes,
+                                              entry.size_bytes);
+}
+
 absl::Status Checkpoint::CopyRangeTo(const TensorEntry& entry, uint64_t offset,
                                      absl::Span<uint8_t> dst) const {
   if (offset > entry.size_bytes || dst.size() > entry.size_bytes - offset) {

@@ -112,6 +112,12 @@ class Checkpoint {
   // returning DATA_LOSS instead of crashing if the file shrank under it.
   absl::Status CopyTo(const TensorEntry& entry, absl::Span<uint8_t> dst) const;
 
+  // Drops the pages covering the entry from this process's resident set (the
+  // page cache keeps them; a later read faults them back in). For weights
+  // that will not read the mapping again: a resident or cached copy exists.
+  // A hint: failure only leaves the pages resident.
+  void ReleasePages(const TensorEntry& entry) const;
+
   // Copies dst.size() bytes of the entry, starting `offset` bytes into it:
   // OutOfRange past the entry's end, DATA_LOSS as CopyTo.
   absl::Status CopyRangeTo(const TensorEntry& entry, uint64_t offset,

@@ -308,6 +308,8 @@ absl::Status Weight::MaterializeLocked() {
   const absl::Time start = absl::Now();
   absl::Status status = MakeStorageLocked();
   if (!status.ok()) return status;
+  // The resident copy is read from now on, never the mapping.
+  checkpoint_->ReleasePages(entry_);
   activity_.storage_materializations += 1;
   activity_.storage_bytes +=
       storage_.nbytes() + (scales_.defined() ? scales_.nbytes() : 0);
@@ -419,6 +421,11 @@ absl::Status Weight::EnsureComputeLocked() {
   if (!compute.ok()) return compute.status();
   compute_ = *std::move(compute);
   ++compute_builds_;
+  if (options_.residency == Residency::kMapped &&
+      options_.compute_copy == ComputeCopyPolicy::kCached) {
+    // The cached copy is read from now on, never the mapping.
+    checkpoint_->ReleasePages(entry_);
+  }
   activity_.compute_materializations += 1;
   activity_.compute_bytes += compute_.nbytes();
   activity_.compute_time += absl::Now() - start;

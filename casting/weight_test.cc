@@ -3,8 +3,11 @@
 #include <ATen/ATen.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -67,6 +70,26 @@ at::Tensor SourceAsFloat(const Checkpoint& checkpoint,
   return tensor.to(at::kFloat);
 }
 
+// Resident bytes of this process in the mapping that holds `address`, from
+// /proc/self/smaps (the kernel's count for this process, unlike mincore's
+// page-cache view).
+int64_t MappingRssBytes(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto target = reinterpret_cast<uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t begin = 0, end = 0;
+    // Header lines start "begin-end perms ..."; field lines "Name: value".
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2) {
+      inside = target >= begin && target < end;
+    } else if (inside && line.rfind("Rss:", 0) == 0) {
+      return std::stoll(line.substr(4)) * 1024;
+    }
+  }
+  ADD_FAILURE() << "no mapping holds " << address;
+  return -1;
+}
+
 class WeightTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -114,6 +137,39 @@ TEST_F(WeightTest, LazyUpcastDecodesBf16ToF32OnFirstUseAndCachesIt) {
   EXPECT_EQ(activity.compute_bytes, 4 * 8 * 4);
   EXPECT_GT(activity.compute_time, absl::ZeroDuration());
   EXPECT_EQ(activity.transient_compute_bytes, 0) << "cached, not transient";
+}
+
+TEST_F(WeightTest, FilePagesAreReleasedOnceOnlyACopyIsRead) {
+  const TensorEntry& big = *checkpoint_->Find("big");  // 64 KiB of f32
+  const void* mapping = checkpoint_->Bytes(big).data();
+  auto touch = [&] {
+    std::vector<uint8_t> copy(big.size_bytes);
+    ASSERT_TRUE(checkpoint_->CopyTo(big, absl::MakeSpan(copy)).ok());
+  };
+  const int64_t page = sysconf(_SC_PAGESIZE);
+
+  WeightOptions resident;  // eager-style: an f32 -> bf16 storage copy
+  resident.storage = StorageFormat::Plain(ElementType::kBF16);
+  touch();
+  EXPECT_GE(MappingRssBytes(mapping), static_cast<int64_t>(big.size_bytes));
+  ASSERT_TRUE(MakeWeight("big", resident)->Materialize().ok());
+  EXPECT_LE(MappingRssBytes(mapping), page) << "resident copy made";
+
+  WeightOptions cached;  // lazy upcast: mapped storage, cached compute copy
+  cached.residency = Residency::kMapped;
+  cached.compute_dtype = ElementType::kBF16;
+  touch();
+  std::unique_ptr<Weight> lazy = MakeWeight("big", cached);
+  ASSERT_TRUE(lazy->Acquire().ok());
+  EXPECT_LE(MappingRssBytes(mapping), page) << "cached copy made";
+
+  // Transient copies decode from the mapping on every forward: its pages
+  // stay.
+  WeightOptions transient = cached;
+  transient.compute_copy = ComputeCopyPolicy::kTransient;
+  std::unique_ptr<Weight> cast = MakeWeight("big", transient);
+  ASSERT_TRUE(cast->Acquire().ok());
+  EXPECT_GE(MappingRssBytes(mapping), static_cast<int64_t>(big.size_bytes));
 }
 
 TEST_F(WeightTest, LayerwiseCastingKeepsFp8AndDropsTheTransientCopy) {
