@@ -178,9 +178,24 @@ absl::Status Checkpoint::CopyTo(const TensorEntry& entry,
   return CopyRangeTo(entry, 0, dst.subspan(0, entry.size_bytes));
 }
 
+absl::Status Checkpoint::DecodeTo(const TensorEntry& entry,
+                                  ElementType source_type, ElementType dst_type,
+                                  void* dst,
+                                  const CodecOptions& options) const {
+  absl::Status status =
+      DecodeGuarded(source_type, Bytes(entry).data(), entry.numel(), dst_type,
+                    dst, ReadFromMapping, options);
+  if (absl::IsDataLoss(status)) {
+    return absl::DataLossError(absl::StrCat(file(entry.file_index).path(),
+                                            ": tensor '", entry.name,
+                                            "': ", status.message()));
+  }
+  return status;
+}
+
 void Checkpoint::ReleasePages(const TensorEntry& entry) const {
-  (void)file(entry.file_index).AdviseDontNeed(entry.offset_bytes,
-                                              entry.size_bytes);
+  (void)file(entry.file_index)
+      .AdviseDontNeed(entry.offset_bytes, entry.size_bytes);
 }
 
 absl::Status Checkpoint::CopyRangeTo(const TensorEntry& entry, uint64_t offset,

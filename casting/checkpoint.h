@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "casting/codec.h"
 #include "casting/mapped_file.h"
 
 namespace castserve::casting {
@@ -111,6 +112,13 @@ class Checkpoint {
   // Copies the entry's bytes to `dst` (which must hold entry.size_bytes),
   // returning DATA_LOSS instead of crashing if the file shrank under it.
   absl::Status CopyTo(const TensorEntry& entry, absl::Span<uint8_t> dst) const;
+
+  // Decodes the entry (plain `source_type` on disk) straight from the
+  // mapping into `dst` (entry.numel() elements of `dst_type`), without a
+  // staging copy; DATA_LOSS as CopyTo (dst is then partly written).
+  absl::Status DecodeTo(const TensorEntry& entry, ElementType source_type,
+                        ElementType dst_type, void* dst,
+                        const CodecOptions& options) const;
 
   // Drops the pages covering the entry from this process's resident set (the
   // page cache keeps them; a later read faults them back in). For weights

@@ -284,4 +284,35 @@ absl::Status Decode(StorageFormat format, const void* src,
   return absl::OkStatus();
 }
 
+absl::Status DecodeGuarded(ElementType src_type, const void* src,
+                           int64_t num_elements, ElementType dst_type,
+                           void* dst, ReadGuard guard,
+                           const CodecOptions& options) {
+  const StorageFormat format = StorageFormat::Plain(src_type);
+  if (absl::Status status = ValidateArgs(dst_type, src, dst, num_elements,
+                                         /*num_rows=*/1, format, nullptr);
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<const KernelTable*> table = SelectKernels(options);
+  if (!table.ok()) return table.status();
+  const internal::ConvertFn convert =
+      (*table)->plain[static_cast<int>(src_type)][static_cast<int>(dst_type)];
+  const int num_threads = NumThreads(num_elements, options);
+  std::vector<absl::Status> statuses(num_threads);
+  ParallelFor(num_elements, num_threads, kChunkAlignElements,
+              [&](int chunk, int64_t begin, int64_t end) {
+                const uint8_t* chunk_src = Offset(src, begin, src_type);
+                uint8_t* chunk_dst = Offset(dst, begin, dst_type);
+                const int64_t count = end - begin;
+                statuses[chunk] =
+                    guard(chunk_src, count * ElementSizeBytes(src_type),
+                          [&] { convert(chunk_src, count, 1.0f, chunk_dst); });
+              });
+  for (absl::Status& status : statuses) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace castserve::casting

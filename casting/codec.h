@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "casting/storage_format.h"
@@ -74,6 +75,20 @@ absl::Status Decode(StorageFormat format, const void* src,
                     const float* src_scales, int64_t num_elements,
                     int64_t num_rows, ElementType dst_type, void* dst,
                     const CodecOptions& options = {});
+
+// Runs `read`, which reads only the `size_bytes` bytes at `src`; an error if
+// the read could not complete (casting::ReadFromMapping: a vanished page of a
+// file mapping).
+using ReadGuard = absl::FunctionRef<absl::Status(
+    const void* src, size_t size_bytes, absl::FunctionRef<void()> read)>;
+
+// Decode of a plain (unscaled) `src_type` source whose reads may fail, such
+// as a file mapping: each thread reads its share of `src` through `guard`,
+// on that thread. Returns the first error; `dst` is then partly written.
+absl::Status DecodeGuarded(ElementType src_type, const void* src,
+                           int64_t num_elements, ElementType dst_type,
+                           void* dst, ReadGuard guard,
+                           const CodecOptions& options = {});
 
 // The scale Encode uses for a tensor or row with the given finite absmax.
 float ScaleForAbsMax(float absmax, ElementType fp8_type);

@@ -1,6 +1,7 @@
 #include "casting/codec.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -383,6 +384,57 @@ TEST(CodecThreadingTest, ThreadedMatchesSingleThreaded) {
           context);
     }
   }
+}
+
+TEST(CodecGuardedTest, DecodesLikeDecodeWithEveryThreadsShareGuarded) {
+  const int64_t n = 5 * 14293;
+  CodecOptions threaded;
+  threaded.max_threads = 4;
+  threaded.min_elements_per_thread = 1000;
+  for (ElementType source :
+       {ElementType::kBF16, ElementType::kF16, ElementType::kF32,
+        ElementType::kF8E4M3FN, ElementType::kF8E5M2}) {
+    for (ElementType compute : kComputeTypes) {
+      const auto src = MakeElements(source, n, false, 5);
+      std::atomic<int64_t> guarded_bytes{0};
+      std::atomic<int> calls{0};
+      auto guard = [&](const void* begin, size_t size,
+                       absl::FunctionRef<void()> read) {
+        // Every byte read lies inside the range handed to the guard.
+        EXPECT_GE(static_cast<const uint8_t*>(begin), src.data());
+        EXPECT_LE(static_cast<const uint8_t*>(begin) + size,
+                  src.data() + src.size());
+        guarded_bytes += size;
+        ++calls;
+        read();
+        return absl::OkStatus();
+      };
+      std::vector<uint8_t> got(n * ElementSizeBytes(compute));
+      ASSERT_TRUE(DecodeGuarded(source, src.data(), n, compute, got.data(),
+                                guard, threaded)
+                      .ok());
+      const std::string context = absl::StrCat(ElementTypeName(source), " -> ",
+                                               ElementTypeName(compute));
+      ExpectSameElements(got,
+                         DecodeWith(threaded, StorageFormat::Plain(source), src,
+                                    {}, 1, compute),
+                         compute, context);
+      EXPECT_EQ(guarded_bytes, static_cast<int64_t>(src.size())) << context;
+      EXPECT_EQ(calls, 4) << context;
+    }
+  }
+}
+
+TEST(CodecGuardedTest, AGuardsErrorIsReturned) {
+  const auto src = MakeElements(ElementType::kBF16, 4096, true, 6);
+  std::vector<float> out(4096);
+  auto failing = [](const void*, size_t, absl::FunctionRef<void()>) {
+    return absl::DataLossError("page vanished");
+  };
+  absl::Status status = DecodeGuarded(ElementType::kBF16, src.data(), 4096,
+                                      ElementType::kF32, out.data(), failing);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(status.message(), "page vanished");
 }
 
 // --- Scaled fp8

@@ -70,6 +70,12 @@ void InstallHandlerOnce() {
 }  // namespace
 
 absl::Status CopyFromMapping(void* dst, const void* src, size_t size_bytes) {
+  return ReadFromMapping(src, size_bytes,
+                         [&] { std::memcpy(dst, src, size_bytes); });
+}
+
+absl::Status ReadFromMapping(const void* src, size_t size_bytes,
+                             absl::FunctionRef<void()> read) {
   if (size_bytes == 0) return absl::OkStatus();
   InstallHandlerOnce();
   // volatile: these are read after siglongjmp returns to this frame.
@@ -81,13 +87,13 @@ absl::Status CopyFromMapping(void* dst, const void* src, size_t size_bytes) {
     return absl::DataLossError(absl::StrCat(
         "the mapped file vanished under a read (truncated or replaced while "
         "mapped): fault at byte ",
-        offset, " of a ", size_bytes, "-byte copy"));
+        offset, " of a ", size_bytes, "-byte read"));
   }
   copy->begin = begin;
   copy->end = begin + size_bytes;
   // Keep the compiler from moving the range stores across the copy.
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  std::memcpy(dst, src, size_bytes);
+  read();
   std::atomic_signal_fence(std::memory_order_seq_cst);
   copy->begin = copy->end = 0;
   return absl::OkStatus();

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 
 namespace castserve::casting {
@@ -28,6 +29,14 @@ namespace castserve::casting {
 // Not async-signal-safe: do not call from a signal handler.
 // `dst` must not overlap `src`; `dst` must be ordinary writable memory.
 absl::Status CopyFromMapping(void* dst, const void* src, size_t size_bytes);
+
+// The same guard around any read: runs `read`, which may read only the
+// `size_bytes` bytes at `src` (inside a file mapping) and must not allocate,
+// take locks or throw (a SIGBUS in that range jumps out of it: nothing it
+// started is unwound). Returns DATA_LOSS if the pages vanished, OK otherwise.
+// What `read` wrote before a fault stays written.
+absl::Status ReadFromMapping(const void* src, size_t size_bytes,
+                             absl::FunctionRef<void()> read);
 
 }  // namespace castserve::casting
 

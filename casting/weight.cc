@@ -182,27 +182,16 @@ absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
   if (source_type == options_.compute_dtype) {
     return ReadSource(TorchScalarType(source_type));
   }
-  // Through this thread's staging buffer, chunk by chunk: a staging copy of
-  // the whole tensor would be new pages to fault in on every decode (as
-  // costly as the decode itself).
+  // Straight from the mapping into the compute copy, under the SIGBUS guard:
+  // a staging copy (of the whole tensor, or chunk by chunk) costs a memcpy
+  // of the source and, for a whole-tensor one, new pages to fault in.
   at::Tensor compute =
       NewBuffer(TorchScalarType(options_.compute_dtype), entry_.shape);
-  const int64_t source_size = ElementSizeBytes(source_type);
-  const int64_t compute_size = ElementSizeBytes(options_.compute_dtype);
-  const int64_t chunk_elements = kStagingChunkBytes / source_size;
-  for (int64_t first = 0; first < entry_.numel(); first += chunk_elements) {
-    const int64_t count = std::min(chunk_elements, entry_.numel() - first);
-    absl::Span<uint8_t> staging = Staging(count * source_size);
-    absl::Status status =
-        checkpoint_->CopyRangeTo(entry_, first * source_size, staging);
-    if (status.ok()) {
-      status = Decode(
-          StorageFormat::Plain(source_type), staging.data(), nullptr, count,
-          /*num_rows=*/1, options_.compute_dtype,
-          static_cast<uint8_t*>(compute.data_ptr()) + first * compute_size,
-          options_.codec);
-    }
-    if (!status.ok()) return status;
+  if (absl::Status status =
+          checkpoint_->DecodeTo(entry_, source_type, options_.compute_dtype,
+                                compute.data_ptr(), options_.codec);
+      !status.ok()) {
+    return status;
   }
   return compute;
 }

@@ -404,6 +404,10 @@ TEST_F(WeightTest, TruncatedFileIsAnErrorForThisWeightOnly) {
   WeightOptions options;
   options.residency = Residency::kMapped;
   std::unique_ptr<Weight> big = MakeWeight("big", options);
+  // Decoded straight from the mapping (f32 -> bf16), not copied.
+  WeightOptions decoded = options;
+  decoded.compute_dtype = ElementType::kBF16;
+  std::unique_ptr<Weight> big_bf16 = MakeWeight("big", decoded);
   std::unique_ptr<Weight> first = MakeWeight("w_bf16", options);
   // Cut the file where the last tensor starts: its later pages vanish (a
   // read there raises SIGBUS), the first page with the others stays.
@@ -413,6 +417,11 @@ TEST_F(WeightTest, TruncatedFileIsAnErrorForThisWeightOnly) {
   ASSERT_FALSE(handle.ok());
   EXPECT_EQ(handle.status().code(), absl::StatusCode::kDataLoss)
       << handle.status();
+  absl::StatusOr<ComputeHandle> decoded_handle = big_bf16->Acquire();
+  ASSERT_FALSE(decoded_handle.ok());
+  EXPECT_EQ(decoded_handle.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(decoded_handle.status().message()),
+              HasSubstr("tensor 'big'"));
   EXPECT_TRUE(first->Acquire().ok());
 }
 
