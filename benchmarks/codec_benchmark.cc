@@ -1,9 +1,11 @@
 // Codec throughput for each (storage, compute) pair, side by side with
-// LibTorch's own conversion (`.to()`, and `copy_` into a preallocated tensor)
-// where LibTorch 1.13 has the pair, and with the scalar reference and the
-// lookup-table kernels for fp8 (LibTorch 1.13 has no fp8).
+// LibTorch's own conversion of the same data: `.to()`, and `copy_` into a
+// preallocated tensor; for fp8, LibTorch's float8 dtypes (plain pairs) and
+// `.to()` followed by the scale multiply (scaled pairs, decode only), and
+// castserve's scalar reference and lookup-table kernels.
 //
-// Usage: codec_benchmark [num_elements] [reps]   (default 64M elements, 5)
+// Usage: bazel run -c opt //benchmarks:codec_benchmark -- [num_elements] [reps]
+//        (default 64M elements, 5)
 // GB/s counts bytes read plus bytes written; times are the best of `reps`.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -137,18 +139,48 @@ double RunCodec(const Config& config, const Inputs& inputs, const Pair& pair,
   });
 }
 
+// LibTorch's dtype for an element type, float8 included (castserve itself
+// keeps fp8 as bytes: TorchScalarType).
+at::ScalarType LibTorchDtype(ElementType type) {
+  switch (type) {
+    case ElementType::kF8E4M3FN:
+      return at::kFloat8_e4m3fn;
+    case ElementType::kF8E5M2:
+      return at::kFloat8_e5m2;
+    default:
+      return TorchScalarType(type);
+  }
+}
+
 // LibTorch's conversion of the same data: `.to()` allocates, copy_ doesn't.
+// A scaled decode is `.to()` then a multiply by the scales (per row:
+// broadcast over [rows, columns]); LibTorch has no scaled fp8 encode.
 void RunTorch(const Config& config, const Inputs& inputs, const Pair& pair,
               double* to_seconds, double* copy_seconds) {
   const ElementType from = pair.encode ? pair.compute : pair.format.element;
   const ElementType to = pair.encode ? pair.format.element : pair.compute;
+  const int scaling = static_cast<int>(pair.format.scaling);
+  const int source_scaling = pair.encode ? 0 : scaling;
   at::Tensor src = at::from_blob(
-      const_cast<uint8_t*>(inputs.by_format[static_cast<int>(from)][0].data()),
-      {config.num_elements}, at::TensorOptions().dtype(TorchScalarType(from)));
-  at::Tensor dst = at::empty({config.num_elements},
-                             at::TensorOptions().dtype(TorchScalarType(to)));
+      const_cast<uint8_t*>(
+          inputs.by_format[static_cast<int>(from)][source_scaling].data()),
+      {config.num_rows, config.num_elements / config.num_rows},
+      at::TensorOptions().dtype(LibTorchDtype(from)));
+  at::Tensor dst =
+      at::empty(src.sizes(), at::TensorOptions().dtype(LibTorchDtype(to)));
+  at::Tensor scales = at::from_blob(
+      const_cast<float*>(inputs.scales[scaling].data()), {config.num_rows, 1},
+      at::TensorOptions().dtype(at::kFloat));
+  if (pair.format.scaling == Scaling::kPerTensor) scales = scales[0][0];
+  if (pair.format.is_scaled()) {
+    *to_seconds = BestSeconds(
+        config.reps, [&] { (void)src.to(LibTorchDtype(to)).mul_(scales); });
+    *copy_seconds =
+        BestSeconds(config.reps, [&] { dst.copy_(src).mul_(scales); });
+    return;
+  }
   *to_seconds =
-      BestSeconds(config.reps, [&] { (void)src.to(TorchScalarType(to)); });
+      BestSeconds(config.reps, [&] { (void)src.to(LibTorchDtype(to)); });
   *copy_seconds = BestSeconds(config.reps, [&] { dst.copy_(src); });
 }
 
@@ -156,7 +188,8 @@ void BenchmarkPair(const Config& config, const Inputs& inputs,
                    const Pair& pair) {
   const int threads = static_cast<int>(std::thread::hardware_concurrency());
   const std::string best = std::string(CodecIsaName(BestCodecIsa()));
-  const bool torch_has_pair = !IsFp8(pair.format.element);
+  // LibTorch has every pair but the scaled fp8 encodes.
+  const bool torch_has_pair = !(pair.encode && pair.format.is_scaled());
   const int64_t n = config.num_elements;
   const int64_t bytes = pair.BytesPerElement();
   double base;
@@ -164,18 +197,22 @@ void BenchmarkPair(const Config& config, const Inputs& inputs,
     double to_seconds, copy_seconds;
     RunTorch(config, inputs, pair, &to_seconds, &copy_seconds);
     base = to_seconds;
-    PrintRow(pair.Name(), "libtorch .to()", to_seconds, n, bytes, base);
-    PrintRow(pair.Name(), "libtorch copy_", copy_seconds, n, bytes, base);
-  } else {
+    const bool scaled = pair.format.is_scaled();
+    PrintRow(pair.Name(), scaled ? "libtorch .to() * scale" : "libtorch .to()",
+             to_seconds, n, bytes, base);
+    PrintRow(pair.Name(), scaled ? "libtorch copy_ * scale" : "libtorch copy_",
+             copy_seconds, n, bytes, base);
+  }
+  if (!torch_has_pair) {
     base =
         RunCodec(config, inputs, pair, OptionsFor(CodecIsa::kReference, 1), 1);
     PrintRow(pair.Name(), "scalar reference, 1 thr", base, n, bytes, base);
-    if (!pair.encode) {
-      const double lut =
-          RunCodec(config, inputs, pair,
-                   OptionsFor(CodecIsa::kPortable, threads), config.reps);
-      PrintRow(pair.Name(), "lut (portable), all thr", lut, n, bytes, base);
-    }
+  }
+  if (IsFp8(pair.format.element) && !pair.encode) {
+    const double lut =
+        RunCodec(config, inputs, pair, OptionsFor(CodecIsa::kPortable, threads),
+                 config.reps);
+    PrintRow(pair.Name(), "lut (portable), all thr", lut, n, bytes, base);
   }
   const double one = RunCodec(config, inputs, pair,
                               OptionsFor(BestCodecIsa(), 1), config.reps);
