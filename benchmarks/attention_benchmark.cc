@@ -41,9 +41,9 @@ Measurement Measure(const std::function<at::Tensor()>& attend) {
   casting::PeakScope scope;
   const auto start = std::chrono::steady_clock::now();
   at::Tensor out = attend();
-  const double seconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   scope.Stop();
   return {seconds, scope.peak_increase_bytes()};
 }
@@ -56,11 +56,12 @@ int Run(int threads) {
   if (threads > 0) at::set_num_threads(threads);
   const int64_t heads = 16, tokens = 729, dim = 72;
   const double scale = 1 / std::sqrt(static_cast<double>(dim));
-  std::printf("attention at SigLIP-so400m's shape (16 heads x 729 tokens x 72), "
-              "%d intra-op threads; MB = 2^20 bytes; best of 3\n",
-              at::get_num_threads());
-  std::printf("%-6s %-5s | %12s %10s | %12s %10s | %8s %8s\n", "dtype",
-              "batch", "composed MB", "ms", "fused MB", "ms", "peak", "time");
+  std::printf(
+      "attention at SigLIP-so400m's shape (16 heads x 729 tokens x 72), "
+      "%d intra-op threads; MB = 2^20 bytes; best of 3\n",
+      at::get_num_threads());
+  std::printf("%-6s %-5s | %12s %10s | %12s %10s | %8s %8s\n", "dtype", "batch",
+              "composed MB", "ms", "fused MB", "ms", "peak", "time");
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     for (int64_t batch : {1, 4, 16}) {
       at::manual_seed(0);
