@@ -97,16 +97,18 @@ absl::StatusOr<NamedTensors> Model::Forward(const NamedTensors& inputs) const {
   absl::Status valid = CheckSignature(this->inputs(), inputs);
   if (valid.ok()) valid = ValidateInputs(inputs);
   if (!valid.ok()) return valid;
-  try {
-    c10::InferenceMode inference_mode;
-    ForwardContext context;
-    return ForwardImpl(context, inputs);
-  } catch (const c10::Error& error) {
-    return StatusFromTorchError(error);
-  } catch (const std::bad_alloc& error) {
+  absl::StatusOr<NamedTensors> outputs =
+      CatchExceptions([&]() -> absl::StatusOr<NamedTensors> {
+        c10::InferenceMode inference_mode;
+        ForwardContext context;
+        return ForwardImpl(context, inputs);
+      });
+  if (absl::IsResourceExhausted(outputs.status())) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("out of memory during the forward of ", architecture()));
+        absl::StrCat("during the forward of ", architecture(), ": ",
+                     outputs.status().message()));
   }
+  return outputs;
 }
 
 }  // namespace castserve::models

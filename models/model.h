@@ -5,8 +5,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <exception>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,25 @@ using NamedTensors = std::map<std::string, at::Tensor>;
 
 // The Status for a c10::Error thrown by a forward, as Model::Forward maps it.
 absl::Status StatusFromTorchError(const c10::Error& error);
+
+// Runs `fn`, which returns absl::Status or absl::StatusOr<T>; an exception
+// it throws becomes an error of that type instead of leaving castserve's
+// code: c10::Error as StatusFromTorchError, std::bad_alloc
+// RESOURCE_EXHAUSTED, any other std::exception INTERNAL with its message.
+// Every entry into LibTorch from a daemon thread (forwards, loads, warmups,
+// batch assembly) runs under it, so no exception ends a thread.
+template <typename Fn>
+auto CatchExceptions(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const c10::Error& error) {
+    return StatusFromTorchError(error);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory");
+  } catch (const std::exception& error) {
+    return absl::InternalError(error.what());
+  }
+}
 
 class Model {
  public:

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -67,6 +69,21 @@ TEST(ModelTest, MapsTorchErrorsToStatusCodes) {
               at::matmul(at::ones({2, 3}), at::ones({2, 3}));
             }),
             absl::StatusCode::kOk);
+}
+
+TEST(CatchExceptionsTest, WhatIsThrownBecomesAStatusOfTheCallersType) {
+  absl::StatusOr<int> value = CatchExceptions(
+      []() -> absl::StatusOr<int> { return at::ones({2})[5].item<int>(); });
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kInvalidArgument)
+      << value.status();
+  EXPECT_EQ(
+      CatchExceptions([]() -> absl::Status { throw std::bad_alloc(); }).code(),
+      absl::StatusCode::kResourceExhausted);
+  absl::Status other = CatchExceptions(
+      []() -> absl::Status { throw std::runtime_error("disk on fire"); });
+  EXPECT_EQ(other.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(other.message(), "disk on fire");
+  EXPECT_EQ(*CatchExceptions([]() -> absl::StatusOr<int> { return 7; }), 7);
 }
 
 TEST(ModelTest, ErrorMessageKeepsTheCause) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -145,8 +146,8 @@ absl::Status CheckRequestedOutputs(
 
 absl::StatusOr<models::NamedTensors> Concatenate(
     const std::vector<PendingPtr>& batch) {
-  models::NamedTensors joined;
-  try {
+  return models::CatchExceptions([&]() -> absl::StatusOr<models::NamedTensors> {
+    models::NamedTensors joined;
     for (const auto& [name, unused] : batch.front()->request.inputs) {
       std::vector<at::Tensor> parts;
       parts.reserve(batch.size());
@@ -155,10 +156,8 @@ absl::StatusOr<models::NamedTensors> Concatenate(
       }
       joined[name] = at::cat(parts, 0);
     }
-  } catch (const c10::Error& error) {
-    return models::StatusFromTorchError(error);
-  }
-  return joined;
+    return joined;
+  });
 }
 
 // The outputs of one request: rows [offset, offset + size) of the batch's
@@ -392,9 +391,10 @@ void BatchingServedModel::Impl::Infer(
 void BatchingServedModel::Impl::InstanceLoop() {
   if (settings_.intra_op_threads > 0) {
     // LibTorch keeps the count per thread (OpenMP's and MKL's settings), but
-    // initializes a thread's from the last process-wide value on its first
-    // parallel op: initialize first, then set this thread's own.
-    at::init_num_threads();
+    // sets a thread's from the last process-wide value when the thread first
+    // asks for it: ask first (get_num_threads marks this thread initialized
+    // inside LibTorch), then set this thread's own.
+    (void)at::get_num_threads();
     at::set_num_threads(settings_.intra_op_threads);
   }
   for (;;) {
@@ -683,11 +683,12 @@ casting::WeightActivity BatchingServedModel::Impl::weight_activity() const {
 
 int InstanceCount(const inference::ModelConfig& config) {
   if (config.instance_group_size() == 0) return 1;
-  int count = 0;
+  int64_t count = 0;
   for (const inference::ModelInstanceGroup& group : config.instance_group()) {
     count += std::max(group.count(), 1);
   }
-  return count;
+  return static_cast<int>(
+      std::min<int64_t>(count, std::numeric_limits<int>::max()));
 }
 
 absl::StatusOr<std::unique_ptr<BatchingServedModel>>

@@ -259,13 +259,43 @@ absl::StatusOr<at::ScalarType> ScalarTypeOf(inference::DataType type) {
   return ScalarTypeFromDatatype(absl::string_view(name).substr(kPrefix.size()));
 }
 
-absl::StatusOr<std::string> ReadFileBytes(const fs::path& path) {
+// The bytes of a tensor of `shape` with `element_bytes` elements, or -1 if
+// that is more than `limit_bytes` (never overflows: dims are non-negative).
+int64_t BytesWithin(const std::vector<int64_t>& shape, int64_t element_bytes,
+                    int64_t limit_bytes) {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  int64_t bytes = element_bytes;
+  for (int64_t dim : shape) {
+    if (bytes > limit_bytes / dim) return -1;
+    bytes *= dim;
+  }
+  return bytes <= limit_bytes ? bytes : -1;
+}
+
+// A regular file's bytes, refused when it holds more than `max_bytes`
+// (a device such as /dev/zero is not a regular file).
+absl::StatusOr<std::string> ReadFileBytes(const fs::path& path,
+                                          int64_t max_bytes) {
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (error || !fs::is_regular_file(status)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "warmup data file ", path.string(), " is not a readable regular file"));
+  }
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read warmup data file ", path.string()));
   }
-  return std::string(std::istreambuf_iterator<char>(file), {});
+  std::string bytes(static_cast<size_t>(max_bytes) + 1, '\0');
+  file.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (file.gcount() > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("warmup data file ", path.string(), " holds more than ",
+                     max_bytes, " bytes, the size of the input"));
+  }
+  bytes.resize(static_cast<size_t>(file.gcount()));
+  return bytes;
 }
 
 // One warmup input tensor of `shape` (batch dimension included).
@@ -288,10 +318,11 @@ absl::StatusOr<at::Tensor> MakeWarmupTensor(
   absl::StatusOr<fs::path> path = ResolveInsideRepository(
       model_directory, input.input_data_file(), "warmup input_data_file");
   if (!path.ok()) return path.status();
-  absl::StatusOr<std::string> bytes = ReadFileBytes(*path);
+  const int64_t total = c10::multiply_integers(shape) *
+                        static_cast<int64_t>(at::elementSize(dtype));
+  absl::StatusOr<std::string> bytes = ReadFileBytes(*path, total);
   if (!bytes.ok()) return bytes.status();
   at::Tensor tensor = at::empty(shape, options);
-  const int64_t total = tensor.numel() * tensor.element_size();
   const int64_t item = batch_size > 0 ? total / batch_size : total;
   const int64_t size = static_cast<int64_t>(bytes->size());
   if (size != total && size != item) {
@@ -308,13 +339,21 @@ absl::StatusOr<at::Tensor> MakeWarmupTensor(
 
 absl::Status RunWarmups(BatchingServedModel& served,
                         const inference::ModelConfig& config,
-                        const std::string& model_directory) {
+                        const std::string& model_directory,
+                        const FactoryOptions& options) {
+  const absl::Time deadline = absl::Now() + options.max_warmup_duration;
   for (const inference::ModelWarmup& warmup : config.model_warmup()) {
-    absl::StatusOr<InferenceRequest> request =
-        MakeWarmupRequest(warmup, config, model_directory);
+    absl::StatusOr<InferenceRequest> request = MakeWarmupRequest(
+        warmup, config, model_directory, options.max_warmup_request_bytes);
     if (!request.ok()) return request.status();
     const uint32_t count = std::max<uint32_t>(warmup.count(), 1);
     for (uint32_t i = 0; i < count; ++i) {
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("warmups ran past the limit of ",
+                         absl::FormatDuration(options.max_warmup_duration),
+                         " (--max-warmup-seconds)"));
+      }
       absl::Status status = served.Warmup(*request);
       if (!status.ok()) {
         return absl::Status(status.code(),
@@ -338,6 +377,27 @@ absl::Status CheckDevice(const inference::ModelConfig& config) {
 
 absl::Status WithContext(const absl::Status& status, absl::string_view prefix) {
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+// The config's sizes against the daemon's limits, before anything is
+// allocated or started.
+absl::Status CheckLimits(const inference::ModelConfig& config,
+                         const FactoryOptions& options) {
+  const int instances = InstanceCount(config);
+  if (instances > options.max_instances) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("instance_group asks for ", instances,
+                     " instances, above the limit of ", options.max_instances,
+                     " (--max-instances-per-model)"));
+  }
+  for (const inference::ModelWarmup& warmup : config.model_warmup()) {
+    if (warmup.count() > options.max_warmup_count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "warmup '", warmup.name().substr(0, 64), "' has count ",
+          warmup.count(), ", above the limit of ", options.max_warmup_count));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -410,7 +470,7 @@ absl::Status ApplySignature(const std::vector<models::TensorSpec>& inputs,
 
 absl::StatusOr<InferenceRequest> MakeWarmupRequest(
     const inference::ModelWarmup& warmup, const inference::ModelConfig& config,
-    const std::string& model_directory) {
+    const std::string& model_directory, int64_t max_bytes) {
   const bool batched = config.max_batch_size() > 0;
   const int64_t batch_size = std::max<int64_t>(warmup.batch_size(), 1);
   if (batched && batch_size > config.max_batch_size()) {
@@ -419,6 +479,7 @@ absl::StatusOr<InferenceRequest> MakeWarmupRequest(
                      " above max_batch_size ", config.max_batch_size()));
   }
   InferenceRequest request;
+  int64_t request_bytes = 0;
   for (const auto& [name, input] : warmup.inputs()) {
     const inference::ModelInput* configured = FindConfiguredInput(config, name);
     if (configured == nullptr || configured->data_type() != input.data_type()) {
@@ -437,6 +498,16 @@ absl::StatusOr<InferenceRequest> MakeWarmupRequest(
     }
     absl::StatusOr<at::ScalarType> dtype = ScalarTypeOf(input.data_type());
     if (!dtype.ok()) return dtype.status();
+    const int64_t bytes =
+        BytesWithin(shape, at::elementSize(*dtype), max_bytes - request_bytes);
+    if (bytes < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("warmup '", warmup.name().substr(0, 64), "' input ",
+                       name, " of shape [", absl::StrJoin(shape, ","),
+                       "] takes the warmup request past the limit of ",
+                       max_bytes, " bytes (--max-message-bytes)"));
+    }
+    request_bytes += bytes;
     absl::StatusOr<at::Tensor> tensor = MakeWarmupTensor(
         name, input, *dtype, shape, batched ? batch_size : 0, model_directory);
     if (!tensor.ok()) return tensor.status();
@@ -464,12 +535,12 @@ absl::StatusOr<int> IntraOpThreadsFor(const inference::ModelConfig& config,
   return std::max(1, hardware_threads / InstanceCount(config));
 }
 
-HfServedModelFactory::HfServedModelFactory(ThreadSettings threads)
-    : threads_(threads) {
-  if (threads_.inter_op_threads > 0) {
+HfServedModelFactory::HfServedModelFactory(FactoryOptions options)
+    : options_(options) {
+  if (options_.inter_op_threads > 0) {
     // LibTorch accepts this once, before its pool starts.
     try {
-      at::set_num_interop_threads(threads_.inter_op_threads);
+      at::set_num_interop_threads(options_.inter_op_threads);
     } catch (const c10::Error& e) {
       Log(LogLevel::kWarning, "inter-op threads not set",
           {{"error", e.what_without_backtrace()}});
@@ -487,9 +558,19 @@ HfServedModelFactory::HfServedModelFactory(ThreadSettings threads)
 
 absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Create(
     const std::string& model_directory, const inference::ModelConfig& config) {
+  // LibTorch may throw anywhere in a load (a tensor it cannot allocate, a
+  // checkpoint it rejects): the load fails, nothing else does.
+  return models::CatchExceptions([&] { return Load(model_directory, config); });
+}
+
+absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
+    const std::string& model_directory, const inference::ModelConfig& config) {
   if (absl::Status valid = CheckDevice(config); !valid.ok()) return valid;
+  if (absl::Status valid = CheckLimits(config, options_); !valid.ok()) {
+    return valid;
+  }
   absl::StatusOr<int> intra_op_threads = IntraOpThreadsFor(
-      config, threads_.intra_op_threads,
+      config, options_.intra_op_threads,
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   if (!intra_op_threads.ok()) return intra_op_threads.status();
   absl::StatusOr<std::string> folder =
@@ -523,7 +604,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Create(
           std::move(tracked_id), *intra_op_threads);
   if (!served.ok()) return served.status();
   if (absl::Status warm =
-          RunWarmups(**served, (*served)->config(), model_directory);
+          RunWarmups(**served, (*served)->config(), model_directory, options_);
       !warm.ok()) {
     return warm;
   }

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "models/model.h"
 #include "models/weight_factory.h"
 #include "proto/model_config.pb.h"
@@ -20,23 +21,38 @@
 
 namespace castserve {
 
-// LibTorch's thread settings for the daemon (server flags).
-struct ThreadSettings {
+// The daemon's settings for every model it loads (server flags).
+struct FactoryOptions {
   // Threads per forward for models without INTRA_OP_THREAD_COUNT; 0: the
   // hardware threads divided by the model's instance count (at least 1).
   int intra_op_threads = 0;
   // LibTorch's inter-op pool; 0 keeps its default.
   int inter_op_threads = 0;
+
+  // Limits on what a config may ask for, checked before anything is
+  // allocated or started: a config past one fails to load with the limit
+  // named.
+  // The inputs of one warmup request together (as --max-message-bytes
+  // bounds a request).
+  int64_t max_warmup_request_bytes = int64_t{256} << 20;
+  // Instances (threads running forwards) of one model.
+  int max_instances = 16;
+  // Runs of one warmup entry (`count`).
+  int64_t max_warmup_count = 1000;
+  // All of one model's warmups together; past it the load fails with
+  // DEADLINE_EXCEEDED.
+  absl::Duration max_warmup_duration = absl::Minutes(5);
 };
 
 // Thread-safe: Create may run for several models at once. Serves on the CPU;
-// a config asking for KIND_GPU instances is UNIMPLEMENTED.
+// a config asking for KIND_GPU instances is UNIMPLEMENTED. Create never
+// throws: whatever LibTorch throws during a load or a warmup fails that load.
 class HfServedModelFactory final : public ServedModelFactory {
  public:
   // Installs the tracking CPU allocator if no one has (idempotent). Should
   // another allocator hold the slot, models are measured by their weights'
   // footprint alone (logged). Sizes LibTorch's inter-op pool once.
-  explicit HfServedModelFactory(ThreadSettings threads = {});
+  explicit HfServedModelFactory(FactoryOptions options = {});
 
   // Errors: INVALID_ARGUMENT for a bad checkpoint path, weight policy,
   // signature mismatch or warmup request; the loader's errors (NOT_FOUND for
@@ -46,7 +62,10 @@ class HfServedModelFactory final : public ServedModelFactory {
       const inference::ModelConfig& config) override;
 
  private:
-  const ThreadSettings threads_;
+  absl::StatusOr<std::shared_ptr<ServedModel>> Load(
+      const std::string& model_directory, const inference::ModelConfig& config);
+
+  const FactoryOptions options_;
 };
 
 // The pieces of Create, exposed for tests.
@@ -85,10 +104,11 @@ absl::StatusOr<int> IntraOpThreadsFor(const inference::ModelConfig& config,
 
 // The request `warmup` describes against `config` (inputs and data types
 // checked; data files read relative to `model_directory`, same path rules
-// as the checkpoint).
+// as the checkpoint, regular files only). INVALID_ARGUMENT before anything
+// is allocated when its inputs together would exceed `max_bytes`.
 absl::StatusOr<InferenceRequest> MakeWarmupRequest(
     const inference::ModelWarmup& warmup, const inference::ModelConfig& config,
-    const std::string& model_directory);
+    const std::string& model_directory, int64_t max_bytes);
 
 }  // namespace castserve
 

@@ -309,16 +309,104 @@ TEST(HfServedModelFactoryTest, WarmupDataFileIsRepeatedOverTheBatch) {
   input.add_dims(3);
   input.set_input_data_file("ids.bin");
   absl::StatusOr<InferenceRequest> request =
-      MakeWarmupRequest(warmup, config, directory.string());
+      MakeWarmupRequest(warmup, config, directory.string(), 1 << 20);
   ASSERT_TRUE(request.ok()) << request.status();
   EXPECT_TRUE(
       at::equal(request->inputs.at("input_ids"),
                 at::tensor({1, 2, 3, 1, 2, 3}, at::kLong).view({2, 3})));
   input.clear_dims();
   input.add_dims(4);  // 32 bytes: neither one item nor the batch.
-  EXPECT_EQ(
-      MakeWarmupRequest(warmup, config, directory.string()).status().code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeWarmupRequest(warmup, config, directory.string(), 1 << 20)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A config with one warmup of input_ids [batch 1, dims...].
+inference::ModelConfig WarmupConfig(std::vector<int64_t> dims,
+                                    uint32_t count = 1) {
+  inference::ModelConfig config = BertConfig();
+  inference::ModelWarmup* warmup = config.add_model_warmup();
+  warmup->set_name("big");
+  warmup->set_count(count);
+  inference::ModelWarmup::Input& ids = (*warmup->mutable_inputs())["input_ids"];
+  ids.set_data_type(inference::TYPE_INT64);
+  for (int64_t dim : dims) ids.add_dims(dim);
+  return config;
+}
+
+void ExpectLoadFails(HfServedModelFactory& factory,
+                     const inference::ModelConfig& config,
+                     absl::StatusCode code, const std::string& message) {
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      factory.Create(kBertDirectory, config);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), code) << model.status();
+  EXPECT_THAT(std::string(model.status().message()),
+              ::testing::HasSubstr(message));
+}
+
+TEST(HfServedModelFactoryTest, ConfigSizesAreCheckedBeforeAnythingIsAllocated) {
+  FactoryOptions options;
+  options.max_warmup_request_bytes = 1 << 20;
+  options.max_instances = 8;
+  HfServedModelFactory factory(options);
+  // 10^12 int64 ids: refused by arithmetic, never allocated.
+  ExpectLoadFails(factory, WarmupConfig({1000000, 1000000}),
+                  absl::StatusCode::kInvalidArgument,
+                  "past the limit of 1048576 bytes (--max-message-bytes)");
+  ExpectLoadFails(factory, WarmupConfig({int64_t{1} << 62, 4}),
+                  absl::StatusCode::kInvalidArgument, "past the limit");
+  ExpectLoadFails(factory, WarmupConfig({8}, 4000000000u),
+                  absl::StatusCode::kInvalidArgument,
+                  "count 4000000000, above the limit of 1000");
+  inference::ModelConfig many = BertConfig();
+  many.add_instance_group()->set_count(1500);
+  ExpectLoadFails(factory, many, absl::StatusCode::kInvalidArgument,
+                  "1500 instances, above the limit of 8");
+  // Within the limits the same model loads.
+  EXPECT_TRUE(factory.Create(kBertDirectory, WarmupConfig({8})).ok());
+}
+
+TEST(HfServedModelFactoryTest, WarmupsStopAtTheirTimeLimit) {
+  FactoryOptions options;
+  options.max_warmup_duration = absl::Milliseconds(50);
+  HfServedModelFactory factory(options);
+  ExpectLoadFails(factory, WarmupConfig({8}, 1000),
+                  absl::StatusCode::kDeadlineExceeded,
+                  "(--max-warmup-seconds)");
+}
+
+TEST(HfServedModelFactoryTest, WarmupDataMustBeARegularFileOfTheInputsSize) {
+  const fs::path directory =
+      fs::path(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR")
+                                          : "/tmp") /
+      "warmup_limits_model";
+  fs::create_directories(directory);
+  fs::remove(directory / "zeros.bin");
+  fs::create_symlink("/dev/zero", directory / "zeros.bin");
+  std::ofstream(directory / "big.bin", std::ios::binary)
+      << std::string(1000, 'x');
+  inference::ModelConfig config = BertConfig();
+  inference::ModelWarmup warmup;
+  inference::ModelWarmup::Input& input =
+      (*warmup.mutable_inputs())["input_ids"];
+  input.set_data_type(inference::TYPE_INT64);
+  input.add_dims(3);
+  config.add_input()->set_name("input_ids");
+  config.mutable_input(0)->set_data_type(inference::TYPE_INT64);
+  config.mutable_input(0)->add_dims(-1);
+  input.set_input_data_file("zeros.bin");
+  absl::StatusOr<InferenceRequest> request =
+      MakeWarmupRequest(warmup, config, directory.string(), 1 << 20);
+  ASSERT_FALSE(request.ok());
+  EXPECT_THAT(std::string(request.status().message()),
+              ::testing::HasSubstr("is not a readable regular file"));
+  input.set_input_data_file("big.bin");  // 1000 bytes for a 24-byte input
+  request = MakeWarmupRequest(warmup, config, directory.string(), 1 << 20);
+  ASSERT_FALSE(request.ok());
+  EXPECT_THAT(std::string(request.status().message()),
+              ::testing::HasSubstr("holds more than 24 bytes"));
 }
 
 TEST(IntraOpThreadsForTest, ParameterThenFlagThenCoresPerInstance) {

@@ -64,6 +64,8 @@ int Run(const ServerFlags& flags) {
   options.max_message_bytes = flags.max_message_bytes;
   options.intra_op_threads = flags.intra_op_threads;
   options.inter_op_threads = flags.inter_op_threads;
+  options.max_instances_per_model = flags.max_instances_per_model;
+  options.max_warmup_seconds = flags.max_warmup_seconds;
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
   if (!server.ok()) {
     Log(LogLevel::kError, "castserve cannot start",

@@ -123,10 +123,14 @@ absl::Status Server::ScanRepository() {
 }
 
 absl::Status Server::StartModels(const ServerOptions& options) {
-  ThreadSettings threads;
-  threads.intra_op_threads = options.intra_op_threads;
-  threads.inter_op_threads = options.inter_op_threads;
-  factory_ = std::make_unique<HfServedModelFactory>(threads);
+  FactoryOptions factory_options;
+  factory_options.intra_op_threads = options.intra_op_threads;
+  factory_options.inter_op_threads = options.inter_op_threads;
+  factory_options.max_warmup_request_bytes = options.max_message_bytes;
+  factory_options.max_instances = options.max_instances_per_model;
+  factory_options.max_warmup_duration =
+      absl::Seconds(options.max_warmup_seconds);
+  factory_ = std::make_unique<HfServedModelFactory>(factory_options);
   ModelManagerOptions manager_options;
   manager_options.repository = repository_.get();
   manager_options.factory = factory_.get();

@@ -32,9 +32,11 @@ struct ServerOptions {
   // Largest gRPC message received or sent; a larger request fails with
   // RESOURCE_EXHAUSTED before any handler runs.
   int64_t max_message_bytes = int64_t{256} << 20;
-  // LibTorch threads (HfServedModelFactory's ThreadSettings).
+  // LibTorch threads and the limits on model configs (FactoryOptions).
   int intra_op_threads = 0;
   int inter_op_threads = 0;
+  int max_instances_per_model = 16;
+  double max_warmup_seconds = 300;
 };
 
 // The running daemon: the gRPC server (KServe v2 service and

@@ -121,6 +121,30 @@ const std::map<std::string, ValueSetter, std::less<>>& ValueFlags() {
            [](const std::string& v, ServerFlags& f) {
              return ParseThreads("inter-op-threads", v, &f.inter_op_threads);
            }},
+          {"max-instances-per-model",
+           [](const std::string& v, ServerFlags& f) {
+             int instances = 0;
+             if (!absl::SimpleAtoi(v, &instances) || instances < 1 ||
+                 instances > kMaxThreads) {
+               return absl::InvalidArgumentError(absl::StrCat(
+                   "--max-instances-per-model: '", v,
+                   "' is not a count between 1 and ", kMaxThreads));
+             }
+             f.max_instances_per_model = instances;
+             return absl::OkStatus();
+           }},
+          {"max-warmup-seconds",
+           [](const std::string& v, ServerFlags& f) {
+             double seconds = 0;
+             if (!absl::SimpleAtod(v, &seconds) || !(seconds > 0) ||
+                 seconds > 86400) {
+               return absl::InvalidArgumentError(absl::StrCat(
+                   "--max-warmup-seconds: '", v,
+                   "' is not a number of seconds above 0 and at most 86400"));
+             }
+             f.max_warmup_seconds = seconds;
+             return absl::OkStatus();
+           }},
           {"shutdown-grace-seconds",
            [](const std::string& v, ServerFlags& f) {
              double seconds = 0;
@@ -209,6 +233,11 @@ Flags:
                                 the model's instance count, at least 1; a
                                 model's INTRA_OP_THREAD_COUNT parameter wins)
   --inter-op-threads=N          LibTorch's inter-op pool (default 0: its own)
+  --max-instances-per-model=N   most instances a model config may ask for
+                                (default 16)
+  --max-warmup-seconds=S        how long a model's warmups may run before its
+                                load fails (default 300); a warmup request's
+                                inputs are bounded by --max-message-bytes
   --shutdown-grace-seconds=S    on SIGTERM/SIGINT, how long in-flight calls may
                                 finish before they are cancelled (default 10)
   --version                     print the version and exit

@@ -33,6 +33,10 @@ struct ServerFlags {
   // instance count) and LibTorch's inter-op pool (0: its default).
   int intra_op_threads = 0;
   int inter_op_threads = 0;
+  // Limits on model configs: instances of one model, and how long a model's
+  // warmups may run before its load fails.
+  int max_instances_per_model = 16;
+  double max_warmup_seconds = 300;
   bool show_help = false;
   bool show_version = false;
 };

@@ -61,6 +61,10 @@ TEST(ServerFlagsTest, RejectsBadInputWithTheFlagNamed) {
        "--intra-op-threads: '-1' is not a thread count between 0 and 1024"},
       {{"--model-repository=/m", "--inter-op-threads=5000"},
        "--inter-op-threads: '5000'"},
+      {{"--model-repository=/m", "--max-instances-per-model=0"},
+       "--max-instances-per-model: '0'"},
+      {{"--model-repository=/m", "--max-warmup-seconds=-3"},
+       "--max-warmup-seconds: '-3'"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ServerFlags> flags = Parse(c.args);
@@ -109,7 +113,8 @@ TEST(ServerFlagsTest, UsageListsEveryFlag) {
        {"--model-repository", "--grpc-port", "--metrics-port", "--log-level",
         "--version", "--help", "--shutdown-grace-seconds", "--bind-address",
         "--memory-budget-bytes", "--max-message-bytes", "--intra-op-threads",
-        "--inter-op-threads"}) {
+        "--inter-op-threads", "--max-instances-per-model",
+        "--max-warmup-seconds"}) {
     EXPECT_THAT(ServerUsage(), HasSubstr(flag));
   }
 }

@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""End-to-end: configs that ask for too much never crash or exhaust the daemon.
+
+Each case is a model whose config (on disk, or sent as RepositoryModelLoad's
+`config` parameter) asks for something past a limit: a warmup input of 10^12
+elements, 1500 instances, a warmup count of 4 billion, a warmup data file
+that is a symlink to /dev/zero. Each must leave that model UNAVAILABLE with a
+reason naming the limit, while the daemon keeps serving a good model and
+stays alive, its RSS far from what the config asked for.
+
+Run by Bazel as:
+  hardening_integration_test.py CASTSERVE BERT_FILE
+(Debian's python3 with python3-grpcio, python3-protobuf and python3-numpy).
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.getcwd())  # the runfiles root holds proto/*_pb2.py
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import grpc  # noqa: E402
+from proto import inference_pb2, inference_pb2_grpc  # noqa: E402
+
+from daemon_testlib import (Daemon, add_model, raw_request,  # noqa: E402
+                             references)
+
+CASTSERVE = os.path.abspath(sys.argv[1])
+BERT_DIR = os.path.dirname(os.path.abspath(sys.argv[2]))
+CALL_TIMEOUT_SECONDS = 60
+MAX_RSS_BYTES = 1 << 30  # the daemon serves two tiny models
+
+BERT_CONFIG = "max_batch_size: 4\n"
+
+
+def warmup(dims, count=1, data_file=None):
+    data = (f'input_data_file: "{data_file}"' if data_file
+            else "zero_data: true")
+    return (f'model_warmup {{ name: "w" batch_size: 1 count: {count} '
+            f'inputs {{ key: "input_ids" value {{ data_type: TYPE_INT64 '
+            f'dims: {dims} {data} }} }} }}\n')
+
+
+# name -> (config.pbtxt, what the reason must say)
+BAD_CONFIGS = {
+    "huge_warmup": (BERT_CONFIG + warmup("[ 1000000, 1000000 ]"),
+                    "past the limit of"),
+    "many_instances": (BERT_CONFIG + "instance_group { count: 1500 }\n",
+                       "1500 instances, above the limit of 16"),
+    "endless_warmup": (BERT_CONFIG + warmup("[ 8 ]", count=4000000000),
+                       "count 4000000000, above the limit of 1000"),
+    "dev_zero_warmup": (BERT_CONFIG + warmup("[ 8 ]", data_file="zeros.bin"),
+                        "is not a readable regular file"),
+}
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+class HardeningTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.repository = tempfile.mkdtemp(prefix="castserve-hardening-")
+        add_model(cls.repository, "good", BERT_DIR, BERT_CONFIG)
+        for name, (config, _) in BAD_CONFIGS.items():
+            model_dir = add_model(cls.repository, name, BERT_DIR, config)
+            os.symlink("/dev/zero", os.path.join(model_dir, "zeros.bin"))
+        cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
+                            "--grpc-port=0", "--metrics-port=0",
+                            "--bind-address=127.0.0.1").wait_ready()
+        cls.channel = grpc.insecure_channel(
+            f"127.0.0.1:{cls.daemon.grpc_port}")
+        cls.stub = inference_pb2_grpc.GRPCInferenceServiceStub(cls.channel)
+        cls.inputs, _ = references(BERT_DIR)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.daemon.kill()
+        shutil.rmtree(cls.repository)
+
+    def index(self):
+        response = self.stub.RepositoryIndex(
+            inference_pb2.RepositoryIndexRequest())
+        return {model.name: model for model in response.models}
+
+    def assert_serving(self):
+        self.assertIsNone(self.daemon.process.poll(), self.daemon.output())
+        self.stub.ModelInfer(raw_request("good", self.inputs),
+                             timeout=CALL_TIMEOUT_SECONDS)
+        self.assertLess(rss_bytes(self.daemon.process.pid), MAX_RSS_BYTES)
+
+    def test_bad_configs_on_disk_leave_their_model_unavailable(self):
+        index = self.index()
+        for name, (_, reason) in BAD_CONFIGS.items():
+            with self.subTest(name):
+                self.assertEqual(index[name].state, "UNAVAILABLE")
+                self.assertIn(reason, index[name].reason)
+        self.assert_serving()
+
+    def test_bad_configs_sent_with_a_load_fail_that_load_only(self):
+        for name, (config_text, reason) in BAD_CONFIGS.items():
+            with self.subTest(name):
+                # The same config as JSON: dims and counts of the text form.
+                config = self.stub.ModelConfig(inference_pb2.ModelConfigRequest(
+                    name="good")).config
+                from google.protobuf import json_format, text_format
+                text_format.Merge(config_text, config)
+                config.name = name
+                request = inference_pb2.RepositoryModelLoadRequest(
+                    model_name=name)
+                request.parameters["config"].string_param = (
+                    json_format.MessageToJson(config))
+                with self.assertRaises(grpc.RpcError) as raised:
+                    self.stub.RepositoryModelLoad(
+                        request, timeout=CALL_TIMEOUT_SECONDS)
+                self.assertIn(reason, raised.exception.details())
+                self.assert_serving()
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
