@@ -6,6 +6,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/log.h"
 #include "server/status_conversion.h"
 #include "server/tensor_conversion.h"
 #include "server/version.h"
@@ -36,23 +38,40 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-// The call's deadline, shortened by the request's "timeout" parameter
-// (microseconds, Triton's reserved key).
-absl::Time RequestDeadline(const grpc::CallbackServerContext& context,
-                           const inference::ModelInferRequest* request) {
+absl::Time CallDeadline(const grpc::CallbackServerContext& context) {
   const auto call_deadline = context.deadline();
-  absl::Time deadline =
-      call_deadline == std::chrono::system_clock::time_point::max()
-          ? absl::InfiniteFuture()
-          : absl::FromChrono(call_deadline);
-  if (request != nullptr) {
-    auto timeout = request->parameters().find("timeout");
-    if (timeout != request->parameters().end() &&
-        timeout->second.int64_param() > 0) {
-      deadline = std::min(
-          deadline,
-          absl::Now() + absl::Microseconds(timeout->second.int64_param()));
-    }
+  return call_deadline == std::chrono::system_clock::time_point::max()
+             ? absl::InfiniteFuture()
+             : absl::FromChrono(call_deadline);
+}
+
+// The call's deadline, shortened by the request's "timeout" parameter
+// (microseconds, Triton's reserved key; 0 means none). INVALID_ARGUMENT for
+// a timeout that is negative or not an integer.
+absl::StatusOr<absl::Time> RequestDeadline(
+    const grpc::CallbackServerContext& context,
+    const inference::ModelInferRequest& request) {
+  absl::Time deadline = CallDeadline(context);
+  auto timeout = request.parameters().find("timeout");
+  if (timeout == request.parameters().end()) return deadline;
+  const inference::InferParameter& value = timeout->second;
+  int64_t microseconds = -1;
+  if (value.parameter_choice_case() == inference::InferParameter::kInt64Param) {
+    microseconds = value.int64_param();
+  } else if (value.parameter_choice_case() ==
+                 inference::InferParameter::kUint64Param &&
+             value.uint64_param() <=
+                 static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    microseconds = static_cast<int64_t>(value.uint64_param());
+  }
+  if (microseconds < 0) {
+    return absl::InvalidArgumentError(
+        "parameter 'timeout' must be a non-negative integer (int64_param: "
+        "microseconds, 0 for none)");
+  }
+  if (microseconds > 0) {
+    deadline =
+        std::min(deadline, absl::Now() + absl::Microseconds(microseconds));
   }
   return deadline;
 }
@@ -104,9 +123,12 @@ class CancellationGuard {
 // `request` and `response` must stay alive until `done` runs (exactly once).
 void RunInference(ModelManager* manager,
                   const inference::ModelInferRequest* request,
-                  absl::Time deadline, std::shared_ptr<CancellationGuard> guard,
+                  absl::StatusOr<absl::Time> request_deadline,
+                  std::shared_ptr<CancellationGuard> guard,
                   inference::ModelInferResponse* response,
                   std::function<void(absl::Status)> done) {
+  if (!request_deadline.ok()) return done(request_deadline.status());
+  const absl::Time deadline = *request_deadline;
   auto run = [request, deadline, guard, response,
               done](ModelOrStatus model) mutable {
     if (!model.ok()) return done(model.status());
@@ -175,7 +197,7 @@ class StreamInferReactor
     }
     if (read_more) StartRead(&incoming_);
     RunInference(
-        manager_, &raw->request, RequestDeadline(*context_, &raw->request),
+        manager_, &raw->request, RequestDeadline(*context_, raw->request),
         guard_, raw->response.mutable_infer_response(),
         [this, raw](absl::Status status) { OnInferDone(raw, status); });
   }
@@ -338,7 +360,8 @@ void FillStatistics(const ServedModel& model, inference::ModelStatistics* out) {
 
 absl::Status CheckVersion(const std::string& version) {
   if (version.empty() || version == "1") return absl::OkStatus();
-  return absl::NotFoundError(absl::StrCat("unknown version '", version,
+  return absl::NotFoundError(absl::StrCat("unknown version '",
+                                          Abbreviated(version),
                                           "' (castserve serves version 1)"));
 }
 
@@ -422,8 +445,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     inference::ModelMetadataResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   WithReadyModel(
-      manager_, request->name(), request->version(),
-      RequestDeadline(*context, nullptr),
+      manager_, request->name(), request->version(), CallDeadline(*context),
       [reactor, request, response](ModelOrStatus model) {
         if (!model.ok()) return reactor->Finish(ToGrpcStatus(model.status()));
         const inference::ModelConfig& config = (*model)->config();
@@ -444,7 +466,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     inference::ModelConfigResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   WithReadyModel(manager_, request->name(), request->version(),
-                 RequestDeadline(*context, nullptr),
+                 CallDeadline(*context),
                  [reactor, response](ModelOrStatus model) {
                    if (!model.ok()) {
                      return reactor->Finish(ToGrpcStatus(model.status()));
@@ -468,7 +490,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
     inference::ModelInferResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto guard = std::make_shared<CancellationGuard>(context);
-  RunInference(manager_, request, RequestDeadline(*context, request), guard,
+  RunInference(manager_, request, RequestDeadline(*context, *request), guard,
                response, [reactor, guard](absl::Status status) {
                  guard->Release();
                  reactor->Finish(ToGrpcStatus(status));

@@ -1,11 +1,16 @@
 #include "server/log.h"
 
+#include <google/protobuf/stubs/logging.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
+#include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpc/support/log.h"
@@ -75,10 +80,55 @@ LogLevel FromGprSeverity(gpr_log_severity severity) {
   return LogLevel::kError;
 }
 
+// Admits at most kLibraryLogLinesPerSecond library lines a second; returns
+// false for a line to drop, and sets `*dropped` to the lines dropped since
+// the last admitted one.
+bool AdmitLibraryLine(int64_t* dropped) {
+  static absl::Mutex mu(absl::kConstInit);
+  static absl::Time window_start ABSL_GUARDED_BY(mu);
+  static int lines_in_window ABSL_GUARDED_BY(mu) = 0;
+  static int64_t dropped_lines ABSL_GUARDED_BY(mu) = 0;
+  absl::MutexLock lock(&mu);
+  const absl::Time now = absl::Now();
+  if (now - window_start >= absl::Seconds(1)) {
+    window_start = now;
+    lines_in_window = 0;
+  }
+  if (lines_in_window >= kLibraryLogLinesPerSecond) {
+    ++dropped_lines;
+    return false;
+  }
+  ++lines_in_window;
+  *dropped = dropped_lines;
+  dropped_lines = 0;
+  return true;
+}
+
+void LogLibraryLine(LogLevel level, absl::string_view component,
+                    absl::string_view message, absl::string_view source) {
+  if (!LogEnabled(level)) return;
+  int64_t dropped = 0;
+  if (!AdmitLibraryLine(&dropped)) return;
+  if (dropped > 0) {
+    Log(level, message,
+        {{"component", component}, {"source", source}, {"dropped", dropped}});
+  } else {
+    Log(level, message, {{"component", component}, {"source", source}});
+  }
+}
+
 void LogFromGrpc(gpr_log_func_args* args) {
-  Log(FromGprSeverity(args->severity), args->message,
-      {{"component", "grpc"},
-       {"source", absl::StrCat(args->file, ":", args->line)}});
+  LogLibraryLine(FromGprSeverity(args->severity), "grpc", args->message,
+                 absl::StrCat(args->file, ":", args->line));
+}
+
+void LogFromProtobuf(google::protobuf::LogLevel level, const char* filename,
+                     int line, const std::string& message) {
+  const LogLevel ours =
+      level >= google::protobuf::LOGLEVEL_ERROR     ? LogLevel::kError
+      : level == google::protobuf::LOGLEVEL_WARNING ? LogLevel::kWarning
+                                                    : LogLevel::kDebug;
+  LogLibraryLine(ours, "protobuf", message, absl::StrCat(filename, ":", line));
 }
 
 }  // namespace
@@ -115,10 +165,10 @@ std::string FormatLogLine(LogLevel level, absl::string_view message,
                    absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
                                     absl::UTCTimeZone()),
                    " level=", LogLevelName(level), " msg=");
-  AppendValue(line, message);
+  AppendValue(line, Abbreviated(message, kMaxLogValueBytes));
   for (const LogField& field : fields) {
     absl::StrAppend(&line, " ", field.key, "=");
-    AppendValue(line, field.value);
+    AppendValue(line, Abbreviated(field.value, kMaxLogValueBytes));
   }
   return line;
 }
@@ -145,6 +195,13 @@ void Log(LogLevel level, absl::string_view message,
 void RouteGrpcLogsToCastserveLog() {
   gpr_set_log_function(&LogFromGrpc);
   gpr_set_log_verbosity(GPR_LOG_SEVERITY_DEBUG);
+  google::protobuf::SetLogHandler(&LogFromProtobuf);
+}
+
+std::string Abbreviated(absl::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  return absl::StrCat(text.substr(0, max_bytes), "...(", text.size(),
+                      " bytes)");
 }
 
 }  // namespace castserve

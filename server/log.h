@@ -33,7 +33,9 @@ struct LogField {
 // Formats one logfmt line without the trailing newline:
 //   ts=2026-11-29T15:43:09.123Z level=info msg="model found" name=bert
 // Values with spaces, quotes, '=' or control characters are quoted and
-// escaped, so every record stays on one line.
+// escaped, so every record stays on one line; the message and each value are
+// cut to kMaxLogValueBytes (Abbreviated).
+inline constexpr size_t kMaxLogValueBytes = 1024;
 std::string FormatLogLine(LogLevel level, absl::string_view message,
                           std::initializer_list<LogField> fields);
 
@@ -44,8 +46,19 @@ bool LogEnabled(LogLevel level);
 void Log(LogLevel level, absl::string_view message,
          std::initializer_list<LogField> fields = {});
 
-// Routes gRPC's own log output (gpr_log) through Log with component=grpc.
+// Routes gRPC's own log output (gpr_log) through Log with component=grpc,
+// and protobuf's (a request with invalid UTF-8 in a string field, say) with
+// component=protobuf. Both are rate-limited together: at most
+// kLibraryLogLinesPerSecond lines a second; the next line after a
+// suppressed stretch says how many were dropped.
+inline constexpr int kLibraryLogLinesPerSecond = 10;
 void RouteGrpcLogsToCastserveLog();
+
+// `text` for an error message or a log value: as is up to `max_bytes`, else
+// its first `max_bytes` bytes and "...(N bytes)". Names and other strings
+// that come from a request go through it, so a 100 KB name cannot become a
+// 100 KB status message.
+std::string Abbreviated(absl::string_view text, size_t max_bytes = 128);
 
 }  // namespace castserve
 

@@ -48,5 +48,14 @@ TEST(LogTest, LevelFiltersRecords) {
   EXPECT_TRUE(LogEnabled(LogLevel::kInfo));
 }
 
+TEST(LogTest, LongTextIsAbbreviatedWithItsSize) {
+  EXPECT_EQ(Abbreviated("short"), "short");
+  EXPECT_EQ(Abbreviated(std::string(10, 'a'), 4), "aaaa...(10 bytes)");
+  const std::string line =
+      FormatLogLine(LogLevel::kInfo, "m", {{"name", std::string(100000, 'x')}});
+  EXPECT_LT(line.size(), kMaxLogValueBytes + 200);
+  EXPECT_NE(line.find("...(100000 bytes)"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace castserve

@@ -35,9 +35,15 @@ constexpr absl::Duration kBudgetCheckInterval = absl::Milliseconds(100);
 constexpr absl::Duration kDrainPollInterval = absl::Milliseconds(2);
 
 // Model names become directory names: nothing that could leave the
-// repository or name a hidden entry.
+// repository or name a hidden entry, and no longer than a file name may be.
+constexpr size_t kMaxModelNameBytes = 255;
 absl::Status ValidateModelName(const std::string& name) {
   if (name.empty()) return absl::InvalidArgumentError("model name is empty");
+  if (name.size() > kMaxModelNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model name '", Abbreviated(name), "' is longer than ",
+                     kMaxModelNameBytes, " bytes"));
+  }
   if (name.find('\0') != std::string::npos) {
     return absl::InvalidArgumentError("model name contains a NUL character");
   }
@@ -329,11 +335,13 @@ void ModelManagerImpl::AddSlotFromRepository(const std::string& name) {
 absl::StatusOr<std::shared_ptr<ServedModel>> ModelManagerImpl::GetReady(
     const std::string& name, const std::string& version, absl::Time deadline) {
   if (!version.empty() && version != "1") {
-    return absl::NotFoundError(absl::StrCat("model ", name, " has no version ",
-                                            version, " (only version 1)"));
+    return absl::NotFoundError(
+        absl::StrCat("model ", Abbreviated(name), " has no version ",
+                     Abbreviated(version), " (only version 1)"));
   }
   if (!ValidateModelName(name).ok()) {
-    return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("unknown model '", Abbreviated(name), "'"));
   }
   bool known;
   {
@@ -443,7 +451,7 @@ absl::StatusOr<ModelStatus> ModelManagerImpl::Status(const std::string& name) {
       return UnloadedStatus(name, LoadModelConfig(DirectoryOf(name), name));
     }
   }
-  return absl::NotFoundError(absl::StrCat("unknown model ", name));
+  return absl::NotFoundError(absl::StrCat("unknown model ", Abbreviated(name)));
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>

@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.getcwd())  # the runfiles root holds proto/*_pb2.py
@@ -126,6 +127,84 @@ class HardeningTest(unittest.TestCase):
                         request, timeout=CALL_TIMEOUT_SECONDS)
                 self.assertIn(reason, raised.exception.details())
                 self.assert_serving()
+
+
+class RequestChecksTest(unittest.TestCase):
+    """Malformed request fields get INVALID_ARGUMENT with a short, precise
+    message; library log lines they cause are rate-limited."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.repository = tempfile.mkdtemp(prefix="castserve-requests-")
+        add_model(cls.repository, "good", BERT_DIR, BERT_CONFIG)
+        cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
+                            "--grpc-port=0", "--metrics-port=0",
+                            "--bind-address=127.0.0.1").wait_ready()
+        cls.channel = grpc.insecure_channel(
+            f"127.0.0.1:{cls.daemon.grpc_port}")
+        cls.stub = inference_pb2_grpc.GRPCInferenceServiceStub(cls.channel)
+        cls.inputs, _ = references(BERT_DIR)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.daemon.kill()
+        shutil.rmtree(cls.repository)
+
+    def assert_invalid(self, request, message):
+        with self.assertRaises(grpc.RpcError) as raised:
+            self.stub.ModelInfer(request, timeout=CALL_TIMEOUT_SECONDS)
+        self.assertEqual(raised.exception.code(),
+                         grpc.StatusCode.INVALID_ARGUMENT,
+                         raised.exception.details())
+        self.assertIn(message, raised.exception.details())
+        return raised.exception.details()
+
+    def test_timeout_parameter_must_be_a_non_negative_integer(self):
+        negative = raw_request("good", self.inputs)
+        negative.parameters["timeout"].int64_param = -5
+        self.assert_invalid(negative, "parameter 'timeout' must be a "
+                            "non-negative integer")
+        text = raw_request("good", self.inputs)
+        text.parameters["timeout"].string_param = "10"
+        self.assert_invalid(text, "parameter 'timeout'")
+        zero = raw_request("good", self.inputs)
+        zero.parameters["timeout"].int64_param = 0  # none, as in Triton
+        self.stub.ModelInfer(zero, timeout=CALL_TIMEOUT_SECONDS)
+
+    def test_a_huge_model_name_is_not_echoed(self):
+        request = raw_request("x" * 100000, self.inputs)
+        with self.assertRaises(grpc.RpcError) as raised:
+            self.stub.ModelInfer(request, timeout=CALL_TIMEOUT_SECONDS)
+        details = raised.exception.details()
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.NOT_FOUND)
+        self.assertIn("...(100000 bytes)", details)
+        self.assertLess(len(details), 400)
+        with self.assertRaises(grpc.RpcError) as raised:
+            self.stub.ModelMetadata(inference_pb2.ModelMetadataRequest(
+                name="y" * 100000, version="v" * 100000))
+        self.assertLess(len(raised.exception.details()), 600)
+
+    def test_invalid_utf8_requests_log_a_bounded_number_of_lines(self):
+        # model_name (field 1) holding bytes that are not UTF-8: protobuf
+        # logs an error for each such request, which castserve rate-limits.
+        bad_name = b"\x0a\x04\xff\xfe\xfd\xfc"
+        call = self.channel.unary_unary(
+            "/inference.GRPCInferenceService/ModelInfer",
+            request_serializer=lambda raw: raw,
+            response_deserializer=lambda raw: raw)
+        before = self.daemon.output().count("component=protobuf")
+        start = time.monotonic()
+        for _ in range(200):
+            with self.assertRaises(grpc.RpcError):
+                call(bad_name, timeout=CALL_TIMEOUT_SECONDS)
+        elapsed = time.monotonic() - start
+        logged = self.daemon.output().count("component=protobuf") - before
+        self.assertGreater(logged, 0, "protobuf's lines go through the log")
+        # 10 a second, plus one for a window the loop only started.
+        self.assertLessEqual(logged, 10 * (int(elapsed) + 2))
+        self.stub.ModelInfer(raw_request("good", self.inputs),
+                             timeout=CALL_TIMEOUT_SECONDS)
 
 
 if __name__ == "__main__":
