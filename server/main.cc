@@ -38,12 +38,19 @@ int WaitForStopSignal(const sigset_t& signals) {
   return signal_number;
 }
 
-// Tensors of 1 MiB and more get their own mappings, returned to the kernel
-// when freed. glibc's default threshold adapts upwards after large frees, so
-// weights and activations would end up in the arenas, where fragmentation
-// keeps an unloaded model's memory resident (measured: +24% VmRSS after 50
-// load/infer/unload cycles of a 16 MiB model, flat with this setting).
-void KeepLargeAllocationsReturnable() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
+// Tensors of 32 MiB and more (glibc's largest threshold) get their own
+// mappings, returned to the kernel when freed; smaller ones come from the
+// arenas, whose freed chunks the next forward reuses without page faults.
+// With a 1 MiB threshold every activation of a batched forward was a fresh
+// mapping to fault in: all-MiniLM-L6-v2 at batch 8 ran 300 ms instead of
+// 253 ms (BENCHMARKS.md, "Runtime"). A fixed threshold also stops glibc from
+// raising it after large frees, which let weights settle in the arenas;
+// unload trims the arenas (ModelManager), so an unloaded model's memory
+// still goes back (tests/memory_lifecycle_integration_test.py).
+constexpr int kMmapThresholdBytes = 32 << 20;
+void KeepLargeAllocationsReturnable() {
+  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+}
 
 int Run(const ServerFlags& flags) {
   KeepLargeAllocationsReturnable();
