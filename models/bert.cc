@@ -91,7 +91,7 @@ class BertSelfAttention : public Module {
     return a;
   }
 
-  // x [b, s, hidden]; additive_mask [b, 1, 1, s]. Returns [b, s, hidden].
+  // x [b, s, hidden]; additive_mask [b, 1, 1, s] or undefined (no padding).
   at::Tensor Forward(ForwardContext& context, const at::Tensor& x,
                      const at::Tensor& additive_mask) const {
     ModuleCall call(*this, context);
@@ -248,9 +248,14 @@ class BertEncoderStack : public Module {
       const at::Tensor& token_types) const {
     ModuleCall call(*this, context);
     // [batch, 1, 1, seq]: every query of a sequence sees its real tokens.
-    at::Tensor additive_mask =
-        MakeAttentionBias(mask, mask.size(0), /*query_len=*/1, mask.size(1),
-                          /*causal=*/false, compute_dtype_);
+    // Without padding there is nothing to mask, and the fused attention runs
+    // faster without a bias.
+    at::Tensor additive_mask;
+    if (!mask.ne(0).all().item<bool>()) {
+      additive_mask =
+          MakeAttentionBias(mask, mask.size(0), /*query_len=*/1, mask.size(1),
+                            /*causal=*/false, compute_dtype_);
+    }
     at::Tensor hidden = embeddings_->Forward(context, ids, token_types);
     for (const BertLayer* layer : layers_) {
       hidden = layer->Forward(context, hidden, additive_mask);
