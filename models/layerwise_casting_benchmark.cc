@@ -41,7 +41,6 @@
 // --profile prints time per module kind for the timed forwards.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -65,6 +64,7 @@
 #include "absl/strings/str_split.h"
 #include "casting/casting_policy.h"
 #include "casting/footprint.h"
+#include "casting/malloc_settings.h"
 #include "casting/storage_format.h"
 #include "casting/tracking_allocator.h"
 #include "models/model.h"
@@ -617,10 +617,8 @@ int Main(int argc, char** argv) {
     configs.push_back(*std::move(config));
   }
   if (flags->threads > 0) at::set_num_threads(flags->threads);
-  // As the daemon does (server/main.cc): allocations of 1 MiB and more are
-  // fresh mappings, so forwards pay the same page faults as when served and
-  // freed activations leave the resident set while 16 models stay loaded.
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // The daemon's allocator setting, so forwards fault in the same pages.
+  casting::UseServingMallocSettings();
   if (!casting::TrackingAllocator::InstallTrackingCpuAllocator().ok()) {
     std::fprintf(stderr, "could not install the tracking allocator\n");
     return 1;

@@ -19,7 +19,6 @@
 // tracking allocator's peak increase per forward. A benchmark: it measures,
 // it never fails on a time.
 #include <ATen/ATen.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -36,6 +35,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "casting/malloc_settings.h"
 #include "casting/tracking_allocator.h"
 #include "models/model_loader.h"
 
@@ -246,9 +246,8 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(flags.status().message()).c_str());
     return 2;
   }
-  // As the daemon (server/main.cc): large blocks come from mmap and go back
-  // at free, so a fresh transient copy pays its page faults there too.
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // The daemon's allocator setting, so forwards fault in the same pages.
+  casting::UseServingMallocSettings();
   if (!casting::TrackingAllocator::InstallTrackingCpuAllocator().ok()) {
     std::fprintf(stderr, "cannot install the tracking allocator\n");
     return 1;

@@ -1,7 +1,6 @@
 // castserve: the model-serving daemon's entry point. Parses flags, starts the
 // server, and waits for SIGTERM/SIGINT to drain and exit 0.
 
-#include <malloc.h>
 #include <signal.h>
 
 #include <cstdio>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "casting/malloc_settings.h"
 #include "server/log.h"
 #include "server/server.h"
 #include "server/server_flags.h"
@@ -38,22 +38,8 @@ int WaitForStopSignal(const sigset_t& signals) {
   return signal_number;
 }
 
-// Tensors of 32 MiB and more (glibc's largest threshold) get their own
-// mappings, returned to the kernel when freed; smaller ones come from the
-// arenas, whose freed chunks the next forward reuses without page faults.
-// With a 1 MiB threshold every activation of a batched forward was a fresh
-// mapping to fault in: all-MiniLM-L6-v2 at batch 8 ran 300 ms instead of
-// 253 ms (BENCHMARKS.md, "Runtime"). A fixed threshold also stops glibc from
-// raising it after large frees, which let weights settle in the arenas;
-// unload trims the arenas (ModelManager), so an unloaded model's memory
-// still goes back (tests/memory_lifecycle_integration_test.py).
-constexpr int kMmapThresholdBytes = 32 << 20;
-void KeepLargeAllocationsReturnable() {
-  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
-}
-
 int Run(const ServerFlags& flags) {
-  KeepLargeAllocationsReturnable();
+  casting::UseServingMallocSettings();
   SetLogLevel(flags.log_level);
   RouteGrpcLogsToCastserveLog();
   const sigset_t stop_signals = BlockStopSignals();

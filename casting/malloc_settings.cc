@@ -1,0 +1,12 @@
+#include "casting/malloc_settings.h"
+
+#include <malloc.h>
+
+namespace castserve::casting {
+
+void UseServingMallocSettings() {
+  constexpr int kMmapThresholdBytes = 32 << 20;
+  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+}
+
+}  // namespace castserve::casting

@@ -1,0 +1,22 @@
+// The process-wide allocator setting castserve serves with, in one place so
+// that the daemon and the benchmarks that stand in for it run the same.
+#ifndef CASTSERVE_CASTING_MALLOC_SETTINGS_H_
+#define CASTSERVE_CASTING_MALLOC_SETTINGS_H_
+
+namespace castserve::casting {
+
+// glibc's mmap threshold, fixed at its largest value (32 MiB): blocks of
+// that size and more get their own mappings, returned to the kernel when
+// freed; smaller ones come from the arenas, whose freed chunks the next
+// forward reuses without page faults. With a 1 MiB threshold every
+// activation of a batched forward was a fresh mapping to fault in
+// (all-MiniLM-L6-v2 at batch 8: 300 ms instead of 253 ms; BENCHMARKS.md,
+// "Runtime"). A fixed threshold also stops glibc from raising it after
+// large frees; unload trims the arenas (server/model_manager.cc), so an
+// unloaded model's memory still goes back
+// (tests/memory_lifecycle_integration_test.py). Call once, early in main.
+void UseServingMallocSettings();
+
+}  // namespace castserve::casting
+
+#endif  // CASTSERVE_CASTING_MALLOC_SETTINGS_H_
