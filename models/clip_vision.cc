@@ -162,8 +162,10 @@ absl::StatusOr<std::unique_ptr<Model>> CreateClipVisionModel(
   if (!tower.ok()) return tower.status();
   // CLIP has no attention-pooling head whatever the config says.
   tower->use_head = false;
-  WeightFactory weights(std::move(checkpoint), options);
-  return CreateClipVisionTower(*tower, weights);
+  absl::StatusOr<WeightFactory> weights =
+      VisionTowerWeights(std::move(checkpoint), options);
+  if (!weights.ok()) return weights.status();
+  return CreateClipVisionTower(*tower, *weights);
 }
 
 }  // namespace castserve::models

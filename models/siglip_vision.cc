@@ -137,6 +137,18 @@ absl::StatusOr<HfConfig> VisionConfigOf(const HfConfig& config) {
   return config;
 }
 
+absl::StatusOr<WeightFactory> VisionTowerWeights(
+    std::shared_ptr<const casting::Checkpoint> checkpoint,
+    const WeightPolicyOptions& options) {
+  constexpr char kTower[] = "vision_model.";
+  absl::StatusOr<std::string> prefix = FindKeyPrefix(
+      *checkpoint, "embeddings.patch_embedding.weight", {kTower, ""});
+  if (!prefix.ok()) return prefix.status();
+  if (*prefix == kTower) return WeightFactory(std::move(checkpoint), options);
+  return WeightFactory(std::move(checkpoint), options, /*key_prefix=*/"",
+                       /*module_prefix=*/kTower);
+}
+
 absl::StatusOr<VisionTowerConfig> VisionTowerConfig::FromHf(
     const HfConfig& config, const VisionTowerConfig& defaults,
     const std::string& default_activation) {
@@ -490,8 +502,10 @@ absl::StatusOr<std::unique_ptr<Model>> CreateSiglipVisionModel(
   absl::StatusOr<VisionTowerConfig> tower = VisionTowerConfig::FromHf(
       *vision, VisionTowerConfig{}, "gelu_pytorch_tanh");
   if (!tower.ok()) return tower.status();
-  WeightFactory weights(std::move(checkpoint), options);
-  return CreateSiglipVisionTower(*tower, weights);
+  absl::StatusOr<WeightFactory> weights =
+      VisionTowerWeights(std::move(checkpoint), options);
+  if (!weights.ok()) return weights.status();
+  return CreateSiglipVisionTower(*tower, *weights);
 }
 
 }  // namespace castserve::models

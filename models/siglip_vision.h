@@ -67,6 +67,14 @@ struct VisionTowerConfig {
 // (a full SigLIP / CLIP checkpoint), else `config` itself.
 absl::StatusOr<HfConfig> VisionConfigOf(const HfConfig& config);
 
+// The weights of a vision tower whose modules are named "vision_model.*":
+// keys as named (transformers 4, and full SigLIP / CLIP checkpoints), or
+// without the "vision_model." prefix (a vision model saved by transformers
+// 5). NotFound when the checkpoint has neither patch embedding.
+absl::StatusOr<WeightFactory> VisionTowerWeights(
+    std::shared_ptr<const casting::Checkpoint> checkpoint,
+    const WeightPolicyOptions& options);
+
 class VisionEncoderLayer;
 
 // The pre-norm transformer encoder of SigLIP and CLIP: layers

@@ -168,6 +168,33 @@ TEST(SiglipVisionTest, MatchesReference) {
   }
 }
 
+TEST(SiglipVisionTest, LoadsKeysWithoutTheVisionModelPrefix) {
+  // transformers 5 saves a SiglipVisionModel without "vision_model.".
+  Tensors weights = RandomWeights();
+  Tensors unprefixed;
+  for (const auto& [name, tensor] : weights) {
+    unprefixed[name.substr(std::string("vision_model.").size())] = tensor;
+  }
+  auto model = LoadHfModel(WriteModel(unprefixed, "siglip_unprefixed"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  at::Tensor pixels = at::randn({1, 2, 8, 8});
+  auto outputs = (*model)->Forward({{"pixel_values", pixels}});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  auto [last, pooled] = Reference(weights, pixels[0]);
+  EXPECT_LT(
+      test_util::RelativeMaxError(outputs->at("last_hidden_state")[0], last),
+      1e-5);
+  EXPECT_LT(
+      test_util::RelativeMaxError(outputs->at("pooler_output")[0], pooled),
+      1e-5);
+  // Module names stay transformers' names, whatever the keys.
+  bool found = false;
+  (*model)->root().Visit([&](Module& module) {
+    found = found || module.name() == "vision_model.encoder.layers.0.mlp.fc1";
+  });
+  EXPECT_TRUE(found);
+}
+
 TEST(SiglipVisionTest, FullSiglipConfigAndNoHead) {
   Tensors weights = RandomWeights();
   const std::string config = absl::StrCat(

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "casting/torch_types.h"
 
 namespace castserve::models {
@@ -30,20 +31,27 @@ absl::StatusOr<std::string> FindKeyPrefix(
 
 WeightFactory::WeightFactory(
     std::shared_ptr<const casting::Checkpoint> checkpoint,
-    WeightPolicyOptions options, std::string key_prefix)
+    WeightPolicyOptions options, std::string key_prefix,
+    std::string module_prefix)
     : checkpoint_(std::move(checkpoint)),
       options_(std::move(options)),
-      key_prefix_(std::move(key_prefix)) {
+      key_prefix_(std::move(key_prefix)),
+      module_prefix_(std::move(module_prefix)) {
   if (options_.compute_copy == casting::ComputeCopyPolicy::kTransient &&
       options_.reuse_transient_buffers) {
     buffer_pool_ = std::make_shared<casting::BufferPool>();
   }
 }
 
+std::string WeightFactory::Key(absl::string_view module_name,
+                               absl::string_view local_name) const {
+  absl::ConsumePrefix(&module_name, module_prefix_);
+  return absl::StrCat(key_prefix_, module_name, ".", local_name);
+}
+
 const casting::TensorEntry* WeightFactory::Find(
     absl::string_view module_name, absl::string_view local_name) const {
-  return checkpoint_->Find(
-      absl::StrCat(key_prefix_, module_name, ".", local_name));
+  return checkpoint_->Find(Key(module_name, local_name));
 }
 
 bool WeightFactory::Has(absl::string_view module_name,
@@ -62,8 +70,7 @@ at::ScalarType WeightFactory::compute_scalar_type() const {
 absl::StatusOr<std::unique_ptr<casting::Weight>> WeightFactory::Make(
     absl::string_view module_name, absl::string_view kind,
     absl::string_view local_name) const {
-  const std::string key =
-      absl::StrCat(key_prefix_, module_name, ".", local_name);
+  const std::string key = Key(module_name, local_name);
   if (checkpoint_->Find(key) == nullptr) {
     return absl::NotFoundError(absl::StrCat("checkpoint has no tensor '", key,
                                             "' (weight '", local_name, "' of ",

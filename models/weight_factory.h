@@ -62,12 +62,16 @@ absl::StatusOr<std::string> FindKeyPrefix(
 // share the buffer pool.
 class WeightFactory {
  public:
-  // `key_prefix` is prepended to every module name to find checkpoint keys
-  // ("bert." for a BertModel saved inside BertForMaskedLM, "" otherwise).
+  // A module name's checkpoint key: `module_prefix` dropped from its start
+  // (when it starts so), then `key_prefix` put in front. "bert." as
+  // key_prefix for a BertModel saved inside BertForMaskedLM;
+  // "vision_model." as module_prefix for a SiglipVisionModel saved by
+  // transformers 5, whose keys lack it; both "" otherwise.
   WeightFactory(std::shared_ptr<const casting::Checkpoint> checkpoint,
-                WeightPolicyOptions options, std::string key_prefix = "");
+                WeightPolicyOptions options, std::string key_prefix = "",
+                std::string module_prefix = "");
 
-  // The weight `<prefix><module_name>.<local_name>` of a module of `kind`.
+  // The weight `<key of module_name>.<local_name>` of a module of `kind`.
   // NotFound naming the key when the checkpoint lacks it; the Weight's errors
   // otherwise. Does not read tensor data unless the policy is eager.
   absl::StatusOr<std::unique_ptr<casting::Weight>> Make(
@@ -90,9 +94,13 @@ class WeightFactory {
   const WeightPolicyOptions& options() const { return options_; }
 
  private:
+  std::string Key(absl::string_view module_name,
+                  absl::string_view local_name) const;
+
   std::shared_ptr<const casting::Checkpoint> checkpoint_;
   WeightPolicyOptions options_;
   std::string key_prefix_;
+  std::string module_prefix_;
   // Shared by the weights made; null without transient copies.
   std::shared_ptr<casting::BufferPool> buffer_pool_;
 };
