@@ -11,9 +11,13 @@ namespace castserve::casting {
 // forward reuses without page faults. With a 1 MiB threshold every
 // activation of a batched forward was a fresh mapping to fault in
 // (all-MiniLM-L6-v2 at batch 8: 300 ms instead of 253 ms; BENCHMARKS.md,
-// "Runtime"). A fixed threshold also stops glibc from raising it after
-// large frees; unload trims the arenas (server/model_manager.cc), so an
-// unloaded model's memory still goes back
+// "Runtime"). The trim threshold is 8 MiB: an arena keeps up to that much
+// freed memory at its top instead of giving it back at every free (glibc's
+// 128 KiB made each request's transient copies new pages again: the shipped
+// fp8 MiniLM served 24 req/s instead of 30), which bounds what an arena holds
+// cached. Fixed thresholds also stop glibc from raising them after large
+// frees; unload trims the arenas (server/model_manager.cc), so an unloaded
+// model's memory goes back but for those cached tops
 // (tests/memory_lifecycle_integration_test.py). Call once, early in main.
 void UseServingMallocSettings();
 

@@ -9,8 +9,9 @@ storage, transient f32 compute copies):
    ModelInfer (checked against the fixture's fp8 per-row round-trip
    reference within 1e-4) and RepositoryModelUnload leave the daemon's
    anonymous resident memory (RssAnon: where storage and compute copies
-   live) within 5% of where it was after the first cycle, and no file of
-   the repository mapped. (VmRSS also counts the page-cache pages of
+   live) within 5% of where it was after the first cycle (plus the freed
+   memory the allocator may keep cached, 16 MiB), and no file of the
+   repository mapped. (VmRSS also counts the page-cache pages of
    LibTorch's 450 MB library, which come and go with the code paths run.) The model is the
    bert fixture with its word-embedding table padded with unused random rows
    (to 131072 rows, 16 MiB of f32), so that a model left behind per cycle
@@ -58,6 +59,11 @@ TOLERANCE = 1e-4
 CALL_TIMEOUT_SECONDS = 60
 CYCLES = 50
 RSS_TOLERANCE = 0.05
+# Freed memory glibc may keep at the top of an arena instead of returning it
+# (the daemon's trim threshold, casting/malloc_settings.cc: 8 MiB), for the
+# two arenas a load and a forward leave warm. A model left behind per cycle
+# (>4 MiB of fp8 storage each) passes this allowance by the fifth cycle.
+ALLOCATOR_CACHE_BYTES = 2 * (8 << 20)
 PADDED_VOCAB = 131072  # x 32 hidden x 4 bytes = 16 MiB of f32 embeddings.
 REFERENCE_FORMAT = "roundtrip.F8_E4M3FN:per_row.output."
 
@@ -231,7 +237,8 @@ class MemoryLifecycleTest(unittest.TestCase):
               f"RssAnon min {mib(min(rss.values()))}, max "
               f"{mib(max(rss.values()))}", flush=True)
         for cycle, value in rss.items():
-            self.assertLessEqual(abs(value - rss[1]), RSS_TOLERANCE * rss[1],
+            self.assertLessEqual(abs(value - rss[1]),
+                                 RSS_TOLERANCE * rss[1] + ALLOCATOR_CACHE_BYTES,
                                  f"RssAnon after cycle {cycle}: {value} vs "
                                  f"{rss[1]} after cycle 1")
         self.assertTrue(served.stub.ServerLive(
