@@ -14,10 +14,10 @@ namespace castserve::casting {
 // "Runtime"). The trim threshold is 8 MiB: an arena keeps up to that much
 // freed memory at its top instead of giving it back at every free (glibc's
 // 128 KiB made each request's transient copies new pages again: the shipped
-// fp8 MiniLM served 24 req/s instead of 30), which bounds what an arena holds
-// cached. Fixed thresholds also stop glibc from raising them after large
-// frees; unload trims the arenas (server/model_manager.cc), so an unloaded
-// model's memory goes back but for those cached tops
+// fp8 MiniLM served 24 req/s instead of 30; BENCHMARKS.md), which bounds what
+// an arena holds cached. Fixed thresholds also stop glibc from raising them
+// after large frees; unload trims the arenas (server/model_manager.cc), so an
+// unloaded model's memory goes back but for those cached tops
 // (tests/memory_lifecycle_integration_test.py). Call once, early in main.
 void UseServingMallocSettings();
 
