@@ -67,15 +67,19 @@ def rss_bytes(pid):
     raise AssertionError("no VmRSS")
 
 
-class HardeningTest(unittest.TestCase):
+class DaemonTestCase(unittest.TestCase):
+    """One daemon per test class, serving a repository with a good model
+    ("good") and whatever add_models puts beside it."""
+
+    @classmethod
+    def add_models(cls, repository):
+        pass
 
     @classmethod
     def setUpClass(cls):
         cls.repository = tempfile.mkdtemp(prefix="castserve-hardening-")
         add_model(cls.repository, "good", BERT_DIR, BERT_CONFIG)
-        for name, (config, _) in BAD_CONFIGS.items():
-            model_dir = add_model(cls.repository, name, BERT_DIR, config)
-            os.symlink("/dev/zero", os.path.join(model_dir, "zeros.bin"))
+        cls.add_models(cls.repository)
         cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
                             "--grpc-port=0", "--metrics-port=0",
                             "--bind-address=127.0.0.1").wait_ready()
@@ -89,6 +93,15 @@ class HardeningTest(unittest.TestCase):
         cls.channel.close()
         cls.daemon.kill()
         shutil.rmtree(cls.repository)
+
+
+class HardeningTest(DaemonTestCase):
+
+    @classmethod
+    def add_models(cls, repository):
+        for name, (config, _) in BAD_CONFIGS.items():
+            model_dir = add_model(repository, name, BERT_DIR, config)
+            os.symlink("/dev/zero", os.path.join(model_dir, "zeros.bin"))
 
     def index(self):
         response = self.stub.RepositoryIndex(
@@ -129,27 +142,9 @@ class HardeningTest(unittest.TestCase):
                 self.assert_serving()
 
 
-class RequestChecksTest(unittest.TestCase):
+class RequestChecksTest(DaemonTestCase):
     """Malformed request fields get INVALID_ARGUMENT with a short, precise
     message; library log lines they cause are rate-limited."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.repository = tempfile.mkdtemp(prefix="castserve-requests-")
-        add_model(cls.repository, "good", BERT_DIR, BERT_CONFIG)
-        cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
-                            "--grpc-port=0", "--metrics-port=0",
-                            "--bind-address=127.0.0.1").wait_ready()
-        cls.channel = grpc.insecure_channel(
-            f"127.0.0.1:{cls.daemon.grpc_port}")
-        cls.stub = inference_pb2_grpc.GRPCInferenceServiceStub(cls.channel)
-        cls.inputs, _ = references(BERT_DIR)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.channel.close()
-        cls.daemon.kill()
-        shutil.rmtree(cls.repository)
 
     def assert_invalid(self, request, message):
         with self.assertRaises(grpc.RpcError) as raised:
