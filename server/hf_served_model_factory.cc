@@ -282,18 +282,20 @@ absl::StatusOr<std::string> ReadFileBytes(const fs::path& path,
     return absl::InvalidArgumentError(absl::StrCat(
         "warmup data file ", path.string(), " is not a readable regular file"));
   }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read warmup data file ", path.string()));
-  }
-  std::string bytes(static_cast<size_t>(max_bytes) + 1, '\0');
-  file.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (file.gcount() > max_bytes) {
+  const uintmax_t size_bytes = fs::file_size(path, error);
+  if (!error && size_bytes > static_cast<uintmax_t>(max_bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("warmup data file ", path.string(), " holds more than ",
                      max_bytes, " bytes, the size of the input"));
   }
+  std::ifstream file(path, std::ios::binary);
+  if (error || !file) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read warmup data file ", path.string()));
+  }
+  // Read at most the size checked, even if the file grew since.
+  std::string bytes(static_cast<size_t>(size_bytes), '\0');
+  file.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   bytes.resize(static_cast<size_t>(file.gcount()));
   return bytes;
 }
@@ -539,11 +541,13 @@ HfServedModelFactory::HfServedModelFactory(FactoryOptions options)
     : options_(options) {
   if (options_.inter_op_threads > 0) {
     // LibTorch accepts this once, before its pool starts.
-    try {
+    absl::Status set = models::CatchExceptions([this]() -> absl::Status {
       at::set_num_interop_threads(options_.inter_op_threads);
-    } catch (const c10::Error& e) {
+      return absl::OkStatus();
+    });
+    if (!set.ok()) {
       Log(LogLevel::kWarning, "inter-op threads not set",
-          {{"error", e.what_without_backtrace()}});
+          {{"error", set.message()}});
     }
   }
   absl::StatusOr<casting::TrackingAllocator*> installed =
