@@ -24,10 +24,8 @@ The checkpoint is made by tools/bench/gen_llama_checkpoint.py (2.5 GB under
 import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -189,61 +187,53 @@ def measure_python(args, children, workdir, ids, round_index):
             children.stop(child)
 
 
-def run(args, children):
+def run(args, children, workdir):
     common.wait_for_file(args.castserve, what="castserve binary")
-    os.makedirs(common.BENCH_DIR, exist_ok=True)
     ensure_checkpoint(args.checkpoint)
-    workdir = tempfile.mkdtemp(prefix="peer-llama-", dir=common.BENCH_DIR)
     result = {"subcommand": "llama", "args": common.args_dict(args),
               "environment": common.environment(args.castserve, args.threads),
               "castserve_config": castserve_config(
                   args.prefetch, args.explicit_bf16_storage)}
-    try:
-        repo = os.path.join(workdir, "repo")
-        os.makedirs(os.path.join(repo, MODEL))
-        with open(os.path.join(repo, MODEL, "config.pbtxt"), "w") as f:
-            f.write(result["castserve_config"])
-        os.symlink(os.path.abspath(args.checkpoint),
-                   os.path.join(repo, MODEL, "hf"))
-        ids = token_ids(args.checkpoint, args.tokens, args.seed)
-        records = []
-        with common.bench_lock(not args.no_lock):
-            for r in range(args.rounds):
-                order = ("castserve", "python") if r % 2 == 0 else \
-                    ("python", "castserve")
-                for side in order:
-                    warm_page_cache(args.checkpoint)
-                    with common.ForeignCpu(children) as foreign:
-                        if side == "castserve":
-                            rec = measure_castserve(args, children, repo,
-                                                    workdir, ids, r)
-                        else:
-                            rec = measure_python(args, children, workdir, ids,
-                                                 r)
-                    rec["round"] = r
-                    rec["foreign_cpu_share"] = foreign.share
-                    records.append(rec)
-                    print(f"  round {r} {side:9s} startup "
-                          f"{rec['startup_s']:6.2f} s  load "
-                          f"{rec['load_s']:6.3f} s  first "
-                          f"{rec['first_forward_s']:6.2f} s  second "
-                          f"{rec['second_forward_s']:6.2f} s  VmHWM "
-                          f"{common.mib(rec['vm_hwm_bytes']):8.1f} MiB  "
-                          f"others' CPU {foreign.share:.0%}", flush=True)
-        result["castserve_flags"] = args.castserve_flag
-        result["logits_rel_err"] = [
-            common.rel_l2(c["last_logits"], p["last_logits"])
-            for c, p in pairs_by_round(records)]
-        for rec in records:
-            rec.pop("last_logits")
-        result["records"] = records
-        result["summary"], result["ratios"] = report(records, result)
-        common.write_json(args.out or os.path.join(common.BENCH_DIR,
-                                                   "peer_llama.json"), result)
-    finally:
-        children.stop_all()
-        if not args.keep_logs:
-            shutil.rmtree(workdir, ignore_errors=True)
+    repo = os.path.join(workdir, "repo")
+    os.makedirs(os.path.join(repo, MODEL))
+    with open(os.path.join(repo, MODEL, "config.pbtxt"), "w") as f:
+        f.write(result["castserve_config"])
+    os.symlink(os.path.abspath(args.checkpoint),
+               os.path.join(repo, MODEL, "hf"))
+    ids = token_ids(args.checkpoint, args.tokens, args.seed)
+    records = []
+    with common.bench_lock(not args.no_lock):
+        for r in range(args.rounds):
+            order = ("castserve", "python") if r % 2 == 0 else \
+                ("python", "castserve")
+            for side in order:
+                warm_page_cache(args.checkpoint)
+                with common.ForeignCpu(children) as foreign:
+                    if side == "castserve":
+                        rec = measure_castserve(args, children, repo,
+                                                workdir, ids, r)
+                    else:
+                        rec = measure_python(args, children, workdir, ids,
+                                             r)
+                rec["round"] = r
+                rec["foreign_cpu_share"] = foreign.share
+                records.append(rec)
+                print(f"  round {r} {side:9s} startup "
+                      f"{rec['startup_s']:6.2f} s  load "
+                      f"{rec['load_s']:6.3f} s  first "
+                      f"{rec['first_forward_s']:6.2f} s  second "
+                      f"{rec['second_forward_s']:6.2f} s  VmHWM "
+                      f"{common.mib(rec['vm_hwm_bytes']):8.1f} MiB  "
+                      f"others' CPU {foreign.share:.0%}", flush=True)
+    result["castserve_flags"] = args.castserve_flag
+    result["logits_rel_err"] = [
+        common.rel_l2(c["last_logits"], p["last_logits"])
+        for c, p in pairs_by_round(records)]
+    for rec in records:
+        rec.pop("last_logits")
+    result["records"] = records
+    result["summary"], result["ratios"] = report(records, result)
+    common.write_json(args.out, result)
 
 
 def pairs_by_round(records):

@@ -23,10 +23,8 @@ server in turn gets `--seconds` of load while the others idle.
 """
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -403,68 +401,59 @@ def print_report(per_target, ratios, targets, concurrencies, baselines):
                        ["ratio", "", "value", "target", ""], rows)
 
 
-def run(args, children):
+def run(args, children, workdir):
     common.wait_for_file(args.castserve, what="castserve binary")
     args.checkpoint = args.checkpoint or default_checkpoint()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    os.makedirs(common.BENCH_DIR, exist_ok=True)
-    workdir = tempfile.mkdtemp(prefix="peer-serving-", dir=common.BENCH_DIR)
     result = {"subcommand": "serving", "args": common.args_dict(args),
               "environment": common.environment(args.castserve, args.threads)}
-    try:
-        batches, source = make_token_batches(args.checkpoint, args.seq_len)
-        result["token_source"] = source
-        print(f"checkpoint {args.checkpoint}; token ids from {source}; "
-              f"seq {args.seq_len}, batch 1, threads {args.threads}")
-        with common.bench_lock(not args.no_lock):
-            print("starting servers (one at a time)")
-            baselines = measure_baselines(args, children, workdir)
-            result["runtime_baselines"] = baselines
-            targets = start_targets(args, children, workdir)
-            result["castserve_flags"] = args.castserve_flag
-            for t in targets:
-                run_window(t, batches, max(concurrencies), args.warmup_seconds,
-                           children)
-                run_window(t, batches, 1, args.warmup_seconds / 2, children)
-            result["pooler_rel_err_vs_python_f32"] = check_outputs(
-                targets, batches[0])
-            windows = []
-            for r in range(args.rounds):
-                for c in concurrencies:
-                    for t in targets:
-                        w = run_window(t, batches, c, args.seconds, children)
-                        w["round"] = r
-                        windows.append(w)
-                        print(f"  round {r} c={c:<3d} {t.label:14s} "
-                              f"{w['throughput_rps']:7.1f} req/s  p50 "
-                              f"{w['p50_ms']:7.1f} ms  p99 {w['p99_ms']:7.1f}"
-                              f" ms  errors {w['errors']}  others' CPU "
-                              f"{w['foreign_cpu_share']:.0%}", flush=True)
+    batches, source = make_token_batches(args.checkpoint, args.seq_len)
+    result["token_source"] = source
+    print(f"checkpoint {args.checkpoint}; token ids from {source}; "
+          f"seq {args.seq_len}, batch 1, threads {args.threads}")
+    with common.bench_lock(not args.no_lock):
+        print("starting servers (one at a time)")
+        baselines = measure_baselines(args, children, workdir)
+        result["runtime_baselines"] = baselines
+        targets = start_targets(args, children, workdir)
+        result["castserve_flags"] = args.castserve_flag
         for t in targets:
-            t.final_hwm = common.proc_memory(t.child.pid).get("VmHWM")
-            if t.castserve:
-                result.setdefault("castserve_metrics", {})[t.label] = \
-                    common.scrape_metrics(t.child.metrics_port)
-        per_target, ratios = summarize(windows, targets, concurrencies,
-                                       args.rounds)
-        print("\npooler_output relative L2 error vs python_f32: " +
-              ", ".join(f"{k} {v:.2e}" for k, v in
-                        result["pooler_rel_err_vs_python_f32"].items()))
-        print_report(per_target, ratios, targets, concurrencies, baselines)
-        print("\n" + common.foreign_cpu_note(
-            [w["foreign_cpu_share"] for w in windows]))
-        result.update({
-            "servers": {t.label: {"startup_s": t.startup_s,
-                                  "idle_rss_bytes": t.idle_rss,
-                                  "serving_peak_rss_bytes": t.serving_peak_rss,
-                                  "vm_hwm_bytes": t.final_hwm,
-                                  "pid": t.child.pid, "log": t.child.log_path}
-                        for t in targets},
-            "windows": windows, "summary": per_target, "ratios": ratios})
-        common.write_json(args.out or os.path.join(common.BENCH_DIR,
-                                                   "peer_serving.json"),
-                          result)
-    finally:
-        children.stop_all()
-        if not args.keep_logs:
-            shutil.rmtree(workdir, ignore_errors=True)
+            run_window(t, batches, max(concurrencies), args.warmup_seconds,
+                       children)
+            run_window(t, batches, 1, args.warmup_seconds / 2, children)
+        result["pooler_rel_err_vs_python_f32"] = check_outputs(
+            targets, batches[0])
+        windows = []
+        for r in range(args.rounds):
+            for c in concurrencies:
+                for t in targets:
+                    w = run_window(t, batches, c, args.seconds, children)
+                    w["round"] = r
+                    windows.append(w)
+                    print(f"  round {r} c={c:<3d} {t.label:14s} "
+                          f"{w['throughput_rps']:7.1f} req/s  p50 "
+                          f"{w['p50_ms']:7.1f} ms  p99 {w['p99_ms']:7.1f}"
+                          f" ms  errors {w['errors']}  others' CPU "
+                          f"{w['foreign_cpu_share']:.0%}", flush=True)
+    for t in targets:
+        t.final_hwm = common.proc_memory(t.child.pid).get("VmHWM")
+        if t.castserve:
+            result.setdefault("castserve_metrics", {})[t.label] = \
+                common.scrape_metrics(t.child.metrics_port)
+    per_target, ratios = summarize(windows, targets, concurrencies,
+                                   args.rounds)
+    print("\npooler_output relative L2 error vs python_f32: " +
+          ", ".join(f"{k} {v:.2e}" for k, v in
+                    result["pooler_rel_err_vs_python_f32"].items()))
+    print_report(per_target, ratios, targets, concurrencies, baselines)
+    print("\n" + common.foreign_cpu_note(
+        [w["foreign_cpu_share"] for w in windows]))
+    result.update({
+        "servers": {t.label: {"startup_s": t.startup_s,
+                              "idle_rss_bytes": t.idle_rss,
+                              "serving_peak_rss_bytes": t.serving_peak_rss,
+                              "vm_hwm_bytes": t.final_hwm,
+                              "pid": t.child.pid, "log": t.child.log_path}
+                    for t in targets},
+        "windows": windows, "summary": per_target, "ratios": ratios})
+    common.write_json(args.out, result)

@@ -30,7 +30,6 @@ bare forward.
 import json
 import os
 import shutil
-import tempfile
 import time
 
 import numpy as np
@@ -181,7 +180,7 @@ def check_signature(client, model):
     return {"inputs": meta["inputs"], "outputs": meta["outputs"]}
 
 
-def run(args, children):
+def run(args, children, workdir):
     import torch
     import tritonclient.grpc as grpcclient
 
@@ -189,62 +188,53 @@ def run(args, children):
     torch.set_num_threads(args.threads)
     configs = [c for c in args.configs.split(",") if c]
     batches = [int(b) for b in args.batch_sizes.split(",")]
-    os.makedirs(common.BENCH_DIR, exist_ok=True)
     if ensure_checkpoint(args.checkpoint, args.seed):
         print(f"wrote {args.checkpoint}")
-    workdir = tempfile.mkdtemp(prefix="peer-siglip-", dir=common.BENCH_DIR)
     result = {"subcommand": "siglip", "args": common.args_dict(args),
               "environment": common.environment(args.castserve, args.threads)}
-    try:
-        repo = os.path.join(workdir, "repo")
-        for config in configs:
-            model_dir = os.path.join(repo, "siglip_" + config)
-            os.makedirs(model_dir)
-            with open(os.path.join(model_dir, "config.pbtxt"), "w") as f:
-                f.write(castserve_config(config, args.fp8_scaling,
-                                         max(batches)))
-            os.symlink(os.path.abspath(args.checkpoint),
-                       os.path.join(model_dir, "hf"))
-        child, port, startup, flags = common.start_castserve(
-            children, args.castserve, repo, args.castserve_flag, args.threads,
-            os.path.join(workdir, "castserve.log"))
-        client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
-        for config in configs:
-            common.wait_model_ready(client, "siglip_" + config, child)
-        result["castserve_startup_s"] = time.monotonic() - child.spawned
-        result["castserve_flags"] = flags
-        result["castserve_signature"] = check_signature(client,
-                                                        "siglip_" + configs[0])
-        print(f"castserve ready ({startup:.2f} s to 'ready', all "
-              f"{len(configs)} models loaded); signature "
-              f"{json.dumps(result['castserve_signature'])}")
+    repo = os.path.join(workdir, "repo")
+    for config in configs:
+        model_dir = os.path.join(repo, "siglip_" + config)
+        os.makedirs(model_dir)
+        with open(os.path.join(model_dir, "config.pbtxt"), "w") as f:
+            f.write(castserve_config(config, args.fp8_scaling,
+                                     max(batches)))
+        os.symlink(os.path.abspath(args.checkpoint),
+                   os.path.join(model_dir, "hf"))
+    child, port, startup, flags = common.start_castserve(
+        children, args.castserve, repo, args.castserve_flag, args.threads,
+        os.path.join(workdir, "castserve.log"))
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    for config in configs:
+        common.wait_model_ready(client, "siglip_" + config, child)
+    result["castserve_startup_s"] = time.monotonic() - child.spawned
+    result["castserve_flags"] = flags
+    result["castserve_signature"] = check_signature(client,
+                                                    "siglip_" + configs[0])
+    print(f"castserve ready ({startup:.2f} s to 'ready', all "
+          f"{len(configs)} models loaded); signature "
+          f"{json.dumps(result['castserve_signature'])}")
 
-        print("loading the Python models")
-        python = {c: python_model(args.checkpoint, c) for c in configs}
-        rng = np.random.default_rng(args.seed)
-        pixels = {b: rng.standard_normal((b, 3, 224, 224), dtype=np.float32)
-                  for b in batches}
+    print("loading the Python models")
+    python = {c: python_model(args.checkpoint, c) for c in configs}
+    rng = np.random.default_rng(args.seed)
+    pixels = {b: rng.standard_normal((b, 3, 224, 224), dtype=np.float32)
+              for b in batches}
 
-        with common.bench_lock(not args.no_lock):
-            errors = warmup(args, configs, batches, python, client, child,
-                            pixels)
-            result["pooler_rel_err"] = errors
-            samples = timed_rounds(args, configs, batches, python, client,
-                                   child, pixels, children)
-        result["castserve_vm_hwm_bytes"] = common.proc_memory(
-            child.pid).get("VmHWM")
-        result["python_vm_hwm_bytes"] = common.proc_memory(
-            os.getpid()).get("VmHWM")
-        result["samples"] = samples
-        result["summary"], result["ratios"] = report(samples, configs,
-                                                     batches, errors)
-        common.write_json(args.out or os.path.join(common.BENCH_DIR,
-                                                   "peer_siglip.json"),
-                          result)
-    finally:
-        children.stop_all()
-        if not args.keep_logs:
-            shutil.rmtree(workdir, ignore_errors=True)
+    with common.bench_lock(not args.no_lock):
+        errors = warmup(args, configs, batches, python, client, child,
+                        pixels)
+        result["pooler_rel_err"] = errors
+        samples = timed_rounds(args, configs, batches, python, client,
+                               child, pixels, children)
+    result["castserve_vm_hwm_bytes"] = common.proc_memory(
+        child.pid).get("VmHWM")
+    result["python_vm_hwm_bytes"] = common.proc_memory(
+        os.getpid()).get("VmHWM")
+    result["samples"] = samples
+    result["summary"], result["ratios"] = report(samples, configs,
+                                                 batches, errors)
+    common.write_json(args.out, result)
 
 
 def warmup(args, configs, batches, python, client, child, pixels):
