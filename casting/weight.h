@@ -18,9 +18,9 @@
 //
 // Concurrent users share one compute copy, reference-counted: Acquire while a
 // copy exists returns it without decoding again; concurrent first Acquires
-// wait for one decode. Reads from the mapping go through Checkpoint::CopyTo,
-// so a file truncated under the daemon turns into a DATA_LOSS error for this
-// weight, never a crash.
+// wait for one decode. Reads from the mapping go through Checkpoint's guarded
+// reads (CopyTo, DecodeTo), so a file truncated under the daemon turns into a
+// DATA_LOSS error for this weight, never a crash.
 //
 // Thread safety: all methods are safe to call concurrently. The Weight must
 // outlive every ComputeHandle it handed out.
@@ -65,9 +65,10 @@ struct WeightOptions {
   ComputeCopyPolicy compute_copy = ComputeCopyPolicy::kCached;
   CodecOptions codec;
   // With transient copies: where compute copies come from and go back to.
-  // Null allocates each one anew. Typically one pool per model. (Decoding
-  // from the mapping stages through a reused per-thread 8 MiB buffer, not
-  // the pool.)
+  // Null allocates each one anew. Typically one pool per model. (A mapped
+  // tensor decodes straight from the mapping; encoding resident copies and
+  // gathering rows stage through a reused per-thread 8 MiB buffer, not the
+  // pool.)
   std::shared_ptr<BufferPool> buffer_pool;
 };
 

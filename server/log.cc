@@ -67,6 +67,13 @@ void AppendValue(std::string& out, absl::string_view value) {
   out.push_back('"');
 }
 
+// AppendValue of `value` cut to kMaxLogValueBytes (Abbreviated); copies it
+// only when it is that long.
+void AppendBoundedValue(std::string& line, absl::string_view value) {
+  if (value.size() <= kMaxLogValueBytes) return AppendValue(line, value);
+  AppendValue(line, Abbreviated(value, kMaxLogValueBytes));
+}
+
 LogLevel FromGprSeverity(gpr_log_severity severity) {
   switch (severity) {
     case GPR_LOG_SEVERITY_DEBUG:
@@ -118,7 +125,9 @@ void LogLibraryLine(LogLevel level, absl::string_view component,
 }
 
 void LogFromGrpc(gpr_log_func_args* args) {
-  LogLibraryLine(FromGprSeverity(args->severity), "grpc", args->message,
+  const LogLevel level = FromGprSeverity(args->severity);
+  if (!LogEnabled(level)) return;  // gRPC's debug lines are many.
+  LogLibraryLine(level, "grpc", args->message,
                  absl::StrCat(args->file, ":", args->line));
 }
 
@@ -165,10 +174,10 @@ std::string FormatLogLine(LogLevel level, absl::string_view message,
                    absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
                                     absl::UTCTimeZone()),
                    " level=", LogLevelName(level), " msg=");
-  AppendValue(line, Abbreviated(message, kMaxLogValueBytes));
+  AppendBoundedValue(line, message);
   for (const LogField& field : fields) {
     absl::StrAppend(&line, " ", field.key, "=");
-    AppendValue(line, Abbreviated(field.value, kMaxLogValueBytes));
+    AppendBoundedValue(line, field.value);
   }
   return line;
 }

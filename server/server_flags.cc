@@ -45,14 +45,14 @@ absl::Status ParseBytes(absl::string_view flag, const std::string& value,
   return absl::OkStatus();
 }
 
-// A thread count: 0 (the default rule) up to kMaxThreads.
-absl::Status ParseThreads(absl::string_view flag, const std::string& value,
-                          int* threads) {
-  if (!absl::SimpleAtoi(value, threads) || *threads < 0 ||
-      *threads > kMaxThreads) {
+// An integer count of `what` ("thread count", "count") between `min` and
+// `max`.
+absl::Status ParseCount(absl::string_view flag, const std::string& value,
+                        absl::string_view what, int min, int max, int* count) {
+  if (!absl::SimpleAtoi(value, count) || *count < min || *count > max) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": '", value,
-                     "' is not a thread count between 0 and ", kMaxThreads));
+        absl::StrCat("--", flag, ": '", value, "' is not a ", what, " between ",
+                     min, " and ", max));
   }
   return absl::OkStatus();
 }
@@ -115,23 +115,18 @@ const std::map<std::string, ValueSetter, std::less<>>& ValueFlags() {
            }},
           {"intra-op-threads",
            [](const std::string& v, ServerFlags& f) {
-             return ParseThreads("intra-op-threads", v, &f.intra_op_threads);
+             return ParseCount("intra-op-threads", v, "thread count", 0,
+                               kMaxThreads, &f.intra_op_threads);
            }},
           {"inter-op-threads",
            [](const std::string& v, ServerFlags& f) {
-             return ParseThreads("inter-op-threads", v, &f.inter_op_threads);
+             return ParseCount("inter-op-threads", v, "thread count", 0,
+                               kMaxThreads, &f.inter_op_threads);
            }},
           {"max-instances-per-model",
            [](const std::string& v, ServerFlags& f) {
-             int instances = 0;
-             if (!absl::SimpleAtoi(v, &instances) || instances < 1 ||
-                 instances > kMaxThreads) {
-               return absl::InvalidArgumentError(absl::StrCat(
-                   "--max-instances-per-model: '", v,
-                   "' is not a count between 1 and ", kMaxThreads));
-             }
-             f.max_instances_per_model = instances;
-             return absl::OkStatus();
+             return ParseCount("max-instances-per-model", v, "count", 1,
+                               kMaxThreads, &f.max_instances_per_model);
            }},
           {"max-warmup-seconds",
            [](const std::string& v, ServerFlags& f) {

@@ -334,54 +334,63 @@ inference::DataType ConfigDataType(at::ScalarType dtype) {
   return inference::TYPE_INVALID;
 }
 
+namespace {
+
+absl::StatusOr<models::NamedTensors> ConvertInputs(
+    const inference::ModelInferRequest& request,
+    const std::vector<models::TensorSpec>& specs, int64_t max_batch_size) {
+  if (absl::Status status = CheckRawLayout(request); !status.ok()) {
+    return status;
+  }
+  models::NamedTensors tensors;
+  int64_t batch_size = -1;
+  std::string batch_input;
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const InputTensor& input = request.inputs(i);
+    const models::TensorSpec* spec = FindSpec(specs, input.name());
+    if (spec == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown input ", Quoted(input.name()),
+                       "; the model's inputs are ", SpecNames(specs)));
+    }
+    if (tensors.count(input.name()) > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input ", Quoted(input.name()), " is given twice"));
+    }
+    const std::string* raw = request.raw_input_contents_size() > 0
+                                 ? &request.raw_input_contents(i)
+                                 : nullptr;
+    absl::StatusOr<at::Tensor> tensor =
+        ConvertInput(input, *spec, max_batch_size, raw);
+    if (!tensor.ok()) return tensor.status();
+    if (max_batch_size > 0) {
+      if (batch_size >= 0 && input.shape(0) != batch_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input ", Quoted(input.name()), ": batch size ", input.shape(0),
+            " differs from input ", Quoted(batch_input), "'s ", batch_size));
+      }
+      batch_size = input.shape(0);
+      batch_input = input.name();
+    }
+    tensors.emplace(input.name(), *std::move(tensor));
+  }
+  for (const models::TensorSpec& spec : specs) {
+    if (!spec.optional && tensors.count(spec.name) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("missing input ", Quoted(spec.name)));
+    }
+  }
+  return tensors;
+}
+
+}  // namespace
+
 absl::StatusOr<models::NamedTensors> InputsFromRequest(
     const inference::ModelInferRequest& request,
     const std::vector<models::TensorSpec>& specs, int64_t max_batch_size) {
   // A tensor LibTorch cannot allocate fails the request, not the thread.
-  return models::CatchExceptions([&]() -> absl::StatusOr<models::NamedTensors> {
-    if (absl::Status status = CheckRawLayout(request); !status.ok()) {
-      return status;
-    }
-    models::NamedTensors tensors;
-    int64_t batch_size = -1;
-    std::string batch_input;
-    for (int i = 0; i < request.inputs_size(); ++i) {
-      const InputTensor& input = request.inputs(i);
-      const models::TensorSpec* spec = FindSpec(specs, input.name());
-      if (spec == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("unknown input ", Quoted(input.name()),
-                         "; the model's inputs are ", SpecNames(specs)));
-      }
-      if (tensors.count(input.name()) > 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("input ", Quoted(input.name()), " is given twice"));
-      }
-      const std::string* raw = request.raw_input_contents_size() > 0
-                                   ? &request.raw_input_contents(i)
-                                   : nullptr;
-      absl::StatusOr<at::Tensor> tensor =
-          ConvertInput(input, *spec, max_batch_size, raw);
-      if (!tensor.ok()) return tensor.status();
-      if (max_batch_size > 0) {
-        if (batch_size >= 0 && input.shape(0) != batch_size) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "input ", Quoted(input.name()), ": batch size ", input.shape(0),
-              " differs from input ", Quoted(batch_input), "'s ", batch_size));
-        }
-        batch_size = input.shape(0);
-        batch_input = input.name();
-      }
-      tensors.emplace(input.name(), *std::move(tensor));
-    }
-    for (const models::TensorSpec& spec : specs) {
-      if (!spec.optional && tensors.count(spec.name) == 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("missing input ", Quoted(spec.name)));
-      }
-    }
-    return tensors;
-  });
+  return models::CatchExceptions(
+      [&] { return ConvertInputs(request, specs, max_batch_size); });
 }
 
 absl::StatusOr<std::vector<std::string>> RequestedOutputs(
@@ -404,42 +413,54 @@ absl::StatusOr<std::vector<std::string>> RequestedOutputs(
   return names;
 }
 
+namespace {
+
+absl::Status WriteResponse(const inference::ModelInferRequest& request,
+                           const std::vector<models::TensorSpec>& specs,
+                           const std::vector<std::string>& requested,
+                           const models::NamedTensors& outputs,
+                           inference::ModelInferResponse* response) {
+  response->set_model_name(request.model_name());
+  response->set_model_version("1");
+  response->set_id(request.id());
+  std::vector<std::string> names = requested;
+  if (names.empty()) {
+    for (const models::TensorSpec& spec : specs) {
+      if (outputs.count(spec.name) > 0) names.push_back(spec.name);
+    }
+    for (const auto& [name, tensor] : outputs) {
+      if (FindSpec(specs, name) == nullptr) names.push_back(name);
+    }
+  }
+  for (const std::string& name : names) {
+    auto it = outputs.find(name);
+    if (it == outputs.end()) {
+      return absl::InternalError(
+          absl::StrCat("the model did not produce output ", Quoted(name)));
+    }
+    const at::Tensor cpu = it->second.to(at::kCPU).contiguous();
+    absl::StatusOr<std::string> datatype = DatatypeName(cpu.scalar_type());
+    if (!datatype.ok()) return datatype.status();
+    auto* output = response->add_outputs();
+    output->set_name(name);
+    output->set_datatype(*datatype);
+    for (int64_t dim : cpu.sizes()) output->add_shape(dim);
+    response->add_raw_output_contents()->assign(
+        static_cast<const char*>(cpu.data_ptr()), cpu.nbytes());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status FillResponse(const inference::ModelInferRequest& request,
                           const std::vector<models::TensorSpec>& specs,
                           const std::vector<std::string>& requested,
                           const models::NamedTensors& outputs,
                           inference::ModelInferResponse* response) {
   // An output LibTorch cannot copy fails the request, not the thread.
-  return models::CatchExceptions([&]() -> absl::Status {
-    response->set_model_name(request.model_name());
-    response->set_model_version("1");
-    response->set_id(request.id());
-    std::vector<std::string> names = requested;
-    if (names.empty()) {
-      for (const models::TensorSpec& spec : specs) {
-        if (outputs.count(spec.name) > 0) names.push_back(spec.name);
-      }
-      for (const auto& [name, tensor] : outputs) {
-        if (FindSpec(specs, name) == nullptr) names.push_back(name);
-      }
-    }
-    for (const std::string& name : names) {
-      auto it = outputs.find(name);
-      if (it == outputs.end()) {
-        return absl::InternalError(
-            absl::StrCat("the model did not produce output ", Quoted(name)));
-      }
-      const at::Tensor cpu = it->second.to(at::kCPU).contiguous();
-      absl::StatusOr<std::string> datatype = DatatypeName(cpu.scalar_type());
-      if (!datatype.ok()) return datatype.status();
-      auto* output = response->add_outputs();
-      output->set_name(name);
-      output->set_datatype(*datatype);
-      for (int64_t dim : cpu.sizes()) output->add_shape(dim);
-      response->add_raw_output_contents()->assign(
-          static_cast<const char*>(cpu.data_ptr()), cpu.nbytes());
-    }
-    return absl::OkStatus();
+  return models::CatchExceptions([&] {
+    return WriteResponse(request, specs, requested, outputs, response);
   });
 }
 
