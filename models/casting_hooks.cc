@@ -83,8 +83,7 @@ void CastingHooks::PreForward(const Module& module, ForwardContext& context) {
     bool order_learned = false;
     const Module* next = LearnOrderAndGetNext(module, &order_learned);
     if (order_learned) DropStalePrefetches();
-    if (next != nullptr && !next->ReadsOwnWeights() &&
-        !AllComputeCopiesExist(*next)) {
+    if (next != nullptr) {
       for (const auto& [name, weight] : next->weights()) {
         weight->AdviseWillNeed();
       }
@@ -125,8 +124,27 @@ const Module* CastingHooks::LearnOrderAndGetNext(const Module& module,
   }
   auto it = position_.find(&module);
   if (it == position_.end()) return nullptr;
-  const size_t next = it->second + 1;
-  return next < order_.size() ? order_[next] : nullptr;
+  // Modules with nothing to build (norms read in place, cached copies) are
+  // passed over, so the next decode starts as early as it can: when the
+  // module before a norm begins, not when the norm does.
+  for (size_t next = it->second + 1; next < order_.size(); ++next) {
+    if (!PassOver(*order_[next])) return order_[next];
+  }
+  return nullptr;
+}
+
+bool CastingHooks::PassOver(const Module& module) const {
+  if (module.ReadsOwnWeights()) return true;
+  {
+    // Copies that exist because of a prefetch are what this module waits
+    // for, not a reason to look further ahead.
+    absl::MutexLock lock(&prefetch_mu_);
+    if (in_flight_ == &module || unclaimed_.count(&module) > 0) return false;
+    for (const PendingPrefetch& pending : pending_) {
+      if (pending.module == &module) return false;
+    }
+  }
+  return AllComputeCopiesExist(module);
 }
 
 void CastingHooks::SchedulePrefetch(const Module& module) {

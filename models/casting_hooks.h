@@ -7,9 +7,11 @@
 //   post-forward: release them. With transient compute copies this frees
 //                 them, so only the running module holds compute copies.
 // With prefetch, the pre-hook of module i also hints the weights of the
-// module that runs next (madvise WILLNEED at once, then decoding the compute
-// copies on a background thread), so at most two modules' compute copies are
-// live at a time. Until every module has run once, "next" follows the tree's
+// next module that has compute copies to build (madvise WILLNEED at once,
+// then decoding the compute copies on a background thread), so at most two
+// modules' compute copies are live at a time. Modules with nothing to build
+// (a norm read in place, cached copies) are passed over, so a large layer
+// after a norm is decoded during the layer before the norm. Until every module has run once, "next" follows the tree's
 // order (modules are added in the order their forward calls them, so the
 // first forward, which for a lazily loaded model does all the decoding, is
 // prefetched too); from then on it follows the order in which the modules
@@ -82,14 +84,18 @@ class CastingHooks {
   void PreForward(const Module& module, ForwardContext& context);
   void PostForward(const Module& module, ForwardContext& context);
 
-  // Records `module` in the learned order; returns the module after it, if
-  // the order knows one. Sets `*order_learned` when this call completed the
+  // Records `module` in the learned order; returns the first module after
+  // it not to pass over, if the order knows one. Sets `*order_learned` when this call completed the
   // learned order.
   const Module* LearnOrderAndGetNext(const Module& module, bool* order_learned);
   // Sets `order` and `position` to `modules`.
   static void SetOrder(std::vector<const Module*> modules,
                        std::vector<const Module*>& order,
                        std::unordered_map<const Module*, size_t>& position);
+  // True for a module with nothing for a prefetch to build: it reads its own
+  // weights, or its compute copies exist without a prefetch having made
+  // them (a norm read in place, cached copies).
+  bool PassOver(const Module& module) const;
   // Queues the prefetch of `module`'s weights.
   void SchedulePrefetch(const Module& module);
   // Called before `module` acquires: it no longer wants a prefetch, and
@@ -124,6 +130,8 @@ class CastingHooks {
     std::string model_id;
   };
 
+  // Taken after order_mu_ when both are held (PassOver under
+  // LearnOrderAndGetNext), never the other way round.
   mutable absl::Mutex prefetch_mu_;
   std::deque<PendingPrefetch> pending_ ABSL_GUARDED_BY(prefetch_mu_);
   const Module* in_flight_ ABSL_GUARDED_BY(prefetch_mu_) = nullptr;

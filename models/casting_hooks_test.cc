@@ -26,10 +26,17 @@ class Chain : public Module {
  public:
   Chain() : Module("", "Chain") {}
   static std::unique_ptr<Chain> Create(const WeightFactory& factory) {
+    return Create(factory, factory, -1);
+  }
+  // Layer `odd_one` takes its weights from `odd_factory`.
+  static std::unique_ptr<Chain> Create(const WeightFactory& factory,
+                                       const WeightFactory& odd_factory,
+                                       int odd_one) {
     auto chain = std::make_unique<Chain>();
     for (int i = 0; i < kLayers; ++i) {
       chain->layers_.push_back(chain->AddChild(
-          *Linear::Create("layers." + std::to_string(i), factory, false)));
+          *Linear::Create("layers." + std::to_string(i),
+                          i == odd_one ? odd_factory : factory, false)));
     }
     return chain;
   }
@@ -70,11 +77,14 @@ class CastingHooksTest : public ::testing::Test {
     checkpoint_ = *casting::OpenSafetensors(path);
     input_ = at::randn({1, kWidth});
   }
-  std::unique_ptr<Chain> MakeChain(casting::ComputeCopyPolicy copy) {
+  WeightFactory Factory(casting::ComputeCopyPolicy copy) const {
     WeightPolicyOptions options;
     options.residency = casting::Residency::kMapped;
     options.compute_copy = copy;
-    return Chain::Create(WeightFactory(checkpoint_, options));
+    return WeightFactory(checkpoint_, options);
+  }
+  std::unique_ptr<Chain> MakeChain(casting::ComputeCopyPolicy copy) {
+    return Chain::Create(Factory(copy));
   }
   at::Tensor Reference() const {
     at::Tensor x = input_;
@@ -278,6 +288,46 @@ TEST_F(CastingHooksTest, PrefetchedCopiesCountForTheModelThatAskedForThem) {
     EXPECT_GE(usage->peak_bytes, 2 * kLayerBytes);
   }
   ASSERT_TRUE(allocator->UnregisterModel("hooked").ok());
+}
+
+TEST_F(CastingHooksTest, PrefetchPassesOverLayersWithNothingToBuild) {
+  // layers.1 keeps a cached copy after its first use: once built, nothing
+  // is left to prefetch for it, so layers.0 starts the decode of layers.2.
+  auto chain = Chain::Create(Factory(casting::ComputeCopyPolicy::kTransient),
+                             Factory(casting::ComputeCopyPolicy::kCached), 1);
+  CastingHooks::Options options;
+  options.prefetch = true;
+  auto hooks = CastingHooks::Attach(*chain, options);
+  Module* layer0 = nullptr;
+  Module* layer2 = nullptr;
+  chain->Visit([&](Module& module) {
+    if (module.name() == "layers.0") layer0 = &module;
+    if (module.name() == "layers.2") layer2 = &module;
+  });
+  ASSERT_NE(layer0, nullptr);
+  ASSERT_NE(layer2, nullptr);
+  // layers.0 is slow; when it ends, has layers.2's copy been made?
+  layer0->AddPreForwardHook([](const Module&, ForwardContext&) {
+    absl::SleepFor(absl::Milliseconds(20));
+  });
+  std::vector<int64_t> layer2_bytes_after_layer0;
+  layer0->AddPostForwardHook([&](const Module&, ForwardContext&) {
+    layer2_bytes_after_layer0.push_back(
+        layer2->weights().at("weight")->footprint().transient_compute_bytes());
+  });
+  for (int pass = 0; pass < 3; ++pass) {
+    ForwardContext context;
+    EXPECT_LT(test_util::RelativeMaxError(chain->Forward(context, input_),
+                                          Reference()),
+              1e-5);
+  }
+  ASSERT_EQ(layer2_bytes_after_layer0.size(), 3u);
+  // The first forward still has layers.1 to build: layers.2 waits its turn.
+  EXPECT_EQ(layer2_bytes_after_layer0[0], 0);
+  EXPECT_EQ(layer2_bytes_after_layer0[1], kLayerBytes);
+  EXPECT_EQ(layer2_bytes_after_layer0[2], kLayerBytes);
+  hooks.reset();
+  EXPECT_EQ(TransientBytes(*chain), 0);
 }
 
 TEST_F(CastingHooksTest, PrefetchPeakIsAtMostTwoLayers) {
