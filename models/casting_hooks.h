@@ -11,13 +11,13 @@
 // then decoding the compute copies on a background thread), so at most two
 // modules' compute copies are live at a time. Modules with nothing to build
 // (a norm read in place, cached copies) are passed over, so a large layer
-// after a norm is decoded during the layer before the norm. Until every module has run once, "next" follows the tree's
-// order (modules are added in the order their forward calls them, so the
-// first forward, which for a lazily loaded model does all the decoding, is
-// prefetched too); from then on it follows the order in which the modules
-// first ran. A module whose compute copies all exist (cached copies after
-// their first use) is not prefetched, nor one that reads its own weights
-// (Module::ReadsOwnWeights: an embedding gathering rows).
+// after a norm is decoded during the layer before the norm. Until every module
+// has run once, "next" follows the tree's order (modules are added in the order
+// their forward calls them, so the first forward, which for a lazily loaded
+// model does all the decoding, is prefetched too); from then on it follows the
+// order in which the modules first ran. A module whose compute copies all exist
+// (cached copies after their first use) is not prefetched, nor one that reads
+// its own weights (Module::ReadsOwnWeights: an embedding gathering rows).
 //
 // Destroying the object (or Remove) detaches every hook and drops the
 // compute copies prefetched for a forward that never used them. The model
@@ -85,8 +85,8 @@ class CastingHooks {
   void PostForward(const Module& module, ForwardContext& context);
 
   // Records `module` in the learned order; returns the first module after
-  // it not to pass over, if the order knows one. Sets `*order_learned` when this call completed the
-  // learned order.
+  // it not to pass over, if the order knows one. Sets `*order_learned` when
+  // this call completed the learned order.
   const Module* LearnOrderAndGetNext(const Module& module, bool* order_learned);
   // Sets `order` and `position` to `modules`.
   static void SetOrder(std::vector<const Module*> modules,

@@ -77,9 +77,8 @@ bool IsOutOfMemory(absl::string_view message) {
 
 absl::Status StatusFromTorchError(const c10::Error& error) {
   const std::string message = error.what_without_backtrace();
-  if (const auto* weight_error =
-          dynamic_cast<const WeightUnavailableError*>(&error)) {
-    return absl::Status(weight_error->status().code(), message);
+  if (const auto* status_error = dynamic_cast<const StatusError*>(&error)) {
+    return absl::Status(status_error->status().code(), message);
   }
   if (IsOutOfMemory(message)) return absl::ResourceExhaustedError(message);
   if (dynamic_cast<const c10::NotImplementedError*>(&error) != nullptr) {
@@ -93,14 +92,15 @@ absl::Status StatusFromTorchError(const c10::Error& error) {
   return absl::InternalError(message);
 }
 
-absl::StatusOr<NamedTensors> Model::Forward(const NamedTensors& inputs) const {
+absl::StatusOr<NamedTensors> Model::Forward(
+    const NamedTensors& inputs, const Cancellation* cancellation) const {
   absl::Status valid = CheckSignature(this->inputs(), inputs);
   if (valid.ok()) valid = ValidateInputs(inputs);
   if (!valid.ok()) return valid;
   absl::StatusOr<NamedTensors> outputs =
       CatchExceptions([&]() -> absl::StatusOr<NamedTensors> {
         c10::InferenceMode inference_mode;
-        ForwardContext context;
+        ForwardContext context(cancellation);
         return ForwardImpl(context, inputs);
       });
   if (absl::IsResourceExhausted(outputs.status())) {

@@ -71,8 +71,12 @@ class Model {
   // The one place where c10::Error becomes a Status: out of memory ->
   // RESOURCE_EXHAUSTED, bad value/type/index -> INVALID_ARGUMENT, not
   // implemented -> UNIMPLEMENTED, a weight whose file vanished -> DATA_LOSS,
-  // anything else -> INTERNAL. Thread-safe.
-  absl::StatusOr<NamedTensors> Forward(const NamedTensors& inputs) const;
+  // a cancelled forward -> CANCELLED, anything else -> INTERNAL.
+  // `cancellation` (may be null) stops the forward at the next module
+  // boundary once set. Thread-safe.
+  absl::StatusOr<NamedTensors> Forward(
+      const NamedTensors& inputs,
+      const Cancellation* cancellation = nullptr) const;
 
   // How the prefetches of its casting hooks turned out; zeros for a model
   // without prefetch. Thread-safe.

@@ -71,6 +71,60 @@ TEST(ModelTest, MapsTorchErrorsToStatusCodes) {
             absl::StatusCode::kOk);
 }
 
+// Two modules, "first" and "second", run one after the other; `on_first`
+// runs inside the first one.
+class TwoStepModel : public FakeModel {
+ public:
+  explicit TwoStepModel(std::function<void()> on_first)
+      : FakeModel([] {}), on_first_(std::move(on_first)) {}
+  std::vector<std::string> ran;
+
+ protected:
+  NamedTensors ForwardImpl(ForwardContext& context,
+                           const NamedTensors& inputs) const override {
+    {
+      ModuleCall call(first_, context);
+      ran_->push_back("first");
+      on_first_();
+    }
+    ModuleCall call(second_, context);
+    ran_->push_back("second");
+    return {{"y", inputs.at("x")}};
+  }
+
+ private:
+  std::function<void()> on_first_;
+  Module first_{"first", "Step"};
+  Module second_{"second", "Step"};
+  std::vector<std::string>* ran_ = &ran;
+};
+
+TEST(ModelTest, ACancelledForwardStopsAtTheNextModule) {
+  Cancellation cancellation;
+  TwoStepModel model([&] { cancellation.Cancel("the model was unloaded"); });
+  absl::StatusOr<NamedTensors> outputs =
+      model.Forward({{"x", at::ones({2, 4})}}, &cancellation);
+  EXPECT_EQ(outputs.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(outputs.status().message(),
+            "forward cancelled before module 'second': the model was unloaded");
+  EXPECT_EQ(model.ran, std::vector<std::string>({"first"}));
+  // A cancelled parent cancels its children; nothing runs at all.
+  auto parent = std::make_shared<Cancellation>();
+  Cancellation child(parent);
+  parent->Cancel("shutting down");
+  EXPECT_TRUE(child.cancelled());
+  EXPECT_EQ(child.reason(), "shutting down");
+  TwoStepModel untouched([] {});
+  EXPECT_EQ(
+      untouched.Forward({{"x", at::ones({2, 4})}}, &child).status().code(),
+      absl::StatusCode::kCancelled);
+  EXPECT_TRUE(untouched.ran.empty());
+  // Without a cancellation, or before it is set, both run.
+  TwoStepModel plain([] {});
+  EXPECT_TRUE(plain.Forward({{"x", at::ones({2, 4})}}).ok());
+  EXPECT_EQ(plain.ran, std::vector<std::string>({"first", "second"}));
+}
+
 TEST(CatchExceptionsTest, WhatIsThrownBecomesAStatusOfTheCallersType) {
   absl::StatusOr<int> value = CatchExceptions(
       []() -> absl::StatusOr<int> { return at::ones({2})[5].item<int>(); });

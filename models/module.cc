@@ -7,12 +7,16 @@
 
 namespace castserve::models {
 
-WeightUnavailableError::WeightUnavailableError(absl::string_view weight_name,
-                                               absl::Status status)
-    : c10::Error(
-          c10::SourceLocation{__func__, __FILE__, __LINE__},
-          absl::StrCat("weight '", weight_name, "': ", status.message())),
+StatusError::StatusError(absl::Status status)
+    : c10::Error(c10::SourceLocation{__func__, __FILE__, __LINE__},
+                 std::string(status.message())),
       status_(std::move(status)) {}
+
+WeightUnavailableError::WeightUnavailableError(absl::string_view weight_name,
+                                               const absl::Status& status)
+    : StatusError(absl::Status(
+          status.code(),
+          absl::StrCat("weight '", weight_name, "': ", status.message()))) {}
 
 casting::ComputeHandle AcquireOrThrow(casting::Weight& weight) {
   absl::StatusOr<casting::ComputeHandle> handle = weight.Acquire();
@@ -126,8 +130,16 @@ at::Tensor Module::OptionalParam(ForwardContext& context,
   return Param(context, local_name);
 }
 
+void ForwardContext::ThrowIfCancelled(const Module& module) const {
+  if (cancellation_ == nullptr || !cancellation_->cancelled()) return;
+  throw StatusError(absl::CancelledError(
+      absl::StrCat("forward cancelled before module '", module.name(),
+                   "': ", cancellation_->reason())));
+}
+
 ModuleCall::ModuleCall(const Module& module, ForwardContext& context)
     : module_(module), context_(context) {
+  context_.ThrowIfCancelled(module_);
   module_.RunPreHooks(context_);
 }
 

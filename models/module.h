@@ -32,21 +32,29 @@
 #include "absl/synchronization/mutex.h"
 #include "c10/util/Exception.h"
 #include "casting/weight.h"
+#include "models/cancellation.h"
 
 namespace castserve::models {
 
 class Module;
 
-// Thrown inside a forward when a weight's compute copy cannot be made (its
-// file was truncated: DATA_LOSS, ...): a c10::Error that keeps the Status, so
-// that Model::Forward returns its code rather than INTERNAL.
-class WeightUnavailableError : public c10::Error {
+// A c10::Error that keeps a Status, so that Model::Forward returns its code
+// rather than INTERNAL.
+class StatusError : public c10::Error {
  public:
-  WeightUnavailableError(absl::string_view weight_name, absl::Status status);
+  explicit StatusError(absl::Status status);
   const absl::Status& status() const { return status_; }
 
  private:
   absl::Status status_;
+};
+
+// Thrown inside a forward when a weight's compute copy cannot be made (its
+// file was truncated: DATA_LOSS, ...).
+class WeightUnavailableError : public StatusError {
+ public:
+  WeightUnavailableError(absl::string_view weight_name,
+                         const absl::Status& status);
 };
 
 // Acquires the compute copy of `weight` or throws WeightUnavailableError.
@@ -56,7 +64,10 @@ casting::ComputeHandle AcquireOrThrow(casting::Weight& weight);
 // Owned by the caller of the model's forward; used by one thread at a time.
 class ForwardContext {
  public:
-  ForwardContext() = default;
+  // `cancellation` (may be null; must outlive the context) is polled before
+  // every module's forward.
+  explicit ForwardContext(const Cancellation* cancellation = nullptr)
+      : cancellation_(cancellation) {}
   ForwardContext(const ForwardContext&) = delete;
   ForwardContext& operator=(const ForwardContext&) = delete;
 
@@ -72,8 +83,12 @@ class ForwardContext {
   void Release(const Module* module);
   // Number of modules with held compute copies right now.
   int modules_holding() const { return static_cast<int>(held_.size()); }
+  // Throws StatusError(CANCELLED) naming `module` once the forward's
+  // cancellation is set.
+  void ThrowIfCancelled(const Module& module) const;
 
  private:
+  const Cancellation* const cancellation_;
   std::map<const Module*, std::map<std::string, casting::ComputeHandle>> held_;
 };
 

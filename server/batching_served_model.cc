@@ -242,11 +242,13 @@ int64_t TrackedModelId::peak_bytes() const {
 class BatchingServedModel::Impl {
  public:
   Impl(inference::ModelConfig config, std::shared_ptr<models::Model> model,
-       std::unique_ptr<TrackedModelId> tracked_id, int intra_op_threads)
+       std::unique_ptr<TrackedModelId> tracked_id, int intra_op_threads,
+       std::shared_ptr<const models::Cancellation> cancellation)
       : tracked_id_(std::move(tracked_id)),
         model_(std::move(model)),
         config_(std::move(config)),
-        settings_(SettingsFromConfig(config_, intra_op_threads)) {}
+        settings_(SettingsFromConfig(config_, intra_op_threads)),
+        cancellation_(std::move(cancellation)) {}
 
   // Starts the instance threads and the reaper; each holds `self`.
   void Start(const std::shared_ptr<Impl>& self);
@@ -304,6 +306,7 @@ class BatchingServedModel::Impl {
   const std::shared_ptr<models::Model> model_;
   const inference::ModelConfig config_;
   const BatchSettings settings_;
+  const std::shared_ptr<const models::Cancellation> cancellation_;
 
   mutable absl::Mutex mu_;
   std::deque<PendingPtr> queue_ ABSL_GUARDED_BY(mu_);
@@ -582,10 +585,12 @@ absl::StatusOr<models::NamedTensors> BatchingServedModel::Impl::RunBatch(
   casting::PeakScope peak;
   absl::StatusOr<models::NamedTensors> outputs;
   if (batch.size() == 1) {
-    outputs = model_->Forward(batch.front()->request.inputs);
+    outputs =
+        model_->Forward(batch.front()->request.inputs, cancellation_.get());
   } else {
     absl::StatusOr<models::NamedTensors> joined = Concatenate(batch);
-    outputs = joined.ok() ? model_->Forward(*joined) : joined.status();
+    outputs = joined.ok() ? model_->Forward(*joined, cancellation_.get())
+                          : joined.status();
   }
   peak.Stop();
   *peak_increase_bytes = peak.peak_increase_bytes();
@@ -595,7 +600,7 @@ absl::StatusOr<models::NamedTensors> BatchingServedModel::Impl::RunBatch(
 absl::Status BatchingServedModel::Impl::Warmup(
     const InferenceRequest& request) const {
   casting::ScopedModelTag tag(tracked_id_ ? tracked_id_->id() : "");
-  return model_->Forward(request.inputs).status();
+  return model_->Forward(request.inputs, cancellation_.get()).status();
 }
 
 void BatchingServedModel::Impl::Reject(std::vector<Rejection> rejections) {
@@ -692,10 +697,10 @@ int InstanceCount(const inference::ModelConfig& config) {
 }
 
 absl::StatusOr<std::unique_ptr<BatchingServedModel>>
-BatchingServedModel::Create(inference::ModelConfig config,
-                            std::shared_ptr<models::Model> model,
-                            std::unique_ptr<TrackedModelId> tracked_id,
-                            int intra_op_threads) {
+BatchingServedModel::Create(
+    inference::ModelConfig config, std::shared_ptr<models::Model> model,
+    std::unique_ptr<TrackedModelId> tracked_id, int intra_op_threads,
+    std::shared_ptr<const models::Cancellation> cancellation) {
   if (model == nullptr) {
     return absl::InvalidArgumentError("BatchingServedModel needs a model");
   }
@@ -710,7 +715,8 @@ BatchingServedModel::Create(inference::ModelConfig config,
     }
   }
   auto impl = std::make_shared<Impl>(std::move(config), std::move(model),
-                                     std::move(tracked_id), intra_op_threads);
+                                     std::move(tracked_id), intra_op_threads,
+                                     std::move(cancellation));
   impl->Start(impl);
   return absl::WrapUnique(new BatchingServedModel(std::move(impl)));
 }

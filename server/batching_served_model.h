@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "casting/footprint.h"
+#include "models/cancellation.h"
 #include "models/model.h"
 #include "proto/model_config.pb.h"
 #include "server/served_model.h"
@@ -84,11 +85,13 @@ class BatchingServedModel final : public ServedModel,
   // `model` runs the forwards; `tracked_id` (may be null) tags them and is
   // released only after the model is destroyed. Each instance thread runs
   // its forwards on `intra_op_threads` LibTorch threads (0 leaves LibTorch's
-  // setting). InvalidArgument for a negative max_batch_size or instance
-  // count.
+  // setting). Once `cancellation` (may be null) is set, running forwards
+  // stop at their next module and later ones fail at once: CANCELLED.
+  // InvalidArgument for a negative max_batch_size or instance count.
   static absl::StatusOr<std::unique_ptr<BatchingServedModel>> Create(
       inference::ModelConfig config, std::shared_ptr<models::Model> model,
-      std::unique_ptr<TrackedModelId> tracked_id, int intra_op_threads = 0);
+      std::unique_ptr<TrackedModelId> tracked_id, int intra_op_threads = 0,
+      std::shared_ptr<const models::Cancellation> cancellation = nullptr);
   ~BatchingServedModel() override;
 
   // Runs `request` alone on the calling thread, outside the queue and the

@@ -561,14 +561,17 @@ HfServedModelFactory::HfServedModelFactory(FactoryOptions options)
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Create(
-    const std::string& model_directory, const inference::ModelConfig& config) {
+    const std::string& model_directory, const inference::ModelConfig& config,
+    std::shared_ptr<const models::Cancellation> cancellation) {
   // LibTorch may throw anywhere in a load (a tensor it cannot allocate, a
   // checkpoint it rejects): the load fails, nothing else does.
-  return models::CatchExceptions([&] { return Load(model_directory, config); });
+  return models::CatchExceptions(
+      [&] { return Load(model_directory, config, std::move(cancellation)); });
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
-    const std::string& model_directory, const inference::ModelConfig& config) {
+    const std::string& model_directory, const inference::ModelConfig& config,
+    std::shared_ptr<const models::Cancellation> cancellation) {
   if (absl::Status valid = CheckDevice(config); !valid.ok()) return valid;
   if (absl::Status valid = CheckLimits(config, options_); !valid.ok()) {
     return valid;
@@ -605,7 +608,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
       BatchingServedModel::Create(
           std::move(effective),
           std::shared_ptr<models::Model>(*std::move(model)),
-          std::move(tracked_id), *intra_op_threads);
+          std::move(tracked_id), *intra_op_threads, std::move(cancellation));
   if (!served.ok()) return served.status();
   if (absl::Status warm =
           RunWarmups(**served, (*served)->config(), model_directory, options_);

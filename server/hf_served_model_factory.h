@@ -56,14 +56,16 @@ class HfServedModelFactory final : public ServedModelFactory {
 
   // Errors: INVALID_ARGUMENT for a bad checkpoint path, weight policy,
   // signature mismatch or warmup request; the loader's errors (NOT_FOUND for
-  // a folder without a checkpoint, ...) prefixed with the folder.
+  // a folder without a checkpoint, ...) prefixed with the folder; CANCELLED
+  // once `cancellation` (may be null) is set.
   absl::StatusOr<std::shared_ptr<ServedModel>> Create(
-      const std::string& model_directory,
-      const inference::ModelConfig& config) override;
+      const std::string& model_directory, const inference::ModelConfig& config,
+      std::shared_ptr<const models::Cancellation> cancellation) override;
 
  private:
   absl::StatusOr<std::shared_ptr<ServedModel>> Load(
-      const std::string& model_directory, const inference::ModelConfig& config);
+      const std::string& model_directory, const inference::ModelConfig& config,
+      std::shared_ptr<const models::Cancellation> cancellation);
 
   const FactoryOptions options_;
 };

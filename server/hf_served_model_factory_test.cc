@@ -60,7 +60,7 @@ InferenceResult InferNow(ServedModel& model, InferenceRequest request) {
 TEST(HfServedModelFactoryTest, ServesTheBertFixtureWithReferenceOutputs) {
   HfServedModelFactory factory;
   absl::StatusOr<std::shared_ptr<ServedModel>> model =
-      factory.Create(kBertDirectory, BertConfig());
+      factory.Create(kBertDirectory, BertConfig(), nullptr);
   ASSERT_TRUE(model.ok()) << model.status();
   const auto reference = Reference();
   InferenceResult result = InferNow(**model, ReferenceRequest(reference));
@@ -77,7 +77,7 @@ TEST(HfServedModelFactoryTest, ServesTheBertFixtureWithReferenceOutputs) {
 TEST(HfServedModelFactoryTest, FillsTheSignatureWithoutTheBatchDimension) {
   HfServedModelFactory factory;
   absl::StatusOr<std::shared_ptr<ServedModel>> model =
-      factory.Create(kBertDirectory, BertConfig());
+      factory.Create(kBertDirectory, BertConfig(), nullptr);
   ASSERT_TRUE(model.ok()) << model.status();
   const inference::ModelConfig& config = (*model)->config();
   EXPECT_EQ(config.platform(), "castserve_torch");
@@ -97,7 +97,7 @@ TEST(HfServedModelFactoryTest, FillsTheSignatureWithoutTheBatchDimension) {
   inference::ModelConfig unbatched = BertConfig();
   unbatched.set_max_batch_size(0);
   unbatched.clear_dynamic_batching();
-  model = factory.Create(kBertDirectory, unbatched);
+  model = factory.Create(kBertDirectory, unbatched, nullptr);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->config().input(0).dims_size(), 2);  // Batch kept.
 }
@@ -201,7 +201,7 @@ TEST(HfServedModelFactoryTest, LayerwiseCastingMatchesTheRoundTripReference) {
   weights->mutable_casting()->set_scaling(inference::SCALING_PER_ROW);
   HfServedModelFactory factory;
   absl::StatusOr<std::shared_ptr<ServedModel>> model =
-      factory.Create(kBertDirectory, config);
+      factory.Create(kBertDirectory, config, nullptr);
   ASSERT_TRUE(model.ok()) << model.status();
   // Eager: the narrow copies exist and were made under the model's tag.
   EXPECT_GT((*model)->footprint().total_resident_bytes(), 0);
@@ -228,7 +228,7 @@ TEST(HfServedModelFactoryTest, UnloadReleasesTheTrackedMemory) {
   for (int i = 0; i < 2; ++i) {
     const int64_t before = tracker->AllocatedBytes();
     absl::StatusOr<std::shared_ptr<ServedModel>> model =
-        factory.Create(kBertDirectory, config);
+        factory.Create(kBertDirectory, config, nullptr);
     ASSERT_TRUE(model.ok()) << model.status();
     EXPECT_TRUE(InferNow(**model, ReferenceRequest(Reference())).outputs.ok());
     EXPECT_GT((*model)->tracked_bytes(), 0);
@@ -255,10 +255,11 @@ TEST(HfServedModelFactoryTest, CheckpointPathStaysInsideTheRepository) {
   HfServedModelFactory factory;
   inference::ModelConfig config = BertConfig();
   config.mutable_checkpoint()->set_path("/models/testdata/bert");
-  EXPECT_EQ(factory.Create(kBertDirectory, config).status().code(),
+  EXPECT_EQ(factory.Create(kBertDirectory, config, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
   config.mutable_checkpoint()->set_path("missing");
-  const absl::Status missing = factory.Create(kBertDirectory, config).status();
+  const absl::Status missing =
+      factory.Create(kBertDirectory, config, nullptr).status();
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
   EXPECT_NE(missing.message().find("missing"), absl::string_view::npos);
 }
@@ -275,16 +276,16 @@ TEST(HfServedModelFactoryTest, WarmupRequestsRunBeforeTheModelIsReturned) {
   ids.add_dims(8);
   ids.set_random_data(true);
   absl::StatusOr<std::shared_ptr<ServedModel>> model =
-      factory.Create(kBertDirectory, config);
+      factory.Create(kBertDirectory, config, nullptr);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->statistics().execution_count, 0u);  // Not counted.
 
   ids.set_data_type(inference::TYPE_FP32);
-  EXPECT_EQ(factory.Create(kBertDirectory, config).status().code(),
+  EXPECT_EQ(factory.Create(kBertDirectory, config, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
   ids.set_data_type(inference::TYPE_INT64);
   ids.set_input_data_file("../../outside.bin");
-  EXPECT_EQ(factory.Create(kBertDirectory, config).status().code(),
+  EXPECT_EQ(factory.Create(kBertDirectory, config, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -339,7 +340,7 @@ void ExpectLoadFails(HfServedModelFactory& factory,
                      const inference::ModelConfig& config,
                      absl::StatusCode code, const std::string& message) {
   absl::StatusOr<std::shared_ptr<ServedModel>> model =
-      factory.Create(kBertDirectory, config);
+      factory.Create(kBertDirectory, config, nullptr);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), code) << model.status();
   EXPECT_THAT(std::string(model.status().message()),
@@ -365,7 +366,7 @@ TEST(HfServedModelFactoryTest, ConfigSizesAreCheckedBeforeAnythingIsAllocated) {
   ExpectLoadFails(factory, many, absl::StatusCode::kInvalidArgument,
                   "1500 instances, above the limit of 8");
   // Within the limits the same model loads.
-  EXPECT_TRUE(factory.Create(kBertDirectory, WarmupConfig({8})).ok());
+  EXPECT_TRUE(factory.Create(kBertDirectory, WarmupConfig({8}), nullptr).ok());
 }
 
 TEST(HfServedModelFactoryTest, WarmupsStopAtTheirTimeLimit) {
@@ -436,7 +437,7 @@ TEST(HfServedModelFactoryTest, GpuInstancesAreUnimplementedOnThisBuild) {
   inference::ModelConfig config = BertConfig();
   config.add_instance_group()->set_kind(
       inference::ModelInstanceGroup::KIND_GPU);
-  EXPECT_EQ(factory.Create(kBertDirectory, config).status().code(),
+  EXPECT_EQ(factory.Create(kBertDirectory, config, nullptr).status().code(),
             absl::StatusCode::kUnimplemented);
 }
 

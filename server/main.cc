@@ -2,13 +2,21 @@
 // server, and waits for SIGTERM/SIGINT to drain and exit 0.
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "casting/malloc_settings.h"
+#include "models/cancellation.h"
 #include "server/log.h"
 #include "server/server.h"
 #include "server/server_flags.h"
@@ -19,6 +27,11 @@ namespace {
 
 constexpr int kExitUsage = 2;
 constexpr int kExitFailure = 1;
+// How long past the grace period a shutdown may take before the process
+// exits anyway: cancelled forwards stop at their next module, which takes
+// milliseconds, but one LibTorch kernel or a read from a slow disk cannot
+// be interrupted.
+constexpr absl::Duration kShutdownOverrun = absl::Seconds(5);
 
 // Blocks SIGTERM and SIGINT in this thread and every thread started after
 // it, so that only WaitForStopSignal sees them.
@@ -43,6 +56,38 @@ int Run(const ServerFlags& flags) {
   SetLogLevel(flags.log_level);
   RouteGrpcLogsToCastserveLog();
   const sigset_t stop_signals = BlockStopSignals();
+  // The signal thread: a stop signal during startup cancels the loads at
+  // once (nothing is served yet); afterwards Shutdown gives in-flight calls
+  // their grace. Either way the process ends within the grace period plus
+  // kShutdownOverrun of the signal.
+  auto stop = std::make_shared<models::Cancellation>();
+  std::atomic<bool> started{false};
+  std::atomic<int> signal_number{0};
+  absl::Notification signalled;
+  absl::Notification stopped;
+  const absl::Duration grace = absl::Seconds(flags.shutdown_grace_seconds);
+  std::thread signal_thread([&] {
+    signal_number = WaitForStopSignal(stop_signals);
+    if (!started) {
+      Log(LogLevel::kInfo, "stop signal during startup; cancelling the loads",
+          {{"signal", strsignal(signal_number)}});
+      stop->Cancel("the daemon is stopping");
+    }
+    signalled.Notify();
+    if (!stopped.WaitForNotificationWithTimeout(grace + kShutdownOverrun)) {
+      Log(LogLevel::kError, "shutdown overran its grace period; exiting now",
+          {{"grace_seconds", flags.shutdown_grace_seconds},
+           {"overrun_seconds", absl::ToInt64Seconds(kShutdownOverrun)}});
+      std::_Exit(kExitFailure);
+    }
+  });
+  // Ends the signal thread when no signal came (a failed start).
+  auto finish = [&](int exit_code) {
+    stopped.Notify();
+    if (!signalled.HasBeenNotified()) kill(getpid(), SIGTERM);
+    signal_thread.join();
+    return exit_code;
+  };
   Log(LogLevel::kInfo, "castserve starting",
       {{"version", kServerVersion},
        {"libtorch", LibTorchVersion()},
@@ -59,20 +104,23 @@ int Run(const ServerFlags& flags) {
   options.inter_op_threads = flags.inter_op_threads;
   options.max_instances_per_model = flags.max_instances_per_model;
   options.max_warmup_seconds = flags.max_warmup_seconds;
+  options.stop = stop;
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
   if (!server.ok()) {
     Log(LogLevel::kError, "castserve cannot start",
         {{"error", server.status().message()}});
-    return kExitFailure;
+    return finish(kExitFailure);
   }
+  started = true;
 
-  const int signal_number = WaitForStopSignal(stop_signals);
+  signalled.WaitForNotification();
   Log(LogLevel::kInfo, "shutting down",
       {{"signal", strsignal(signal_number)},
        {"grace_seconds", flags.shutdown_grace_seconds}});
-  (*server)->Shutdown(absl::Seconds(flags.shutdown_grace_seconds));
+  (*server)->Shutdown(grace);
+  server->reset();
   Log(LogLevel::kInfo, "castserve stopped");
-  return 0;
+  return finish(0);
 }
 
 }  // namespace

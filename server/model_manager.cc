@@ -83,6 +83,8 @@ struct ModelSlot {
   bool busy = false;
   // GetReady may start a load (first_request models, evicted models).
   bool load_on_request = false;
+  // Set while a load runs: Unload cancels it.
+  std::shared_ptr<models::Cancellation> loading;
   absl::Time last_used = absl::InfinitePast();
 };
 
@@ -91,7 +93,8 @@ class ModelManagerImpl final : public ModelManager {
   explicit ModelManagerImpl(ModelManagerOptions options)
       : repository_(*options.repository),
         factory_(*options.factory),
-        memory_budget_bytes_(options.memory_budget_bytes) {}
+        memory_budget_bytes_(options.memory_budget_bytes),
+        cancel_all_(std::make_shared<models::Cancellation>(options.stop)) {}
   ~ModelManagerImpl() override;
 
   void LoadStartupModels() override;
@@ -102,6 +105,7 @@ class ModelManagerImpl final : public ModelManager {
       const std::string& name,
       std::optional<inference::ModelConfig> config_override) override;
   absl::Status Unload(const std::string& name) override;
+  void CancelAll(const std::string& reason) override;
   std::vector<ModelStatus> Index() override;
   absl::StatusOr<ModelStatus> Status(const std::string& name) override;
   std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>
@@ -144,6 +148,8 @@ class ModelManagerImpl final : public ModelManager {
   ModelRepository& repository_;
   ServedModelFactory& factory_;
   const int64_t memory_budget_bytes_;
+  // The parent of every load's cancellation.
+  const std::shared_ptr<models::Cancellation> cancel_all_;
 
   absl::Mutex mu_;
   // Signalled on every state change of any slot and when a loader ends.
@@ -242,9 +248,12 @@ absl::StatusOr<inference::ModelConfig> CheckOverride(
 absl::Status ModelManagerImpl::RunClaimedLoad(
     const std::string& name, std::optional<inference::ModelConfig> override) {
   const std::string directory = DirectoryOf(name);
+  // The created model keeps it: it also stops the model's forwards.
+  auto cancellation = std::make_shared<models::Cancellation>(cancel_all_);
   {
     absl::MutexLock lock(&mu_);
     ModelSlot& slot = slots_[name];
+    slot.loading = cancellation;
     if (slot.served == nullptr) {
       slot.state = ModelState::kLoading;
       slot.reason = "loading";
@@ -261,7 +270,7 @@ absl::Status ModelManagerImpl::RunClaimedLoad(
     Log(LogLevel::kInfo, "loading model", {{"model", name}});
     const absl::Time load_start = absl::Now();
     absl::StatusOr<std::shared_ptr<ServedModel>> made =
-        factory_.Create(directory, *config);
+        factory_.Create(directory, *config, cancellation);
     status = made.status();
     if (made.ok()) {
       created = *std::move(made);
@@ -283,6 +292,7 @@ void ModelManagerImpl::FinishLoad(const std::string& name,
   absl::MutexLock lock(&mu_);
   ModelSlot& slot = slots_[name];
   slot.busy = false;
+  slot.loading.reset();
   if (created != nullptr) {
     replaced = std::move(slot.served);
     slot.served = std::move(created);
@@ -389,6 +399,11 @@ absl::Status ModelManagerImpl::Unload(const std::string& name) {
     if (slots_.count(name) == 0 && !InRepository(name)) {
       return absl::NotFoundError(absl::StrCat("unknown model ", name));
     }
+    if (const auto& loading = slots_[name].loading; loading != nullptr) {
+      loading->Cancel("the model was unloaded while it was loading");
+      Log(LogLevel::kInfo, "cancelling the load of an unloaded model",
+          {{"model", name}});
+    }
     ClaimLocked(name);
     ModelSlot& slot = slots_[name];
     draining = std::move(slot.served);
@@ -416,6 +431,10 @@ absl::Status ModelManagerImpl::Unload(const std::string& name) {
   slot.busy = false;
   changed_.SignalAll();
   return absl::OkStatus();
+}
+
+void ModelManagerImpl::CancelAll(const std::string& reason) {
+  cancel_all_->Cancel(reason);
 }
 
 std::vector<ModelStatus> ModelManagerImpl::Index() {

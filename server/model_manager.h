@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "models/cancellation.h"
 #include "proto/model_config.pb.h"
 #include "server/model_repository.h"
 #include "server/served_model.h"
@@ -45,9 +46,12 @@ struct ModelStatus {
 class ServedModelFactory {
  public:
   virtual ~ServedModelFactory() = default;
+  // Once `cancellation` is set (the model was unloaded while loading, the
+  // daemon shuts down), the load stops at its next step and fails
+  // CANCELLED, and the created model's forwards stop too.
   virtual absl::StatusOr<std::shared_ptr<ServedModel>> Create(
-      const std::string& model_directory,
-      const inference::ModelConfig& config) = 0;
+      const std::string& model_directory, const inference::ModelConfig& config,
+      std::shared_ptr<const models::Cancellation> cancellation) = 0;
 };
 
 struct ModelManagerOptions {
@@ -55,6 +59,8 @@ struct ModelManagerOptions {
   ServedModelFactory* factory = nullptr;  // Not owned; outlives the manager.
   // 0 means no budget.
   int64_t memory_budget_bytes = 0;
+  // When set (may be null), cancels everything like CancelAll.
+  std::shared_ptr<const models::Cancellation> stop;
 };
 
 // Thread-safe.
@@ -85,8 +91,13 @@ class ModelManager {
       std::optional<inference::ModelConfig> config_override) = 0;
 
   // RepositoryModelUnload: stops taking requests for `name`, lets in-flight
-  // ones finish, frees its memory.
+  // ones finish, frees its memory. A load of `name` still running is
+  // cancelled first (its forwards stop at the next module).
   virtual absl::Status Unload(const std::string& name) = 0;
+
+  // Shutdown: cancels every load and every forward of every model, for
+  // good (they fail CANCELLED with `reason`); the manager only drains after.
+  virtual void CancelAll(const std::string& reason) = 0;
 
   // Every model of the repository and each loaded one, sorted by name.
   virtual std::vector<ModelStatus> Index() = 0;

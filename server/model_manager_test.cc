@@ -69,14 +69,22 @@ class FakeServedModel : public ServedModel {
 class FakeFactory : public ServedModelFactory {
  public:
   absl::StatusOr<std::shared_ptr<ServedModel>> Create(
-      const std::string& model_directory,
-      const inference::ModelConfig& config) override {
+      const std::string& model_directory, const inference::ModelConfig& config,
+      std::shared_ptr<const models::Cancellation> cancellation) override {
     ++creates_;
     {
       absl::MutexLock lock(&mu_);
       ++waiting_;
-      mu_.Await(absl::Condition(
-          +[](bool* gated) { return !*gated; }, &gated_));
+      // A real load polls its cancellation between steps; so does this one.
+      while (!mu_.AwaitWithTimeout(
+          absl::Condition(
+              +[](bool* gated) { return !*gated; }, &gated_),
+          absl::Milliseconds(1))) {
+        if (cancellation != nullptr && cancellation->cancelled()) {
+          --waiting_;
+          return absl::CancelledError(cancellation->reason());
+        }
+      }
       --waiting_;
     }
     if (config.parameters().count("fail") > 0) {
@@ -284,6 +292,45 @@ TEST(ModelManagerTest, ReloadSwapsInTheNewModelOnlyOnceReady) {
   EXPECT_EQ(new_model->footprint().owned_bytes(), 7);
   old_model.reset();
   EXPECT_EQ(fixture.factory().live_models(), 1);  // The old one is freed.
+}
+
+TEST(ModelManagerTest, UnloadCancelsALoadStillRunning) {
+  Fixture fixture;
+  fixture.AddModel("m", Config(100));
+  fixture.factory().Gate();  // The load never finishes on its own.
+  absl::Status loaded;
+  std::thread load([&] { loaded = fixture.manager().Load("m", std::nullopt); });
+  fixture.factory().AwaitWaiting(1);
+  EXPECT_EQ(fixture.StateOf("m"), ModelState::kLoading);
+  EXPECT_TRUE(fixture.manager().Unload("m").ok());
+  load.join();
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kCancelled) << loaded;
+  EXPECT_EQ(loaded.message(), "the model was unloaded while it was loading");
+  EXPECT_EQ(fixture.StateOf("m"), ModelState::kUnavailable);
+  EXPECT_EQ(fixture.ReasonOf("m"), "unloaded");
+  EXPECT_EQ(fixture.factory().live_models(), 0);
+  // The cancellation belonged to that load only.
+  fixture.factory().Open();
+  EXPECT_TRUE(fixture.manager().Load("m", std::nullopt).ok());
+  EXPECT_EQ(fixture.StateOf("m"), ModelState::kReady);
+}
+
+TEST(ModelManagerTest, CancelAllStopsLoadsForGood) {
+  Fixture fixture;
+  fixture.AddModel("m", Config(100));
+  fixture.AddModel("n", Config(100));
+  fixture.factory().Gate();
+  absl::Status loaded;
+  std::thread load([&] { loaded = fixture.manager().Load("m", std::nullopt); });
+  fixture.factory().AwaitWaiting(1);
+  fixture.manager().CancelAll("the daemon is shutting down");
+  load.join();
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kCancelled) << loaded;
+  EXPECT_EQ(fixture.StateOf("m"), ModelState::kUnavailable);
+  EXPECT_EQ(fixture.ReasonOf("m"), "the daemon is shutting down");
+  // Later loads are cancelled too.
+  EXPECT_EQ(fixture.manager().Load("n", std::nullopt).code(),
+            absl::StatusCode::kCancelled);
 }
 
 TEST(ModelManagerTest, FailedReloadKeepsTheLoadedModel) {

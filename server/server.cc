@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <memory>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "casting/tracking_allocator.h"
 #include "server/hf_served_model_factory.h"
 #include "server/inference_service.h"
@@ -135,6 +137,7 @@ absl::Status Server::StartModels(const ServerOptions& options) {
   manager_options.repository = repository_.get();
   manager_options.factory = factory_.get();
   manager_options.memory_budget_bytes = options.memory_budget_bytes;
+  manager_options.stop = options.stop;
   absl::StatusOr<std::unique_ptr<ModelManager>> manager =
       ModelManager::Create(manager_options);
   if (!manager.ok()) return manager.status();
@@ -181,12 +184,26 @@ void Server::Shutdown(absl::Duration grace) {
   ready_ = false;
   if (grpc_server_ != nullptr) {
     grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+    // gRPC cancels the calls still running at the deadline but waits for
+    // their handlers; cancelling the models' forwards then ends them at
+    // their next module instead of after the whole forward.
+    absl::Notification drained;
+    std::thread canceller([this, grace, &drained] {
+      if (drained.WaitForNotificationWithTimeout(grace)) return;
+      Log(LogLevel::kWarning,
+          "grace period over; cancelling the forwards still running");
+      manager_->CancelAll("the daemon is shutting down");
+    });
     grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
     grpc_server_->Wait();
+    drained.Notify();
+    canceller.join();
   }
   // No call is left that could reach a model. The metrics exporter goes
-  // first: its scrapes read the manager.
+  // first: its scrapes read the manager. Loads that requests started may
+  // still run: they stop at their next step.
   metrics_.reset();
+  if (manager_ != nullptr) manager_->CancelAll("the daemon is shutting down");
   manager_.reset();
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "models/cancellation.h"
 
 namespace grpc {
 class Server;
@@ -37,6 +38,9 @@ struct ServerOptions {
   int inter_op_threads = 0;
   int max_instances_per_model = 16;
   double max_warmup_seconds = 300;
+  // Set by the caller to stop at once (a stop signal during startup):
+  // cancels every load and forward. May be null.
+  std::shared_ptr<const models::Cancellation> stop;
 };
 
 // The running daemon: the gRPC server (KServe v2 service and
@@ -57,7 +61,8 @@ class Server {
   ~Server();
 
   // Marks the server not ready (health NOT_SERVING), stops accepting calls,
-  // lets in-flight calls finish for up to `grace`, then cancels the rest and
+  // lets in-flight calls finish for up to `grace`, then cancels the rest
+  // (their forwards stop at the next module, loads at their next step) and
   // unloads every model. Idempotent.
   void Shutdown(absl::Duration grace);
 

@@ -234,7 +234,8 @@ Flags:
                                 load fails (default 300); a warmup request's
                                 inputs are bounded by --max-message-bytes
   --shutdown-grace-seconds=S    on SIGTERM/SIGINT, how long in-flight calls may
-                                finish before they are cancelled (default 10)
+                                finish before they are cancelled (default 10);
+                                the process exits at most 5 s after that
   --version                     print the version and exit
   --help                        print this help and exit
 )";

@@ -179,3 +179,54 @@ def response_arrays(response):
         arrays[output.name] = np.frombuffer(raw, dtype="<f4").reshape(
             output.shape)
     return arrays
+
+
+def write_zero_bert(directory, hidden, layers, intermediate, heads,
+                    max_positions, vocab=128):
+    """A BERT checkpoint folder (config.json + model.safetensors) of the
+    given size whose weights are all zero: the data section is a hole in a
+    sparse file, so a large model costs no disk and no time to write. Its
+    forwards cost what a real model's of that size cost."""
+    os.makedirs(directory, exist_ok=True)
+    config = {"architectures": ["BertModel"], "model_type": "bert",
+              "hidden_act": "gelu", "hidden_size": hidden,
+              "intermediate_size": intermediate, "layer_norm_eps": 1e-12,
+              "max_position_embeddings": max_positions,
+              "num_attention_heads": heads, "num_hidden_layers": layers,
+              "pad_token_id": 0, "position_embedding_type": "absolute",
+              "type_vocab_size": 2, "vocab_size": vocab}
+    write_file(os.path.join(directory, "config.json"), json.dumps(config))
+    shapes = {"embeddings.word_embeddings.weight": [vocab, hidden],
+              "embeddings.position_embeddings.weight": [max_positions, hidden],
+              "embeddings.token_type_embeddings.weight": [2, hidden],
+              "embeddings.LayerNorm.weight": [hidden],
+              "embeddings.LayerNorm.bias": [hidden],
+              "pooler.dense.weight": [hidden, hidden],
+              "pooler.dense.bias": [hidden]}
+    for i in range(layers):
+        prefix = f"encoder.layer.{i}."
+        for linear, (rows, cols) in {
+                "attention.self.query": (hidden, hidden),
+                "attention.self.key": (hidden, hidden),
+                "attention.self.value": (hidden, hidden),
+                "attention.output.dense": (hidden, hidden),
+                "intermediate.dense": (intermediate, hidden),
+                "output.dense": (hidden, intermediate)}.items():
+            shapes[prefix + linear + ".weight"] = [rows, cols]
+            shapes[prefix + linear + ".bias"] = [rows]
+        for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+            shapes[prefix + norm + ".weight"] = [hidden]
+            shapes[prefix + norm + ".bias"] = [hidden]
+    header, offset = {}, 0
+    for name, shape in sorted(shapes.items()):
+        size = 4
+        for dim in shape:
+            size *= dim
+        header[name] = {"dtype": "F32", "shape": shape,
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    header_bytes = json.dumps(header).encode()
+    with open(os.path.join(directory, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(header_bytes)))
+        f.write(header_bytes)
+        f.truncate(8 + len(header_bytes) + offset)

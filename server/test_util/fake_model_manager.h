@@ -68,6 +68,8 @@ class FakeModelManager : public ModelManager {
       const std::string& name,
       std::optional<inference::ModelConfig> config_override) override;
   absl::Status Unload(const std::string& name) override;
+  // Nothing of the fake runs long enough to cancel.
+  void CancelAll(const std::string& reason) override {}
   std::vector<ModelStatus> Index() override;
   absl::StatusOr<ModelStatus> Status(const std::string& name) override;
   std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>
