@@ -259,6 +259,7 @@ class BatchingServedModel::Impl {
   void Infer(InferenceRequest request,
              std::function<void(InferenceResult)> done);
   absl::Status Warmup(const InferenceRequest& request) const;
+  void RecordRejection(absl::StatusCode code);
 
   const inference::ModelConfig& config() const { return config_; }
   const models::Model& model() const { return *model_; }
@@ -295,7 +296,8 @@ class BatchingServedModel::Impl {
   absl::StatusOr<models::NamedTensors> RunBatch(
       const std::vector<PendingPtr>& batch, int64_t* peak_increase_bytes) const;
   void Reject(std::vector<Rejection> rejections);
-  // Runs `pending->done` with `result` after updating the statistics.
+  // Writes the response (InferenceRequest::write_response), counts the
+  // request in the statistics, then runs `pending->done` with `result`.
   void Complete(PendingPtr pending, InferenceResult result, bool was_running);
   void RecordExecution(int64_t items, absl::Duration compute_duration,
                        int64_t peak_increase_bytes);
@@ -614,9 +616,22 @@ void BatchingServedModel::Impl::Reject(std::vector<Rejection> rejections) {
   }
 }
 
+void BatchingServedModel::Impl::RecordRejection(absl::StatusCode code) {
+  {
+    absl::MutexLock lock(&stats_mu_);
+    ++stats_.fail_count;
+  }
+  metrics_.RecordRequest(code, absl::ZeroDuration(), absl::ZeroDuration(),
+                         absl::ZeroDuration());
+}
+
 void BatchingServedModel::Impl::Complete(PendingPtr pending,
                                          InferenceResult result,
                                          bool was_running) {
+  if (result.outputs.ok() && pending->request.write_response) {
+    absl::Status written = pending->request.write_response(*result.outputs);
+    if (!written.ok()) result.outputs = std::move(written);
+  }
   const absl::Time now = absl::Now();
   {
     absl::MutexLock lock(&stats_mu_);
@@ -745,6 +760,10 @@ const std::vector<models::TensorSpec>& BatchingServedModel::outputs() const {
 void BatchingServedModel::Infer(InferenceRequest request,
                                 std::function<void(InferenceResult)> done) {
   impl_->Infer(std::move(request), std::move(done));
+}
+
+void BatchingServedModel::RecordRejection(absl::StatusCode code) {
+  impl_->RecordRejection(code);
 }
 
 int64_t BatchingServedModel::pending_requests() const {

@@ -104,6 +104,7 @@ class BatchingServedModel final : public ServedModel,
   const std::vector<models::TensorSpec>& outputs() const override;
   void Infer(InferenceRequest request,
              std::function<void(InferenceResult)> done) override;
+  void RecordRejection(absl::StatusCode code) override;
   int64_t pending_requests() const override;
   ServedModelStatistics statistics() const override;
   casting::Footprint footprint() const override;

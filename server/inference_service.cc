@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/log.h"
+#include "server/serving_metrics.h"
 #include "server/status_conversion.h"
 #include "server/tensor_conversion.h"
 #include "server/version.h"
@@ -119,44 +120,69 @@ class CancellationGuard {
 };
 
 // One inference, shared by ModelInfer and ModelStreamInfer: find the model,
-// validate and convert the inputs, run, convert the outputs into `response`.
+// validate and convert the inputs, run, convert the outputs into `response`
+// (on the model's worker thread, before the request is counted). The request
+// counts once, as a success or a failure, whichever step refused it.
 // `request` and `response` must stay alive until `done` runs (exactly once).
 void RunInference(ModelManager* manager,
                   const inference::ModelInferRequest* request,
                   absl::StatusOr<absl::Time> request_deadline,
                   std::shared_ptr<CancellationGuard> guard,
+                  int64_t max_response_bytes,
                   inference::ModelInferResponse* response,
                   std::function<void(absl::Status)> done) {
-  if (!request_deadline.ok()) return done(request_deadline.status());
+  if (!request_deadline.ok()) {
+    UnroutedRequests::Global().Record(request_deadline.status().code());
+    return done(request_deadline.status());
+  }
   const absl::Time deadline = *request_deadline;
-  auto run = [request, deadline, guard, response,
+  auto run = [request, deadline, guard, max_response_bytes, response,
               done](ModelOrStatus model) mutable {
-    if (!model.ok()) return done(model.status());
-    const ServedModel& served = **model;
+    if (!model.ok()) {
+      UnroutedRequests::Global().Record(model.status().code());
+      return done(model.status());
+    }
+    ServedModel& served = **model;
     absl::StatusOr<std::vector<std::string>> requested =
         RequestedOutputs(*request, served.outputs());
-    if (!requested.ok()) return done(requested.status());
-    absl::StatusOr<models::NamedTensors> inputs = InputsFromRequest(
-        *request, served.inputs(), served.config().max_batch_size());
-    if (!inputs.ok()) return done(inputs.status());
+    absl::StatusOr<models::NamedTensors> inputs =
+        requested.ok() ? InputsFromRequest(*request, served.inputs(),
+                                           served.config().max_batch_size())
+                       : requested.status();
+    if (!inputs.ok()) {
+      served.RecordRejection(inputs.status().code());
+      return done(inputs.status());
+    }
     InferenceRequest inference_request;
     inference_request.inputs = *std::move(inputs);
     inference_request.requested_outputs = *requested;
     inference_request.deadline = deadline;
     inference_request.is_cancelled = [guard] { return guard->IsCancelled(); };
-    (*model)->Infer(std::move(inference_request),
-                    [model = *model, request, requested = *requested, response,
-                     done](InferenceResult result) {
-                      if (!result.outputs.ok()) {
-                        return done(result.outputs.status());
-                      }
-                      done(FillResponse(*request, model->outputs(), requested,
-                                        *result.outputs, response));
-                    });
+    inference_request.write_response =
+        [request, specs = &served.outputs(), requested = *requested,
+         max_response_bytes, response](const models::NamedTensors& outputs) {
+          absl::Status written =
+              FillResponse(*request, *specs, requested, outputs, response);
+          const size_t bytes = response->ByteSizeLong();
+          if (written.ok() && bytes > static_cast<size_t>(max_response_bytes)) {
+            written = absl::ResourceExhaustedError(absl::StrCat(
+                "the response is ", bytes, " bytes, above the limit of ",
+                max_response_bytes, " bytes (--max-message-bytes)"));
+          }
+          return written;
+        };
+    served.Infer(std::move(inference_request),
+                 [model = *model, done](InferenceResult result) {
+                   done(result.outputs.status());
+                 });
   };
   WithReadyModel(manager, request->model_name(), request->model_version(),
                  deadline, std::move(run));
 }
+
+// ModelStreamInferResponse's field tag and length around its infer_response,
+// rounded up.
+constexpr int64_t kStreamEnvelopeBytes = 16;
 
 // ModelStreamInfer: reads go on while earlier requests run; responses are
 // written one at a time in request order. Finishes (OK) once the client is
@@ -166,9 +192,12 @@ class StreamInferReactor
     : public grpc::ServerBidiReactor<inference::ModelInferRequest,
                                      inference::ModelStreamInferResponse> {
  public:
+  // Each response is at most `max_message_bytes` with its envelope.
   StreamInferReactor(ModelManager* manager,
-                     grpc::CallbackServerContext* context)
+                     grpc::CallbackServerContext* context,
+                     int64_t max_message_bytes)
       : manager_(manager),
+        max_response_bytes_(max_message_bytes - kStreamEnvelopeBytes),
         context_(context),
         guard_(std::make_shared<CancellationGuard>(context)) {
     StartRead(&incoming_);
@@ -198,7 +227,7 @@ class StreamInferReactor
     if (read_more) StartRead(&incoming_);
     RunInference(
         manager_, &raw->request, RequestDeadline(*context_, raw->request),
-        guard_, raw->response.mutable_infer_response(),
+        guard_, max_response_bytes_, raw->response.mutable_infer_response(),
         [this, raw](absl::Status status) { OnInferDone(raw, status); });
   }
 
@@ -287,6 +316,7 @@ class StreamInferReactor
   }
 
   ModelManager* const manager_;
+  const int64_t max_response_bytes_;
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<CancellationGuard> guard_;
   // Written by gRPC between StartRead and OnReadDone only.
@@ -395,8 +425,11 @@ absl::StatusOr<std::optional<inference::ModelConfig>> ConfigOverride(
 }  // namespace
 
 InferenceService::InferenceService(const std::atomic<bool>* ready,
-                                   ModelManager* manager)
-    : ready_(ready), manager_(manager) {}
+                                   ModelManager* manager,
+                                   int64_t max_response_bytes)
+    : ready_(ready),
+      manager_(manager),
+      max_response_bytes_(max_response_bytes) {}
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(
     grpc::CallbackServerContext* context,
@@ -491,7 +524,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto guard = std::make_shared<CancellationGuard>(context);
   RunInference(manager_, request, RequestDeadline(*context, *request), guard,
-               response, [reactor, guard](absl::Status status) {
+               max_response_bytes_, response,
+               [reactor, guard](absl::Status status) {
                  guard->Release();
                  reactor->Finish(ToGrpcStatus(status));
                });
@@ -501,7 +535,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
 grpc::ServerBidiReactor<inference::ModelInferRequest,
                         inference::ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return new StreamInferReactor(manager_, context);
+  return new StreamInferReactor(manager_, context, max_response_bytes_);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(

@@ -23,8 +23,11 @@ class InferenceService final
     : public inference::GRPCInferenceService::CallbackService {
  public:
   // `ready` says whether the server takes requests. Both pointers are owned
-  // by the caller and must outlive the service.
-  InferenceService(const std::atomic<bool>* ready, ModelManager* manager);
+  // by the caller and must outlive the service. An inference response
+  // larger than `max_response_bytes` (the server's --max-message-bytes)
+  // fails with RESOURCE_EXHAUSTED naming both sizes.
+  InferenceService(const std::atomic<bool>* ready, ModelManager* manager,
+                   int64_t max_response_bytes);
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -59,7 +62,11 @@ class InferenceService final
       inference::ModelConfigResponse* response) override;
 
   // Deadline: the call's, shortened by a "timeout" request parameter
-  // (microseconds). Cancellation: the call's, also while queued.
+  // (microseconds). Cancellation: the call's, also while queued. Every
+  // request counts once in the statistics and metrics, whichever step
+  // refused it: against its model once one was found
+  // (ServedModel::RecordRejection, or the model's own count), otherwise in
+  // UnroutedRequests.
   grpc::ServerUnaryReactor* ModelInfer(
       grpc::CallbackServerContext* context,
       const inference::ModelInferRequest* request,
@@ -98,6 +105,7 @@ class InferenceService final
  private:
   const std::atomic<bool>* ready_;
   ModelManager* manager_;
+  const int64_t max_response_bytes_;
 };
 
 }  // namespace castserve

@@ -5,12 +5,14 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/serving_metrics.h"
 #include "server/test_util/fake_model_manager.h"
 
 namespace castserve {
@@ -50,7 +52,14 @@ class InferenceServiceTest : public ::testing::Test {
     manager_.AddModel("fake");
     manager_.AddModel("lazy", /*lazy=*/true);
     manager_.AddModel("broken", /*lazy=*/true, /*broken=*/true);
-    service_ = std::make_unique<InferenceService>(&ready_, &manager_);
+    Start(int64_t{1} << 20);
+  }
+
+  // (Re)starts the service with a response limit.
+  void Start(int64_t max_response_bytes) {
+    if (server_ != nullptr) TearDown();
+    service_ = std::make_unique<InferenceService>(&ready_, &manager_,
+                                                  max_response_bytes);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -225,6 +234,47 @@ TEST_F(InferenceServiceTest, StatisticsCountBatchesAndMemory) {
   EXPECT_EQ(
       stub_->ModelStatistics(&unknown_context, request, &stats).error_code(),
       grpc::StatusCode::NOT_FOUND);
+}
+
+// Every request counts once: rejected before the queue, failed in the
+// model, refused because its response is too large, or successful.
+TEST_F(InferenceServiceTest, EveryFailedRequestCountsOnce) {
+  auto fail_count = [this] {
+    return manager_.model("fake")->statistics().fail_count;
+  };
+  auto unrouted = [] {
+    std::array<uint64_t, 17> by_code = UnroutedRequests::Global().snapshot();
+    return std::accumulate(by_code.begin(), by_code.end(), uint64_t{0});
+  };
+  const uint64_t unrouted_before = unrouted();
+  inference::ModelInferResponse response;
+  inference::ModelInferRequest unknown_output = XRequest("fake", {1, 2});
+  unknown_output.add_outputs()->set_name("nope");
+  inference::ModelInferRequest wrong_size = XRequest("fake", {1, 2});
+  wrong_size.set_raw_input_contents(0, "abc");
+  inference::ModelInferRequest too_many =
+      XRequest("fake", {1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  inference::ModelInferRequest bad_timeout = XRequest("fake", {1, 2});
+  (*bad_timeout.mutable_parameters())["timeout"].set_string_param("soon");
+  EXPECT_FALSE(Infer(unknown_output, &response).ok());
+  EXPECT_FALSE(Infer(wrong_size, &response).ok());
+  EXPECT_FALSE(Infer(too_many, &response).ok());
+  EXPECT_EQ(fail_count(), 3u);
+  EXPECT_FALSE(Infer(XRequest("ghost", {1, 2}), &response).ok());
+  EXPECT_FALSE(Infer(bad_timeout, &response).ok());
+  EXPECT_EQ(unrouted(), unrouted_before + 2);
+  EXPECT_EQ(fail_count(), 3u) << "the unrouted ones count elsewhere";
+
+  // A response over the limit: the model's forward succeeded, the request
+  // did not.
+  Start(64);
+  grpc::Status status = Infer(XRequest("fake", {1, 2, 3, 4}), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("bytes, above the limit of 64 bytes "
+                        "(--max-message-bytes)"));
+  EXPECT_EQ(fail_count(), 4u);
+  EXPECT_EQ(manager_.model("fake")->statistics().success_count, 0u);
 }
 
 TEST_F(InferenceServiceTest, RepositoryIndexLoadUnload) {

@@ -45,6 +45,7 @@ class FakeServedModel : public ServedModel {
              std::function<void(InferenceResult)> done) override {
     done(InferenceResult());
   }
+  void RecordRejection(absl::StatusCode) override {}
   int64_t pending_requests() const override { return pending_; }
   ServedModelStatistics statistics() const override { return {}; }
   casting::Footprint footprint() const override {

@@ -36,6 +36,11 @@ struct InferenceRequest {
   // Polled while queued and before running; true drops the request with
   // CANCELLED. May be null.
   std::function<bool()> is_cancelled;
+  // Called with the request's outputs (the requested ones) after a
+  // successful forward and before the request is counted: writes the
+  // response and returns its status, so that a response that cannot be
+  // sent (too large) counts as the failure the client sees. May be null.
+  std::function<absl::Status(const models::NamedTensors&)> write_response;
 };
 
 // Durations are what Triton's statistics call queue and compute_infer.
@@ -78,6 +83,11 @@ class ServedModel {
   // RESOURCE_EXHAUSTED, server stopping -> UNAVAILABLE). Thread-safe.
   virtual void Infer(InferenceRequest request,
                      std::function<void(InferenceResult)> done) = 0;
+
+  // Counts a request for this model refused before it was queued (an
+  // unknown output, an input of the wrong shape): a failure with `code`,
+  // in the statistics and the metrics like every other request.
+  virtual void RecordRejection(absl::StatusCode code) = 0;
 
   // Requests queued or running now.
   virtual int64_t pending_requests() const = 0;

@@ -154,7 +154,8 @@ absl::Status Server::StartModels(const ServerOptions& options) {
 
 absl::Status Server::StartGrpc(const ServerOptions& options) {
   grpc::EnableDefaultHealthCheckService(true);
-  service_ = std::make_unique<InferenceService>(&ready_, manager_.get());
+  service_ = std::make_unique<InferenceService>(&ready_, manager_.get(),
+                                                options.max_message_bytes);
   grpc::ServerBuilder builder;
   // Two daemons must not silently share a port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -186,14 +186,7 @@ struct ModelFamilies {
     if (source == nullptr) return footprint.mapped_bytes();
     AddValue(peak_allocated_bytes, labels, source->peak_tracked_bytes());
     const ModelMetrics::Snapshot data = source->serving_metrics().snapshot();
-    for (int code = 1; code < kStatusCodes; ++code) {
-      if (data.requests_by_code[code] == 0) continue;
-      AddValue(
-          failure,
-          With(labels, "reason",
-               absl::StatusCodeToString(static_cast<absl::StatusCode>(code))),
-          data.requests_by_code[code]);
-    }
+    AddFailures(labels, data.requests_by_code);
     AddHistogram(batch_peak_bytes, labels, data.batch_peak_bytes);
     AddHistogram(queue_seconds, labels, data.queue_seconds);
     AddHistogram(compute_seconds, labels, data.compute_seconds);
@@ -201,6 +194,18 @@ struct ModelFamilies {
     AddHistogram(batch_size, labels, data.batch_size);
     AddLazyWork(labels, *source);
     return footprint.mapped_bytes();
+  }
+
+  void AddFailures(const Labels& labels,
+                   const std::array<uint64_t, 17>& requests_by_code) {
+    for (int code = 1; code < kStatusCodes; ++code) {
+      if (requests_by_code[code] == 0) continue;
+      AddValue(
+          failure,
+          With(labels, "reason",
+               absl::StatusCodeToString(static_cast<absl::StatusCode>(code))),
+          requests_by_code[code]);
+    }
   }
 
   void AddLazyWork(const Labels& labels, const ModelMetricsSource& source) {
@@ -311,6 +316,26 @@ std::map<std::string, LifecycleMetrics::Entry> LifecycleMetrics::snapshot()
 }
 
 // ---------------------------------------------------------------------------
+// UnroutedRequests
+
+UnroutedRequests& UnroutedRequests::Global() {
+  static auto* const global = new UnroutedRequests;
+  return *global;
+}
+
+void UnroutedRequests::Record(absl::StatusCode code) {
+  const int index = static_cast<int>(code);
+  if (index < 0 || index >= static_cast<int>(by_code_.size())) return;
+  absl::MutexLock lock(&mu_);
+  ++by_code_[index];
+}
+
+std::array<uint64_t, 17> UnroutedRequests::snapshot() const {
+  absl::MutexLock lock(&mu_);
+  return by_code_;
+}
+
+// ---------------------------------------------------------------------------
 // ServingMetrics
 
 ServingMetrics::ServingMetrics(ServingMetricsOptions options)
@@ -370,6 +395,9 @@ std::vector<MetricFamily> ServingMetrics::Collect() const {
     for (const auto& [name, model] : options_.ready_models()) {
       mapped_bytes += models.Add(labels_of(name), *model);
     }
+  }
+  if (options_.unrouted != nullptr) {
+    models.AddFailures({}, options_.unrouted->snapshot());
   }
   AddValue(mapped, {}, mapped_bytes);
   out.push_back(std::move(mapped));

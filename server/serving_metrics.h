@@ -123,6 +123,24 @@ class LifecycleMetrics {
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
 };
 
+// Inference requests refused before any model took them (unknown or
+// unavailable model, a malformed parameter), by status code. Exported as
+// castserve_request_failure_total without model and version labels, so
+// that the family counts every failed request. Thread-safe.
+class UnroutedRequests {
+ public:
+  // The process's instance, which the inference service records into.
+  static UnroutedRequests& Global();
+
+  void Record(absl::StatusCode code);
+  // Indexed by absl::StatusCode.
+  std::array<uint64_t, 17> snapshot() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::array<uint64_t, 17> by_code_ ABSL_GUARDED_BY(mu_){};
+};
+
 // One model of the repository and its lifecycle state: "UNAVAILABLE",
 // "LOADING", "READY" or "UNLOADING" (ModelStateName's strings).
 struct ModelStateSample {
@@ -140,6 +158,8 @@ struct ServingMetricsOptions {
       ready_models;
   // Not owned; null exports no lifecycle families.
   const LifecycleMetrics* lifecycle = &LifecycleMetrics::Global();
+  // Not owned; null exports no unrouted failures.
+  const UnroutedRequests* unrouted = &UnroutedRequests::Global();
   // The devices whose memory is exported, labelled with their DeviceName()
   // (not owned): the CPU tracking allocator, and CUDA devices' caching
   // allocators when LibTorch has CUDA (casting/cuda_memory_stats.h). Empty

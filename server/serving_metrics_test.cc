@@ -68,6 +68,7 @@ class FakeServedModel final : public ServedModel {
     return specs_;
   }
   void Infer(InferenceRequest, std::function<void(InferenceResult)>) override {}
+  void RecordRejection(absl::StatusCode) override {}
   int64_t pending_requests() const override { return pending; }
   ServedModelStatistics statistics() const override { return stats; }
   casting::Footprint footprint() const override { return footprint_value; }

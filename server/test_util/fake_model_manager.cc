@@ -39,6 +39,10 @@ void FakeServedModel::Infer(InferenceRequest request,
       if (scale != request.inputs.end()) y = y * scale->second;
       result.outputs = models::NamedTensors{{"y", y}, {"sum", y.sum(1)}};
     }
+    if (result.outputs.ok() && request.write_response) {
+      absl::Status written = request.write_response(*result.outputs);
+      if (!written.ok()) result.outputs = std::move(written);
+    }
     result.compute_duration = absl::Microseconds(5);
     {
       absl::MutexLock lock(&mutex_);
@@ -54,6 +58,11 @@ void FakeServedModel::Infer(InferenceRequest request,
     }
     done(std::move(result));
   }).detach();
+}
+
+void FakeServedModel::RecordRejection(absl::StatusCode code) {
+  absl::MutexLock lock(&mutex_);
+  stats_.fail_count += 1;
 }
 
 ServedModelStatistics FakeServedModel::statistics() const {

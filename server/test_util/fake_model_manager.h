@@ -31,6 +31,7 @@ class FakeServedModel : public ServedModel {
   }
   void Infer(InferenceRequest request,
              std::function<void(InferenceResult)> done) override;
+  void RecordRejection(absl::StatusCode code) override;
   int64_t pending_requests() const override { return 0; }
   ServedModelStatistics statistics() const override;
   casting::Footprint footprint() const override;
