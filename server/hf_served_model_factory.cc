@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -19,6 +20,7 @@
 #include "models/model_loader.h"
 #include "server/batching_served_model.h"
 #include "server/log.h"
+#include "server/repository_boundary.h"
 #include "server/server_flags.h"
 #include "server/tensor_conversion.h"
 
@@ -367,6 +369,50 @@ absl::Status RunWarmups(BatchingServedModel& served,
   return absl::OkStatus();
 }
 
+// The files a load opens because of the config, checked against the
+// repository on their real paths before any is opened: the model folder,
+// the checkpoint folder, every file of it the loader may open, the warmup
+// data files.
+absl::Status CheckInsideRepository(const std::string& model_directory,
+                                   const std::string& checkpoint_folder,
+                                   const inference::ModelConfig& config,
+                                   bool allow_symlinks_outside) {
+  fs::path model_dir = fs::path(model_directory).lexically_normal();
+  if (!model_dir.has_filename()) model_dir = model_dir.parent_path();
+  const RepositoryBoundary boundary{model_dir.parent_path().string(),
+                                    allow_symlinks_outside};
+  if (boundary.allow_symlinks_outside) return absl::OkStatus();
+  absl::Status inside = boundary.Check(model_dir.string(), "model folder");
+  if (inside.ok()) {
+    inside = boundary.Check(checkpoint_folder, "checkpoint folder");
+  }
+  std::error_code error;
+  for (fs::directory_iterator it(checkpoint_folder, error), end;
+       inside.ok() && !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name == "config.json" || name == "pytorch_model.bin" ||
+        absl::EndsWith(name, ".safetensors") ||
+        absl::EndsWith(name, ".safetensors.index.json")) {
+      inside = boundary.Check(it->path().string(), "checkpoint file");
+    }
+  }
+  for (const inference::ModelWarmup& warmup : config.model_warmup()) {
+    for (const auto& [name, input] : warmup.inputs()) {
+      if (!inside.ok()) return inside;
+      if (input.input_data_type_case() !=
+          inference::ModelWarmup::Input::kInputDataFile) {
+        continue;
+      }
+      absl::StatusOr<fs::path> path = ResolveInsideRepository(
+          model_directory, input.input_data_file(), "warmup input_data_file");
+      if (path.ok()) {
+        inside = boundary.Check(path->string(), "warmup input_data_file");
+      }
+    }
+  }
+  return inside;
+}
+
 absl::Status CheckDevice(const inference::ModelConfig& config) {
   for (const inference::ModelInstanceGroup& group : config.instance_group()) {
     if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
@@ -583,6 +629,12 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
   absl::StatusOr<std::string> folder =
       CheckpointFolder(model_directory, config.checkpoint().path());
   if (!folder.ok()) return folder.status();
+  if (absl::Status inside =
+          CheckInsideRepository(model_directory, *folder, config,
+                                options_.allow_symlinks_outside_repository);
+      !inside.ok()) {
+    return inside;
+  }
   absl::StatusOr<models::WeightPolicyOptions> options =
       WeightPolicyFromConfig(config.weights());
   if (!options.ok()) return options.status();

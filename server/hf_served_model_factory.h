@@ -28,6 +28,10 @@ struct FactoryOptions {
   int intra_op_threads = 0;
   // LibTorch's inter-op pool; 0 keeps its default.
   int inter_op_threads = 0;
+  // The model folder, its checkpoint folder and files and its warmup data
+  // files may be symlinks that lead outside the repository (the folder
+  // that holds the model folder); see RepositoryBoundary.
+  bool allow_symlinks_outside_repository = false;
 
   // Limits on what a config may ask for, checked before anything is
   // allocated or started: a config past one fails to load with the limit

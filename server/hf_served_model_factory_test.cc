@@ -18,6 +18,14 @@
 namespace castserve {
 namespace {
 
+// Bazel's runfiles are symlinks into the source tree: the fixture's files
+// lead outside their "repository" (RepositoryBoundary).
+FactoryOptions RunfilesOptions() {
+  FactoryOptions options;
+  options.allow_symlinks_outside_repository = true;
+  return options;
+}
+
 namespace fs = std::filesystem;
 
 // Runfiles-relative: a Hugging Face BertModel folder with reference outputs.
@@ -58,7 +66,7 @@ InferenceResult InferNow(ServedModel& model, InferenceRequest request) {
 }
 
 TEST(HfServedModelFactoryTest, ServesTheBertFixtureWithReferenceOutputs) {
-  HfServedModelFactory factory;
+  HfServedModelFactory factory(RunfilesOptions());
   absl::StatusOr<std::shared_ptr<ServedModel>> model =
       factory.Create(kBertDirectory, BertConfig(), nullptr);
   ASSERT_TRUE(model.ok()) << model.status();
@@ -75,7 +83,7 @@ TEST(HfServedModelFactoryTest, ServesTheBertFixtureWithReferenceOutputs) {
 }
 
 TEST(HfServedModelFactoryTest, FillsTheSignatureWithoutTheBatchDimension) {
-  HfServedModelFactory factory;
+  HfServedModelFactory factory(RunfilesOptions());
   absl::StatusOr<std::shared_ptr<ServedModel>> model =
       factory.Create(kBertDirectory, BertConfig(), nullptr);
   ASSERT_TRUE(model.ok()) << model.status();
@@ -199,7 +207,7 @@ TEST(HfServedModelFactoryTest, LayerwiseCastingMatchesTheRoundTripReference) {
       inference::STORAGE_DTYPE_F8_E4M3FN);
   weights->mutable_casting()->set_compute_dtype(inference::COMPUTE_DTYPE_F32);
   weights->mutable_casting()->set_scaling(inference::SCALING_PER_ROW);
-  HfServedModelFactory factory;
+  HfServedModelFactory factory(RunfilesOptions());
   absl::StatusOr<std::shared_ptr<ServedModel>> model =
       factory.Create(kBertDirectory, config, nullptr);
   ASSERT_TRUE(model.ok()) << model.status();
@@ -220,7 +228,7 @@ TEST(HfServedModelFactoryTest, LayerwiseCastingMatchesTheRoundTripReference) {
 TEST(HfServedModelFactoryTest, UnloadReleasesTheTrackedMemory) {
   ASSERT_TRUE(casting::TrackingAllocator::InstallTrackingCpuAllocator().ok());
   casting::TrackingAllocator* tracker = casting::TrackingAllocator::Installed();
-  HfServedModelFactory factory;
+  HfServedModelFactory factory(RunfilesOptions());
   inference::ModelConfig config = BertConfig();
   config.mutable_weights()->set_materialization(
       inference::MATERIALIZATION_EAGER);
@@ -252,7 +260,7 @@ TEST(HfServedModelFactoryTest, CheckpointPathStaysInsideTheRepository) {
               absl::StatusCode::kInvalidArgument)
         << path;
   }
-  HfServedModelFactory factory;
+  HfServedModelFactory factory(RunfilesOptions());
   inference::ModelConfig config = BertConfig();
   config.mutable_checkpoint()->set_path("/models/testdata/bert");
   EXPECT_EQ(factory.Create(kBertDirectory, config, nullptr).status().code(),
@@ -265,7 +273,7 @@ TEST(HfServedModelFactoryTest, CheckpointPathStaysInsideTheRepository) {
 }
 
 TEST(HfServedModelFactoryTest, WarmupRequestsRunBeforeTheModelIsReturned) {
-  HfServedModelFactory factory;
+  HfServedModelFactory factory(RunfilesOptions());
   inference::ModelConfig config = BertConfig();
   inference::ModelWarmup* warmup = config.add_model_warmup();
   warmup->set_name("zeros");
@@ -348,7 +356,7 @@ void ExpectLoadFails(HfServedModelFactory& factory,
 }
 
 TEST(HfServedModelFactoryTest, ConfigSizesAreCheckedBeforeAnythingIsAllocated) {
-  FactoryOptions options;
+  FactoryOptions options = RunfilesOptions();
   options.max_warmup_request_bytes = 1 << 20;
   options.max_instances = 8;
   HfServedModelFactory factory(options);
@@ -370,7 +378,7 @@ TEST(HfServedModelFactoryTest, ConfigSizesAreCheckedBeforeAnythingIsAllocated) {
 }
 
 TEST(HfServedModelFactoryTest, WarmupsStopAtTheirTimeLimit) {
-  FactoryOptions options;
+  FactoryOptions options = RunfilesOptions();
   options.max_warmup_duration = absl::Milliseconds(50);
   HfServedModelFactory factory(options);
   ExpectLoadFails(factory, WarmupConfig({8}, 1000),
@@ -433,7 +441,7 @@ TEST(IntraOpThreadsForTest, ParameterThenFlagThenCoresPerInstance) {
 }
 
 TEST(HfServedModelFactoryTest, GpuInstancesAreUnimplementedOnThisBuild) {
-  HfServedModelFactory factory;
+  HfServedModelFactory factory(RunfilesOptions());
   inference::ModelConfig config = BertConfig();
   config.add_instance_group()->set_kind(
       inference::ModelInstanceGroup::KIND_GPU);

@@ -104,6 +104,8 @@ int Run(const ServerFlags& flags) {
   options.inter_op_threads = flags.inter_op_threads;
   options.max_instances_per_model = flags.max_instances_per_model;
   options.max_warmup_seconds = flags.max_warmup_seconds;
+  options.allow_symlinks_outside_repository =
+      flags.allow_symlinks_outside_repository;
   options.stop = stop;
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
   if (!server.ok()) {

@@ -262,7 +262,7 @@ absl::Status ModelManagerImpl::RunClaimedLoad(
   }
   absl::StatusOr<inference::ModelConfig> config =
       override.has_value() ? CheckOverride(name, *std::move(override))
-                           : LoadModelConfig(directory, name);
+                           : repository_.LoadConfig(name);
   absl::Status status = config.status();
   if (status.ok()) status = MakeRoom(name, nullptr);
   std::shared_ptr<ServedModel> created;
@@ -331,7 +331,7 @@ void ModelManagerImpl::StartLoadOnRequestLocked(const std::string& name) {
 
 void ModelManagerImpl::AddSlotFromRepository(const std::string& name) {
   const absl::StatusOr<inference::ModelConfig> config =
-      LoadModelConfig(DirectoryOf(name), name);
+      repository_.LoadConfig(name);
   const ModelStatus status = UnloadedStatus(name, config);
   absl::MutexLock lock(&mu_);
   if (slots_.count(name) > 0) return;  // Another caller was faster.
@@ -467,7 +467,7 @@ absl::StatusOr<ModelStatus> ModelManagerImpl::Status(const std::string& name) {
       }
     }
     if (InRepository(name)) {
-      return UnloadedStatus(name, LoadModelConfig(DirectoryOf(name), name));
+      return UnloadedStatus(name, repository_.LoadConfig(name));
     }
   }
   return absl::NotFoundError(absl::StrCat("unknown model ", Abbreviated(name)));

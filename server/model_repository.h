@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/model_config.pb.h"
+#include "server/repository_boundary.h"
 
 namespace castserve {
 
@@ -23,21 +24,29 @@ struct ModelEntry {
 class ModelRepository {
  public:
   // Fails with NotFound if `path` does not exist, FailedPrecondition if it is
-  // not a directory, PermissionDenied if it cannot be listed.
+  // not a directory, PermissionDenied if it cannot be listed. Model folders
+  // and config.pbtxt files whose symlinks lead outside `path` are bad models
+  // unless `allow_symlinks_outside` (RepositoryBoundary).
   static absl::StatusOr<std::unique_ptr<ModelRepository>> Open(
-      const std::string& path);
+      const std::string& path, bool allow_symlinks_outside = false);
 
   // Every model directory, sorted by name. Hidden entries (".*") and plain
   // files are ignored. A bad model yields an entry with an error status; only
   // failing to list the repository itself fails the scan.
   absl::StatusOr<std::vector<ModelEntry>> Scan() const;
 
-  const std::string& path() const { return path_; }
+  // The parsed and checked config.pbtxt of model `name` (a plain name).
+  absl::StatusOr<inference::ModelConfig> LoadConfig(
+      const std::string& name) const;
+
+  const std::string& path() const { return boundary_.root; }
+  const RepositoryBoundary& boundary() const { return boundary_; }
 
  private:
-  explicit ModelRepository(std::string path) : path_(std::move(path)) {}
+  explicit ModelRepository(RepositoryBoundary boundary)
+      : boundary_(std::move(boundary)) {}
 
-  std::string path_;
+  const RepositoryBoundary boundary_;
 };
 
 }  // namespace castserve

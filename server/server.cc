@@ -64,7 +64,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
     const ServerOptions& options) {
   std::unique_ptr<Server> server(new Server());
   absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
-      ModelRepository::Open(options.model_repository);
+      ModelRepository::Open(options.model_repository,
+                            options.allow_symlinks_outside_repository);
   if (!repository.ok()) return repository.status();
   server->repository_ = *std::move(repository);
   if (absl::Status status = server->ScanRepository(); !status.ok()) {
@@ -132,6 +133,8 @@ absl::Status Server::StartModels(const ServerOptions& options) {
   factory_options.max_instances = options.max_instances_per_model;
   factory_options.max_warmup_duration =
       absl::Seconds(options.max_warmup_seconds);
+  factory_options.allow_symlinks_outside_repository =
+      options.allow_symlinks_outside_repository;
   factory_ = std::make_unique<HfServedModelFactory>(factory_options);
   ModelManagerOptions manager_options;
   manager_options.repository = repository_.get();

@@ -38,6 +38,7 @@ struct ServerOptions {
   int inter_op_threads = 0;
   int max_instances_per_model = 16;
   double max_warmup_seconds = 300;
+  bool allow_symlinks_outside_repository = false;
   // Set by the caller to stop at once (a stop signal during startup):
   // cancels every load and forward. May be null.
   std::shared_ptr<const models::Cancellation> stop;

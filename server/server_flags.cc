@@ -57,6 +57,16 @@ absl::Status ParseCount(absl::string_view flag, const std::string& value,
   return absl::OkStatus();
 }
 
+// Flags that take no value (or =true / =false), by name.
+const std::map<std::string, bool ServerFlags::*, std::less<>>& SwitchFlags() {
+  static const auto* flags =
+      new std::map<std::string, bool ServerFlags::*, std::less<>>{
+          {"allow-symlinks-outside-repository",
+           &ServerFlags::allow_symlinks_outside_repository},
+      };
+  return *flags;
+}
+
 using ValueSetter =
     std::function<absl::Status(const std::string& value, ServerFlags& flags)>;
 
@@ -178,6 +188,16 @@ absl::StatusOr<ServerFlags> ParseServerFlags(
     const size_t eq = arg.find('=');
     const std::string name =
         arg.substr(2, eq == std::string::npos ? eq : eq - 2);
+    if (auto on = SwitchFlags().find(name); on != SwitchFlags().end()) {
+      const std::string value =
+          eq == std::string::npos ? "true" : arg.substr(eq + 1);
+      if (value != "true" && value != "false") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, ": '", value, "' is not true or false"));
+      }
+      flags.*(on->second) = value == "true";
+      continue;
+    }
     auto it = ValueFlags().find(name);
     if (it == ValueFlags().end()) {
       return absl::InvalidArgumentError(
@@ -233,6 +253,10 @@ Flags:
   --max-warmup-seconds=S        how long a model's warmups may run before its
                                 load fails (default 300); a warmup request's
                                 inputs are bounded by --max-message-bytes
+  --allow-symlinks-outside-repository
+                                let model folders, config.pbtxt, checkpoint
+                                files and warmup files be symlinks that lead
+                                outside the repository (default: refused)
   --shutdown-grace-seconds=S    on SIGTERM/SIGINT, how long in-flight calls may
                                 finish before they are cancelled (default 10);
                                 the process exits at most 5 s after that

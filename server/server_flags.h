@@ -37,11 +37,15 @@ struct ServerFlags {
   // warmups may run before its load fails.
   int max_instances_per_model = 16;
   double max_warmup_seconds = 300;
+  // Model folders, config.pbtxt files, checkpoints and warmup files may be
+  // symlinks that lead outside the repository (RepositoryBoundary).
+  bool allow_symlinks_outside_repository = false;
   bool show_help = false;
   bool show_version = false;
 };
 
-// Parses argv[1..]. Accepts `--flag=value` and `--flag value`. Returns
+// Parses argv[1..]. Accepts `--flag=value` and `--flag value`; switches
+// take no value (`--switch`, or `--switch=true|false`). Returns
 // InvalidArgument with a one-line message naming the flag for unknown flags,
 // missing or malformed values, and a missing --model-repository (unless
 // --help or --version was given).

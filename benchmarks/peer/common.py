@@ -137,13 +137,16 @@ def start_castserve(children, binary, repository, flags, threads, log_path,
     flags actually used).
 
     `--intra-op-threads=<threads>` is added unless `flags` sets it (castserve
-    otherwise uses cores / instances); OMP_NUM_THREADS and MKL_NUM_THREADS are
+    otherwise uses cores / instances), and
+    `--allow-symlinks-outside-repository`; OMP_NUM_THREADS and MKL_NUM_THREADS are
     set too. A flag castserve rejects as unknown is dropped (with a warning)
     and the daemon started again without it. A daemon that exits without a
     word (its binary being rebuilt) is retried after a pause."""
     flags = list(flags)
     if not any(f.startswith("--intra-op-threads") for f in flags):
         flags.append(f"--intra-op-threads={threads}")
+    # The benchmark repositories link the checkpoints in (`hf` symlinks).
+    flags.append("--allow-symlinks-outside-repository")
     silent_exits = 0
     while True:
         wait_for_file(binary, what="castserve binary")
