@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -277,25 +278,25 @@ class BertEncoderStack : public Module {
 
 absl::StatusOr<BertConfig> BertConfig::FromHf(const HfConfig& hf) {
   BertConfig c;
-  absl::Status status;
-  auto read_int = [&](absl::string_view key, int64_t* out) {
-    if (!status.ok()) return;
-    absl::StatusOr<int64_t> value = hf.GetInt(key, *out);
-    if (value.ok() && *value <= 0 && key != "type_vocab_size") {
-      value = absl::InvalidArgumentError(
-          absl::StrCat(hf.label(), ": '", key, "' must be positive"));
-    }
-    if (value.ok()) *out = *value;
-    status = value.status();
+  struct Field {
+    const char* key;
+    int64_t* value;
+    bool required;
   };
-  read_int("vocab_size", &c.vocab_size);
-  read_int("hidden_size", &c.hidden_size);
-  read_int("num_hidden_layers", &c.num_hidden_layers);
-  read_int("num_attention_heads", &c.num_attention_heads);
-  read_int("intermediate_size", &c.intermediate_size);
-  read_int("max_position_embeddings", &c.max_position_embeddings);
-  read_int("type_vocab_size", &c.type_vocab_size);
-  if (!status.ok()) return status;
+  for (const Field& field : std::vector<Field>{
+           {"vocab_size", &c.vocab_size, true},
+           {"hidden_size", &c.hidden_size, true},
+           {"num_hidden_layers", &c.num_hidden_layers, true},
+           {"num_attention_heads", &c.num_attention_heads, true},
+           {"intermediate_size", &c.intermediate_size, true},
+           {"max_position_embeddings", &c.max_position_embeddings, false},
+           {"type_vocab_size", &c.type_vocab_size, false}}) {
+    absl::StatusOr<int64_t> value = field.required
+                                        ? hf.GetSize(field.key)
+                                        : hf.GetSize(field.key, *field.value);
+    if (!value.ok()) return value.status();
+    *field.value = *value;
+  }
   absl::StatusOr<double> eps = hf.GetDouble("layer_norm_eps", 1e-12);
   absl::StatusOr<std::string> act = hf.GetString("hidden_act", "gelu");
   absl::StatusOr<std::string> positions =

@@ -405,7 +405,7 @@ absl::Status ReadRope(const HfConfig& config, LlamaConfig& out) {
   if (out.rope.type != RopeType::kLlama3) return absl::OkStatus();
   auto low = scaling->GetDouble("low_freq_factor");
   auto high = scaling->GetDouble("high_freq_factor");
-  auto original = scaling->GetInt("original_max_position_embeddings");
+  auto original = scaling->GetSize("original_max_position_embeddings");
   for (const absl::Status& s :
        {low.status(), high.status(), original.status()}) {
     if (!s.ok()) return s;
@@ -416,7 +416,8 @@ absl::Status ReadRope(const HfConfig& config, LlamaConfig& out) {
   return out.rope.Validate();
 }
 
-// Reads the integer fields; each one is required unless it has a default.
+// Reads the sizes, range-checked; each one is required unless it has a
+// default.
 absl::Status ReadSizes(const HfConfig& config, LlamaConfig& out) {
   struct Field {
     const char* key;
@@ -429,28 +430,32 @@ absl::Status ReadSizes(const HfConfig& config, LlamaConfig& out) {
            {"num_hidden_layers", &out.num_hidden_layers},
            {"num_attention_heads", &out.num_attention_heads},
            {"max_position_embeddings", &out.max_position_embeddings}}) {
-    absl::StatusOr<int64_t> value = config.GetInt(field.key);
+    absl::StatusOr<int64_t> value = config.GetSize(field.key);
     if (!value.ok()) return value.status();
-    if (*value <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          config.label(), ": ", field.key, " must be positive, got ", *value));
-    }
     *field.value = *value;
   }
-  auto kv_heads = config.GetInt("num_key_value_heads", out.num_attention_heads);
-  auto head_dim =
-      config.GetInt("head_dim", out.hidden_size / out.num_attention_heads);
+  auto kv_heads =
+      config.GetSize("num_key_value_heads", out.num_attention_heads);
   if (!kv_heads.ok()) return kv_heads.status();
-  if (!head_dim.ok()) return head_dim.status();
   out.num_key_value_heads = *kv_heads;
-  out.head_dim = *head_dim;
-  if (out.num_key_value_heads <= 0 ||
-      out.num_attention_heads % out.num_key_value_heads != 0) {
+  if (out.num_attention_heads % out.num_key_value_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         config.label(), ": num_attention_heads (", out.num_attention_heads,
         ") must be a multiple of num_key_value_heads (",
         out.num_key_value_heads, ")"));
   }
+  // Without head_dim, transformers splits hidden_size between the heads.
+  if (!config.Has("head_dim") &&
+      out.hidden_size % out.num_attention_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.label(), ": hidden_size (", out.hidden_size,
+                     ") must be a multiple of num_attention_heads (",
+                     out.num_attention_heads, ") when head_dim is not given"));
+  }
+  auto head_dim =
+      config.GetSize("head_dim", out.hidden_size / out.num_attention_heads);
+  if (!head_dim.ok()) return head_dim.status();
+  out.head_dim = *head_dim;
   return absl::OkStatus();
 }
 
@@ -478,7 +483,7 @@ absl::Status ReadVariant(const HfConfig& config, LlamaConfig& out) {
     return absl::OkStatus();
   }
   if (out.model_type == "mistral") {
-    auto window = config.GetInt("sliding_window", 0);
+    auto window = config.GetSize("sliding_window", 0);
     if (!window.ok()) return window.status();
     out.sliding_window = *window;
     return absl::OkStatus();

@@ -303,6 +303,41 @@ TEST(LlamaConfigTest, RejectsUnsupportedRopeAndHeads) {
                   .ok());
 }
 
+TEST(LlamaConfigTest, SizesOutOfRangeFailNamingTheField) {
+  auto error = [](const std::string& sizes) {
+    auto config = HfConfig::Parse(R"({"model_type": "llama", )" + sizes + "}",
+                                  "config.json");
+    EXPECT_TRUE(config.ok()) << config.status();
+    return std::string(LlamaConfig::FromHf(*config).status().message());
+  };
+  const std::string base = R"("vocab_size": 40, "intermediate_size": 24,
+      "num_hidden_layers": 2, "max_position_embeddings": 12, )";
+  EXPECT_EQ(error(base + R"("hidden_size": 1000000000,
+                            "num_attention_heads": 4)"),
+            "config.json: hidden_size is 1000000000, outside [1, 65536]");
+  EXPECT_EQ(error(base + R"("hidden_size": 16, "num_attention_heads": 4,
+                            "num_key_value_heads": 0)"),
+            "config.json: num_key_value_heads is 0, outside [1, 1024]");
+  EXPECT_EQ(error(base + R"("hidden_size": 16, "num_attention_heads": 4,
+                            "head_dim": 100000)"),
+            "config.json: head_dim is 100000, outside [1, 4096]");
+  EXPECT_THAT(error(base + R"("hidden_size": 16, "num_attention_heads": 3)"),
+              HasSubstr("hidden_size (16) must be a multiple of "
+                        "num_attention_heads (3)"));
+  EXPECT_EQ(error(R"("vocab_size": 40, "intermediate_size": 24,
+      "num_hidden_layers": 100000, "max_position_embeddings": 12,
+      "hidden_size": 16, "num_attention_heads": 4)"),
+            "config.json: num_hidden_layers is 100000, outside [1, 1024]");
+  EXPECT_EQ(error(R"("vocab_size": 40000000000, "intermediate_size": 24,
+      "num_hidden_layers": 2, "max_position_embeddings": 12,
+      "hidden_size": 16, "num_attention_heads": 4)"),
+            "config.json: vocab_size is 40000000000, outside [1, 16777216]");
+  // With an explicit head_dim the heads need not split hidden_size.
+  EXPECT_EQ(error(base + R"("hidden_size": 16, "num_attention_heads": 3,
+                            "head_dim": 8)"),
+            "");
+}
+
 // ---- Fixtures recorded with transformers (tools/gen_model_fixtures.py) ----
 
 class LlamaFixtureTest : public ::testing::TestWithParam<std::string> {

@@ -165,12 +165,8 @@ absl::StatusOr<VisionTowerConfig> VisionTowerConfig::FromHf(
                           {"num_channels", &out.num_channels},
                           {"image_size", &out.image_size},
                           {"patch_size", &out.patch_size}}) {
-    absl::StatusOr<int64_t> value = config.GetInt(field.key, *field.value);
+    absl::StatusOr<int64_t> value = config.GetSize(field.key, *field.value);
     if (!value.ok()) return value.status();
-    if (*value <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          config.label(), ": ", field.key, " must be positive, got ", *value));
-    }
     *field.value = *value;
   }
   // image_size need not divide by patch_size: the patch convolution (stride

@@ -55,9 +55,9 @@ struct VisionTowerConfig {
 
   // Fields absent from `config` keep the values of `defaults` (the
   // transformers class defaults, which save_pretrained leaves out).
-  // InvalidArgument naming the key for non-positive sizes, a hidden size not
-  // divisible by the heads, an image size not divisible by the patch size or
-  // an unknown activation.
+  // InvalidArgument naming the key for a size out of range
+  // (HfConfig::GetSize), a hidden size not divisible by the heads, an image
+  // smaller than a patch or an unknown activation.
   static absl::StatusOr<VisionTowerConfig> FromHf(
       const HfConfig& config, const VisionTowerConfig& defaults,
       const std::string& default_activation);
