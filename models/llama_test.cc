@@ -5,8 +5,11 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "casting/casting_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -272,11 +275,34 @@ TEST(LlamaTest, MissingOrMisshapedWeightsFailAtLoad) {
   auto no_key = LoadHfModel(WriteModel(tiny, missing, "missing"), {});
   EXPECT_THAT(std::string(no_key.status().message()),
               HasSubstr("model.layers.1.mlp.up_proj.weight"));
-  Tensors misshaped = RandomWeights(tiny);
-  misshaped["model.layers.0.self_attn.k_proj.weight"] = at::zeros({16, 16});
-  auto bad_shape = LoadHfModel(WriteModel(tiny, misshaped, "misshaped"), {});
-  EXPECT_THAT(std::string(bad_shape.status().message()),
-              HasSubstr("model.layers.0.self_attn.k_proj.weight"));
+  // One wrong shape of each kind of weight, loaded mapped and lazily.
+  TinyModel biased;
+  biased.model_type = "qwen2";  // q/k/v biases.
+  biased.qkv_bias = true;
+  biased.tied = true;
+  WeightPolicyOptions mapped;
+  mapped.residency = casting::Residency::kMapped;
+  const std::pair<const char*, std::vector<int64_t>> cases[] = {
+      {"model.embed_tokens.weight", {211, 16}},
+      {"model.layers.0.self_attn.k_proj.weight", {16, 16}},
+      {"model.layers.1.self_attn.v_proj.bias", {16}},
+      {"model.layers.1.mlp.down_proj.weight", {24, 16}},
+      {"model.layers.0.post_attention_layernorm.weight", {64}},
+      {"model.norm.weight", {16, 1}},
+  };
+  for (const auto& [key, shape] : cases) {
+    Tensors misshaped = RandomWeights(biased);
+    const std::vector<int64_t> expected = misshaped.at(key).sizes().vec();
+    misshaped[key] = at::zeros(shape);
+    auto bad_shape =
+        LoadHfModel(WriteModel(biased, misshaped, "misshaped"), mapped);
+    EXPECT_EQ(bad_shape.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        std::string(bad_shape.status().message()),
+        HasSubstr(absl::StrCat("weight '", key, "': expected shape [",
+                               absl::StrJoin(expected, ", "), "], found [",
+                               absl::StrJoin(shape, ", "), "]")));
+  }
 }
 
 TEST(LlamaConfigTest, RejectsUnsupportedRopeAndHeads) {

@@ -113,8 +113,11 @@ class VisionMlp : public Module {
   const Linear* fc2_ = nullptr;
 };
 
-// LayerNorm `name` over hidden_size with the config's eps, its weight's
-// shape checked.
+// The patch embedding's convolution: num_channels to hidden_size, kernel
+// and stride patch_size, no padding.
+Conv2d::Options PatchConv2d(const VisionTowerConfig& config, bool bias);
+
+// LayerNorm `name` over hidden_size with the config's eps.
 absl::StatusOr<std::unique_ptr<LayerNorm>> MakeVisionLayerNorm(
     const std::string& name, const VisionTowerConfig& config,
     const WeightFactory& weights);
