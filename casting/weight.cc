@@ -124,7 +124,8 @@ absl::StatusOr<std::unique_ptr<Weight>> Weight::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("weight '", entry_name, "': ", status.message()));
   }
-  const bool passthrough = PassthroughScalarType(entry->dtype).has_value();
+  const bool passthrough = options.pass_through_integers &&
+                           PassthroughScalarType(entry->dtype).has_value();
   if (!passthrough && !CodecElementType(entry->dtype).has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weight '", entry_name, "' has dtype ", DTypeName(entry->dtype),

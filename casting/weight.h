@@ -64,6 +64,10 @@ struct WeightOptions {
   ElementType compute_dtype = ElementType::kF32;
   ComputeCopyPolicy compute_copy = ComputeCopyPolicy::kCached;
   CodecOptions codec;
+  // Integer and bool tensors (token type ids, position ids) pass through
+  // uncast. False makes them an error like any dtype the codec cannot read:
+  // a layer's parameters must be floating (models/weight_factory.h).
+  bool pass_through_integers = true;
   // With transient copies: where compute copies come from and go back to.
   // Null allocates each one anew. Typically one pool per model. (A mapped
   // tensor decodes straight from the mapping; encoding resident copies and
@@ -121,7 +125,8 @@ class Weight {
   // `entry_name` must name a tensor of `checkpoint`. InvalidArgument for an
   // unknown name, a compute dtype that is not F32/F16/BF16, an invalid
   // storage format, or a source dtype the codec cannot read (F64, complex,
-  // sub-byte floats). Reads no tensor data.
+  // sub-byte floats; integers unless options.pass_through_integers). Reads
+  // no tensor data.
   static absl::StatusOr<std::unique_ptr<Weight>> Create(
       std::shared_ptr<const Checkpoint> checkpoint,
       absl::string_view entry_name, WeightOptions options);

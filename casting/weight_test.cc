@@ -311,6 +311,16 @@ TEST_F(WeightTest, IntegerTensorsPassThroughUncast) {
   EXPECT_TRUE(handle->tensor().equal(at::arange(6, at::kLong)));
 }
 
+TEST_F(WeightTest, IntegerTensorsAreRejectedWhereOnlyFloatsMayPass) {
+  WeightOptions options;
+  options.pass_through_integers = false;
+  absl::Status status = Weight::Create(checkpoint_, "ids", options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("weight 'ids' has dtype I64"));
+  EXPECT_THAT(status.message(), HasSubstr("F32, F16, BF16"));
+  EXPECT_TRUE(Weight::Create(checkpoint_, "w_bf16", options).ok());
+}
+
 TEST_F(WeightTest, PrefetchComputeMeansTheNextAcquireDoesNotDecode) {
   WeightOptions options;
   options.storage = {ElementType::kF8E4M3FN, Scaling::kPerTensor};

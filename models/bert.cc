@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -29,22 +30,28 @@ class BertEmbeddings : public Module {
   static absl::StatusOr<std::unique_ptr<BertEmbeddings>> Create(
       const BertConfig& config, const WeightFactory& weights) {
     std::unique_ptr<BertEmbeddings> e(new BertEmbeddings());
+    const int64_t hidden = config.hidden_size;
     absl::Status status =
-        Adopt(*e, Embedding::Create("embeddings.word_embeddings", weights),
+        Adopt(*e,
+              Embedding::Create("embeddings.word_embeddings", weights,
+                                config.vocab_size, hidden),
               &e->word_);
     if (status.ok()) {
-      status = Adopt(
-          *e, Embedding::Create("embeddings.position_embeddings", weights),
-          &e->position_);
-    }
-    if (status.ok()) {
-      status = Adopt(
-          *e, Embedding::Create("embeddings.token_type_embeddings", weights),
-          &e->token_type_);
+      status =
+          Adopt(*e,
+                Embedding::Create("embeddings.position_embeddings", weights,
+                                  config.max_position_embeddings, hidden),
+                &e->position_);
     }
     if (status.ok()) {
       status = Adopt(*e,
-                     LayerNorm::Create("embeddings.LayerNorm", weights,
+                     Embedding::Create("embeddings.token_type_embeddings",
+                                       weights, config.type_vocab_size, hidden),
+                     &e->token_type_);
+    }
+    if (status.ok()) {
+      status = Adopt(*e,
+                     LayerNorm::Create("embeddings.LayerNorm", weights, hidden,
                                        config.layer_norm_eps),
                      &e->norm_);
     }
@@ -77,15 +84,19 @@ class BertSelfAttention : public Module {
       const WeightFactory& weights) {
     std::unique_ptr<BertSelfAttention> a(
         new BertSelfAttention(name, config.num_attention_heads));
-    absl::Status status =
-        Adopt(*a, Linear::Create(name + ".query", weights, true), &a->query_);
+    const int64_t hidden = config.hidden_size;
+    absl::Status status = Adopt(
+        *a, Linear::Create(name + ".query", weights, hidden, hidden, true),
+        &a->query_);
     if (status.ok()) {
-      status =
-          Adopt(*a, Linear::Create(name + ".key", weights, true), &a->key_);
+      status = Adopt(
+          *a, Linear::Create(name + ".key", weights, hidden, hidden, true),
+          &a->key_);
     }
     if (status.ok()) {
-      status =
-          Adopt(*a, Linear::Create(name + ".value", weights, true), &a->value_);
+      status = Adopt(
+          *a, Linear::Create(name + ".value", weights, hidden, hidden, true),
+          &a->value_);
     }
     if (!status.ok()) return status;
     return a;
@@ -118,21 +129,25 @@ class BertSelfAttention : public Module {
   Linear* value_ = nullptr;
 };
 
-// A dense projection, added to the residual, then LayerNorm: BertSelfOutput
-// and BertOutput.
+// A dense projection from `in_features` to hidden_size, added to the
+// residual, then LayerNorm: BertSelfOutput and BertOutput.
 class DenseAddNorm : public Module {
  public:
   static absl::StatusOr<std::unique_ptr<DenseAddNorm>> Create(
-      const std::string& name, const std::string& kind,
+      const std::string& name, const std::string& kind, int64_t in_features,
       const BertConfig& config, const WeightFactory& weights) {
     std::unique_ptr<DenseAddNorm> m(new DenseAddNorm(name, kind));
     absl::Status status =
-        Adopt(*m, Linear::Create(name + ".dense", weights, true), &m->dense_);
+        Adopt(*m,
+              Linear::Create(name + ".dense", weights, in_features,
+                             config.hidden_size, true),
+              &m->dense_);
     if (status.ok()) {
-      status = Adopt(*m,
-                     LayerNorm::Create(name + ".LayerNorm", weights,
-                                       config.layer_norm_eps),
-                     &m->norm_);
+      status =
+          Adopt(*m,
+                LayerNorm::Create(name + ".LayerNorm", weights,
+                                  config.hidden_size, config.layer_norm_eps),
+                &m->norm_);
     }
     if (!status.ok()) return status;
     return m;
@@ -165,22 +180,25 @@ class BertLayer : public Module {
         BertSelfAttention::Create(name + ".attention.self", config, weights),
         &l->self_attention_);
     if (status.ok()) {
-      status = Adopt(*attention,
-                     DenseAddNorm::Create(name + ".attention.output",
-                                          "BertSelfOutput", config, weights),
-                     &l->attention_output_);
-    }
-    if (status.ok()) {
-      status =
-          Adopt(*intermediate,
-                Linear::Create(name + ".intermediate.dense", weights, true),
-                &l->intermediate_);
+      status = Adopt(
+          *attention,
+          DenseAddNorm::Create(name + ".attention.output", "BertSelfOutput",
+                               config.hidden_size, config, weights),
+          &l->attention_output_);
     }
     if (status.ok()) {
       status = Adopt(
-          *l,
-          DenseAddNorm::Create(name + ".output", "BertOutput", config, weights),
-          &l->output_);
+          *intermediate,
+          Linear::Create(name + ".intermediate.dense", weights,
+                         config.hidden_size, config.intermediate_size, true),
+          &l->intermediate_);
+    }
+    if (status.ok()) {
+      status =
+          Adopt(*l,
+                DenseAddNorm::Create(name + ".output", "BertOutput",
+                                     config.intermediate_size, config, weights),
+                &l->output_);
     }
     if (!status.ok()) return status;
     return l;
@@ -232,7 +250,9 @@ class BertEncoderStack : public Module {
     if (status.ok() && weights.Has("pooler.dense", "weight")) {
       Module* pooler =
           root->AddChild(std::make_unique<Module>("pooler", "BertPooler"));
-      status = Adopt(*pooler, Linear::Create("pooler.dense", weights, true),
+      status = Adopt(*pooler,
+                     Linear::Create("pooler.dense", weights, config.hidden_size,
+                                    config.hidden_size, true),
                      &root->pooler_);
     }
     if (!status.ok()) return status;
@@ -277,25 +297,25 @@ class BertEncoderStack : public Module {
 
 absl::StatusOr<BertConfig> BertConfig::FromHf(const HfConfig& hf) {
   BertConfig c;
-  absl::Status status;
-  auto read_int = [&](absl::string_view key, int64_t* out) {
-    if (!status.ok()) return;
-    absl::StatusOr<int64_t> value = hf.GetInt(key, *out);
-    if (value.ok() && *value <= 0 && key != "type_vocab_size") {
-      value = absl::InvalidArgumentError(
-          absl::StrCat(hf.label(), ": '", key, "' must be positive"));
-    }
-    if (value.ok()) *out = *value;
-    status = value.status();
+  struct Field {
+    const char* key;
+    int64_t* value;
+    bool required;
   };
-  read_int("vocab_size", &c.vocab_size);
-  read_int("hidden_size", &c.hidden_size);
-  read_int("num_hidden_layers", &c.num_hidden_layers);
-  read_int("num_attention_heads", &c.num_attention_heads);
-  read_int("intermediate_size", &c.intermediate_size);
-  read_int("max_position_embeddings", &c.max_position_embeddings);
-  read_int("type_vocab_size", &c.type_vocab_size);
-  if (!status.ok()) return status;
+  for (const Field& field : std::vector<Field>{
+           {"vocab_size", &c.vocab_size, true},
+           {"hidden_size", &c.hidden_size, true},
+           {"num_hidden_layers", &c.num_hidden_layers, true},
+           {"num_attention_heads", &c.num_attention_heads, true},
+           {"intermediate_size", &c.intermediate_size, true},
+           {"max_position_embeddings", &c.max_position_embeddings, false},
+           {"type_vocab_size", &c.type_vocab_size, false}}) {
+    absl::StatusOr<int64_t> value = field.required
+                                        ? hf.GetSize(field.key)
+                                        : hf.GetSize(field.key, *field.value);
+    if (!value.ok()) return value.status();
+    *field.value = *value;
+  }
   absl::StatusOr<double> eps = hf.GetDouble("layer_norm_eps", 1e-12);
   absl::StatusOr<std::string> act = hf.GetString("hidden_act", "gelu");
   absl::StatusOr<std::string> positions =

@@ -41,9 +41,9 @@ struct BertConfig {
   double layer_norm_eps = 1e-12;
   std::string hidden_act = "gelu";
 
-  // Reads config.json's values; InvalidArgument for unsupported settings
-  // (a position_embedding_type other than "absolute", a hidden size not
-  // divisible by the head count).
+  // Reads config.json's values, the sizes range-checked (HfConfig::GetSize);
+  // InvalidArgument for unsupported settings (a position_embedding_type
+  // other than "absolute", a hidden size not divisible by the head count).
   static absl::StatusOr<BertConfig> FromHf(const HfConfig& config);
 };
 

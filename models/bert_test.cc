@@ -11,6 +11,7 @@
 
 #include "casting/casting_policy.h"
 #include "casting/storage_format.h"
+#include "gmock/gmock.h"
 #include "models/model_loader.h"
 #include "models/test_util/tensor_files.h"
 
@@ -20,6 +21,7 @@ namespace {
 using casting::ComputeCopyPolicy;
 using casting::ElementType;
 using casting::Residency;
+using ::testing::HasSubstr;
 
 constexpr char kBert[] = "models/testdata/bert";
 constexpr char kBertBin[] = "models/testdata/bert_bin";
@@ -247,6 +249,93 @@ TEST(BertModelTest, DeclaresItsSignature) {
   ASSERT_EQ((*model)->outputs().size(), 2u);
   EXPECT_EQ((*model)->outputs()[0].shape, (std::vector<int64_t>{-1, -1, 32}));
   EXPECT_EQ((*model)->outputs()[1].name, "pooler_output");
+}
+
+// The bert fixture's weights with `replaced` swapped in, under a
+// config.json that is the fixture's with `sizes` changed; returns the folder.
+std::string WriteBertVariant(const std::string& name,
+                             const std::map<std::string, at::Tensor>& replaced,
+                             const std::map<std::string, int64_t>& sizes) {
+  auto weights =
+      test_util::ReadSafetensors(std::string(kBert) + "/model.safetensors");
+  EXPECT_TRUE(weights.ok()) << weights.status();
+  for (const auto& [key, tensor] : replaced) (*weights)[key] = tensor;
+  const std::string folder = test_util::MakeScratchDir(name);
+  EXPECT_TRUE(
+      test_util::WriteSafetensors(folder + "/model.safetensors", *weights)
+          .ok());
+  std::map<std::string, int64_t> config = {
+      {"vocab_size", 211},       {"hidden_size", 32},
+      {"num_hidden_layers", 2},  {"num_attention_heads", 4},
+      {"intermediate_size", 64}, {"max_position_embeddings", 64},
+      {"type_vocab_size", 2}};
+  for (const auto& [key, value] : sizes) config[key] = value;
+  std::ofstream out(folder + "/config.json");
+  out << R"({"model_type": "bert")";
+  for (const auto& [key, value] : config) {
+    out << ", \"" << key << "\": " << value;
+  }
+  out << "}";
+  return folder;
+}
+
+// Loads `folder` mapped and lazily (headers only) and returns the error.
+std::string LoadError(const std::string& folder) {
+  WeightPolicyOptions options;
+  options.residency = Residency::kMapped;
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadHfModel(folder, options);
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument)
+      << model.status();
+  return std::string(model.status().message());
+}
+
+TEST(BertModelTest, MisshapedWeightsFailAtLoadNamingTheTensor) {
+  EXPECT_TRUE(LoadHfModel(WriteBertVariant("bert_same", {}, {}), {}).ok());
+  EXPECT_THAT(LoadError(WriteBertVariant(
+                  "bert_query",
+                  {{"encoder.layer.0.attention.self.query.weight",
+                    at::zeros({32, 16})}},
+                  {})),
+              HasSubstr("weight 'encoder.layer.0.attention.self.query.weight': "
+                        "expected shape [32, 32], found [32, 16]"));
+  EXPECT_THAT(
+      LoadError(WriteBertVariant(
+          "bert_norm", {{"embeddings.LayerNorm.weight", at::ones({64})}}, {})),
+      HasSubstr("weight 'embeddings.LayerNorm.weight': expected shape [32], "
+                "found [64]"));
+  EXPECT_THAT(
+      LoadError(WriteBertVariant(
+          "bert_bias", {{"encoder.layer.1.output.dense.bias", at::ones({64})}},
+          {})),
+      HasSubstr("weight 'encoder.layer.1.output.dense.bias': expected shape "
+                "[32], found [64]"));
+  EXPECT_THAT(
+      LoadError(WriteBertVariant("bert_vocab", {}, {{"vocab_size", 64}})),
+      HasSubstr("weight 'embeddings.word_embeddings.weight': expected "
+                "shape [64, 32], found [211, 32]"));
+  EXPECT_THAT(
+      LoadError(
+          WriteBertVariant("bert_inner", {}, {{"intermediate_size", 48}})),
+      HasSubstr("weight 'encoder.layer.0.intermediate.dense.weight': expected "
+                "shape [48, 32], found [64, 32]"));
+}
+
+TEST(BertConfigTest, SizesOutOfRangeFailNamingTheField) {
+  EXPECT_THAT(LoadError(WriteBertVariant("bert_huge", {},
+                                         {{"hidden_size", 1000000000}})),
+              HasSubstr("hidden_size is 1000000000, outside [1, 65536]"));
+  EXPECT_THAT(
+      LoadError(WriteBertVariant("bert_huge_inner", {},
+                                 {{"intermediate_size", 1000000000000}})),
+      HasSubstr("intermediate_size is 1000000000000, outside "
+                "[1, 1048576]"));
+  EXPECT_THAT(LoadError(WriteBertVariant("bert_no_types", {},
+                                         {{"type_vocab_size", 0}})),
+              HasSubstr("type_vocab_size is 0, outside [1, 1024]"));
+  EXPECT_THAT(
+      LoadError(
+          WriteBertVariant("bert_heads", {}, {{"num_attention_heads", 5}})),
+      HasSubstr("hidden_size 32 is not a multiple of num_attention_heads 5"));
 }
 
 // The real all-MiniLM-L6-v2: mean-pooled embeddings against

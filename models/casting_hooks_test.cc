@@ -34,9 +34,9 @@ class Chain : public Module {
                                        int odd_one) {
     auto chain = std::make_unique<Chain>();
     for (int i = 0; i < kLayers; ++i) {
-      chain->layers_.push_back(chain->AddChild(
-          *Linear::Create("layers." + std::to_string(i),
-                          i == odd_one ? odd_factory : factory, false)));
+      chain->layers_.push_back(chain->AddChild(*Linear::Create(
+          "layers." + std::to_string(i), i == odd_one ? odd_factory : factory,
+          kWidth, kWidth, false)));
     }
     return chain;
   }

@@ -22,28 +22,16 @@ class ClipEmbeddings : public Module {
     auto embeddings = std::unique_ptr<ClipEmbeddings>(
         new ClipEmbeddings(name, "CLIPVisionEmbeddings"));
     embeddings->tokens_ = config.num_patches() + 1;
-    auto class_embedding =
-        weights.Make(name, embeddings->kind(), "class_embedding");
-    if (!class_embedding.ok()) return class_embedding.status();
-    embeddings->AddWeight("class_embedding", *std::move(class_embedding));
-    absl::Status shape =
-        CheckWeightShape(*embeddings, "class_embedding", {config.hidden_size});
+    absl::Status status = AddParameter(*embeddings, weights, "class_embedding",
+                                       {config.hidden_size});
+    if (!status.ok()) return status;
     auto patch = Conv2d::Create(name + ".patch_embedding", weights,
-                                config.patch_size, /*padding=*/0, false);
+                                PatchConv2d(config, /*bias=*/false));
     if (!patch.ok()) return patch.status();
-    if (shape.ok()) {
-      shape = CheckWeightShape(**patch, "weight",
-                               {config.hidden_size, config.num_channels,
-                                config.patch_size, config.patch_size});
-    }
     embeddings->patch_ = embeddings->AddChild(*std::move(patch));
-    auto position = Embedding::Create(name + ".position_embedding", weights);
+    auto position = Embedding::Create(name + ".position_embedding", weights,
+                                      embeddings->tokens_, config.hidden_size);
     if (!position.ok()) return position.status();
-    if (shape.ok()) {
-      shape = CheckWeightShape(**position, "weight",
-                               {embeddings->tokens_, config.hidden_size});
-    }
-    if (!shape.ok()) return shape;
     embeddings->position_ = embeddings->AddChild(*std::move(position));
     return embeddings;
   }

@@ -6,7 +6,11 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/model_loader.h"
@@ -107,11 +111,11 @@ std::pair<at::Tensor, at::Tensor> Reference(Tensors w,
   return {x.to(at::kFloat), pooled.to(at::kFloat)};
 }
 
-std::string WriteModel(const Tensors& weights, const std::string& name) {
+std::string WriteModel(const Tensors& weights, const std::string& name,
+                       const std::string& config = kConfig) {
   const std::string dir = test_util::MakeScratchDir(name);
   EXPECT_TRUE(
       test_util::WriteSafetensors(dir + "/model.safetensors", weights).ok());
-  const std::string config = kConfig;
   std::FILE* f = std::fopen((dir + "/config.json").c_str(), "w");
   std::fwrite(config.data(), 1, config.size(), f);
   std::fclose(f);
@@ -156,6 +160,43 @@ TEST(ClipVisionTest, NamesKindsAndErrors) {
                               .status()
                               .message()),
               HasSubstr("vision_model.embeddings.class_embedding"));
+}
+
+TEST(ClipVisionTest, MisshapedWeightsFailAtLoadNamingTheTensor) {
+  WeightPolicyOptions mapped;
+  mapped.residency = casting::Residency::kMapped;
+  const std::pair<const char*, std::vector<int64_t>> cases[] = {
+      {"embeddings.class_embedding", {16}},
+      {"embeddings.patch_embedding.weight", {8, 3, 4, 4}},
+      {"embeddings.position_embedding.weight", {4, 8}},
+      {"pre_layrnorm.weight", {64}},
+      {"encoder.layers.0.self_attn.q_proj.bias", {4}},
+  };
+  for (const auto& [local, shape] : cases) {
+    const std::string key = std::string("vision_model.") + local;
+    Tensors bad = RandomWeights();
+    const std::vector<int64_t> expected = bad.at(key).sizes().vec();
+    bad[key] = at::zeros(shape);
+    auto model = LoadHfModel(WriteModel(bad, "clip_misshaped"), mapped);
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        std::string(model.status().message()),
+        HasSubstr(absl::StrCat("weight '", key, "': expected shape [",
+                               absl::StrJoin(expected, ", "), "], found [",
+                               absl::StrJoin(shape, ", "), "]")));
+  }
+}
+
+TEST(ClipVisionTest, SizesOutOfRangeFailAtLoadNamingTheField) {
+  std::string config = kConfig;
+  config.replace(config.find("\"image_size\": 8"),
+                 std::string("\"image_size\": 8").size(),
+                 "\"image_size\": 100000");
+  auto model =
+      LoadHfModel(WriteModel(RandomWeights(), "clip_huge", config), {});
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(model.status().message()),
+              HasSubstr("image_size is 100000, outside [1, 4096]"));
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 #include "models/hf_config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -165,6 +167,65 @@ absl::StatusOr<std::vector<int64_t>> HfConfig::GetIntList(
     out.push_back(number);
   }
   return out;
+}
+
+namespace {
+
+const ConfigSizeLimit* FindSizeLimit(absl::string_view key) {
+  for (const ConfigSizeLimit& limit : kConfigSizeLimits) {
+    if (key == limit.key) return &limit;
+  }
+  return nullptr;
+}
+
+constexpr int64_t MaxSize(std::string_view key) {
+  for (const ConfigSizeLimit& limit : kConfigSizeLimits) {
+    if (key == limit.key) return limit.max;
+  }
+  return 0;
+}
+
+// The products of sizes that models/ builds from, at every limit at once:
+// they must stay far inside int64_t (and their f32 bytes too), so that no
+// shape, element count or byte count computed from a checked config
+// overflows.
+constexpr int64_t kMaxHidden = MaxSize("hidden_size");
+constexpr int64_t kMaxTableRows =
+    std::max({MaxSize("vocab_size"), MaxSize("max_position_embeddings"),
+              MaxSize("image_size") * MaxSize("image_size")});
+constexpr int64_t kMaxProjectionFeatures = std::max(
+    {MaxSize("intermediate_size"),
+     MaxSize("num_attention_heads") * MaxSize("head_dim"), 3 * kMaxHidden});
+constexpr int64_t kMaxLayerParameters =
+    4 * kMaxHidden * kMaxProjectionFeatures +
+    3 * kMaxHidden * MaxSize("intermediate_size");
+static_assert(kMaxTableRows * kMaxHidden < (int64_t{1} << 48),
+              "an embedding table's elements must fit with room to spare");
+static_assert(MaxSize("num_hidden_layers") * kMaxLayerParameters <
+                  (int64_t{1} << 58),
+              "a model's f32 bytes must fit in int64_t");
+
+}  // namespace
+
+absl::StatusOr<int64_t> HfConfig::GetSize(absl::string_view key) const {
+  const ConfigSizeLimit* limit = FindSizeLimit(key);
+  if (limit == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("config key '", key, "' has no size limit"));
+  }
+  absl::StatusOr<int64_t> value = GetInt(key);
+  if (!value.ok()) return value;
+  if (*value < limit->min || *value > limit->max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label_, ": ", key, " is ", *value, ", outside [",
+                     limit->min, ", ", limit->max, "]"));
+  }
+  return value;
+}
+
+absl::StatusOr<int64_t> HfConfig::GetSize(absl::string_view key,
+                                          int64_t default_value) const {
+  return Has(key) ? GetSize(key) : default_value;
 }
 
 absl::StatusOr<int64_t> HfConfig::GetInt(absl::string_view key,

@@ -26,6 +26,37 @@ struct JsonValue;
 
 namespace castserve::models {
 
+// The bounds castserve accepts for a size read from config.json, inclusive.
+struct ConfigSizeLimit {
+  const char* key;
+  int64_t min;
+  int64_t max;
+};
+
+// Every size castserve reads from a config.json, by key: wide enough for
+// the published checkpoints of the architectures in models/, narrow enough
+// that nothing absurd loads (a hidden_size of 10^9 that would advertise
+// outputs of 10^9 columns) and that no product of sizes a model is built
+// from (a weight's element count, a model's parameter count) comes near
+// int64_t's range (static_asserts in hf_config.cc). models/README.md lists
+// them and why.
+inline constexpr ConfigSizeLimit kConfigSizeLimits[] = {
+    {"vocab_size", 1, int64_t{1} << 24},
+    {"hidden_size", 1, int64_t{1} << 16},
+    {"intermediate_size", 1, int64_t{1} << 20},
+    {"num_hidden_layers", 1, 1024},
+    {"num_attention_heads", 1, 1024},
+    {"num_key_value_heads", 1, 1024},
+    {"head_dim", 1, 4096},
+    {"max_position_embeddings", 1, int64_t{1} << 22},
+    {"original_max_position_embeddings", 1, int64_t{1} << 22},
+    {"sliding_window", 1, int64_t{1} << 22},
+    {"type_vocab_size", 1, 1024},
+    {"num_channels", 1, 16},
+    {"image_size", 1, 4096},
+    {"patch_size", 1, 4096},
+};
+
 class HfConfig {
  public:
   // Reads and parses `path`. NotFound if it does not exist; InvalidArgument
@@ -54,6 +85,16 @@ class HfConfig {
   absl::StatusOr<std::vector<std::string>> GetStringList(
       absl::string_view key) const;
   absl::StatusOr<std::vector<int64_t>> GetIntList(absl::string_view key) const;
+
+  // A size: an integer within its kConfigSizeLimits bounds. NotFound if
+  // absent; InvalidArgument naming the key, the value and the bounds if out
+  // of them ("config.json: hidden_size is 1000000000, outside [1, 65536]");
+  // Internal if `key` has no limit (a caller's bug).
+  absl::StatusOr<int64_t> GetSize(absl::string_view key) const;
+  // The same for an optional size; `default_value` (the caller's, not
+  // checked) if absent.
+  absl::StatusOr<int64_t> GetSize(absl::string_view key,
+                                  int64_t default_value) const;
 
   // Optional values: `default_value` if absent, InvalidArgument if present
   // with another type.

@@ -65,6 +65,32 @@ TEST(HfConfigTest, WrongTypesAreInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(HfConfigTest, SizesAreRangeChecked) {
+  HfConfig config = *HfConfig::Parse(
+      R"({"hidden_size": 65536, "intermediate_size": 1000000000000,
+          "vocab_size": 0, "num_hidden_layers": -3, "head_dim": 2.5})",
+      "config.json");
+  EXPECT_EQ(*config.GetSize("hidden_size"), 65536);
+  absl::Status huge = config.GetSize("intermediate_size").status();
+  EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(huge.message(),
+            "config.json: intermediate_size is 1000000000000, outside "
+            "[1, 1048576]");
+  EXPECT_EQ(config.GetSize("vocab_size").status().message(),
+            "config.json: vocab_size is 0, outside [1, 16777216]");
+  EXPECT_EQ(config.GetSize("num_hidden_layers", 2).status().message(),
+            "config.json: num_hidden_layers is -3, outside [1, 1024]");
+  EXPECT_EQ(config.GetSize("head_dim").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Absent: NotFound, or the caller's default.
+  EXPECT_EQ(config.GetSize("num_attention_heads").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(*config.GetSize("sliding_window", 0), 0);
+  // Every key read as a size needs a limit.
+  EXPECT_EQ(config.GetSize("ratio").status().code(),
+            absl::StatusCode::kInternal);
+}
+
 TEST(HfConfigTest, RejectsNonObjectsAndBadJson) {
   EXPECT_EQ(HfConfig::Parse("[1]", "c.json").status().code(),
             absl::StatusCode::kInvalidArgument);

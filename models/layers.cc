@@ -7,46 +7,41 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "c10/util/Exception.h"
 
 namespace castserve::models {
 namespace {
 
-// Adds weight `local_name` of `module` made by `weights`; absent optional
-// weights are skipped.
-absl::Status AddWeightTo(Module& module, const WeightFactory& weights,
-                         absl::string_view local_name, bool required) {
-  if (!required && !weights.Has(module.name(), local_name)) {
-    return absl::OkStatus();
-  }
+// Adds weight `local_name` of `shape` to `module` when the checkpoint has
+// it; a module without it has none.
+absl::Status AddOptionalParameter(Module& module, const WeightFactory& weights,
+                                  absl::string_view local_name,
+                                  absl::Span<const int64_t> shape) {
+  if (!weights.Has(module.name(), local_name)) return absl::OkStatus();
+  return AddParameter(module, weights, local_name, shape);
+}
+
+}  // namespace
+
+absl::Status AddParameter(Module& module, const WeightFactory& weights,
+                          absl::string_view local_name,
+                          absl::Span<const int64_t> shape) {
   absl::StatusOr<std::unique_ptr<casting::Weight>> weight =
-      weights.Make(module.name(), module.kind(), local_name);
+      weights.Make(module.name(), module.kind(), local_name, shape);
   if (!weight.ok()) return weight.status();
   module.AddWeight(std::string(local_name), *std::move(weight));
   return absl::OkStatus();
 }
 
-// Checks that weight `local_name` of `module` has rank `rank`.
-absl::Status CheckRank(const Module& module, absl::string_view local_name,
-                       size_t rank) {
-  const casting::Weight* weight = module.weight(local_name);
-  if (weight == nullptr || weight->shape().size() == rank) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "weight '", weight->name(), "' of ", module.kind(), " '", module.name(),
-      "' has rank ", weight->shape().size(), ", expected ", rank));
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(
-    std::string name, const WeightFactory& weights, bool bias) {
+    std::string name, const WeightFactory& weights, int64_t in_features,
+    int64_t out_features, bool bias) {
   std::unique_ptr<Linear> linear(new Linear(std::move(name), "Linear"));
-  absl::Status status = AddWeightTo(*linear, weights, "weight", true);
-  if (status.ok() && bias) status = AddWeightTo(*linear, weights, "bias", true);
-  if (status.ok()) status = CheckRank(*linear, "weight", 2);
+  absl::Status status =
+      AddParameter(*linear, weights, "weight", {out_features, in_features});
+  if (status.ok() && bias) {
+    status = AddParameter(*linear, weights, "bias", {out_features});
+  }
   if (!status.ok()) return status;
   return linear;
 }
@@ -58,11 +53,12 @@ at::Tensor Linear::Forward(ForwardContext& context, const at::Tensor& x) const {
 }
 
 absl::StatusOr<std::unique_ptr<Embedding>> Embedding::Create(
-    std::string name, const WeightFactory& weights) {
+    std::string name, const WeightFactory& weights, int64_t num_embeddings,
+    int64_t embedding_dim) {
   std::unique_ptr<Embedding> embedding(
       new Embedding(std::move(name), "Embedding"));
-  absl::Status status = AddWeightTo(*embedding, weights, "weight", true);
-  if (status.ok()) status = CheckRank(*embedding, "weight", 2);
+  absl::Status status = AddParameter(*embedding, weights, "weight",
+                                     {num_embeddings, embedding_dim});
   if (!status.ok()) return status;
   return embedding;
 }
@@ -104,11 +100,10 @@ LayerNorm::LayerNorm(std::string name, double eps)
     : Module(std::move(name), "LayerNorm"), eps_(eps) {}
 
 absl::StatusOr<std::unique_ptr<LayerNorm>> LayerNorm::Create(
-    std::string name, const WeightFactory& weights, double eps) {
+    std::string name, const WeightFactory& weights, int64_t dim, double eps) {
   std::unique_ptr<LayerNorm> norm(new LayerNorm(std::move(name), eps));
-  absl::Status status = AddWeightTo(*norm, weights, "weight", true);
-  if (status.ok()) status = AddWeightTo(*norm, weights, "bias", false);
-  if (status.ok()) status = CheckRank(*norm, "weight", 1);
+  absl::Status status = AddParameter(*norm, weights, "weight", {dim});
+  if (status.ok()) status = AddOptionalParameter(*norm, weights, "bias", {dim});
   if (!status.ok()) return status;
   return norm;
 }
@@ -125,10 +120,9 @@ RMSNorm::RMSNorm(std::string name, double eps)
     : Module(std::move(name), "RMSNorm"), eps_(eps) {}
 
 absl::StatusOr<std::unique_ptr<RMSNorm>> RMSNorm::Create(
-    std::string name, const WeightFactory& weights, double eps) {
+    std::string name, const WeightFactory& weights, int64_t dim, double eps) {
   std::unique_ptr<RMSNorm> norm(new RMSNorm(std::move(name), eps));
-  absl::Status status = AddWeightTo(*norm, weights, "weight", true);
-  if (status.ok()) status = CheckRank(*norm, "weight", 1);
+  absl::Status status = AddParameter(*norm, weights, "weight", {dim});
   if (!status.ok()) return status;
   return norm;
 }
@@ -146,12 +140,16 @@ Conv2d::Conv2d(std::string name, int64_t stride, int64_t padding)
     : Module(std::move(name), "Conv2d"), stride_(stride), padding_(padding) {}
 
 absl::StatusOr<std::unique_ptr<Conv2d>> Conv2d::Create(
-    std::string name, const WeightFactory& weights, int64_t stride,
-    int64_t padding, bool bias) {
-  std::unique_ptr<Conv2d> conv(new Conv2d(std::move(name), stride, padding));
-  absl::Status status = AddWeightTo(*conv, weights, "weight", true);
-  if (status.ok() && bias) status = AddWeightTo(*conv, weights, "bias", true);
-  if (status.ok()) status = CheckRank(*conv, "weight", 4);
+    std::string name, const WeightFactory& weights, const Options& options) {
+  std::unique_ptr<Conv2d> conv(
+      new Conv2d(std::move(name), options.stride, options.padding));
+  absl::Status status =
+      AddParameter(*conv, weights, "weight",
+                   {options.out_channels, options.in_channels,
+                    options.kernel_size, options.kernel_size});
+  if (status.ok() && options.bias) {
+    status = AddParameter(*conv, weights, "bias", {options.out_channels});
+  }
   if (!status.ok()) return status;
   return conv;
 }
@@ -192,19 +190,6 @@ at::Tensor Activate(Activation activation, const at::Tensor& x) {
       return at::relu(x);
   }
   TORCH_INTERNAL_ASSERT(false, "unknown activation");
-}
-
-absl::Status CheckWeightShape(const Module& module,
-                              const std::string& local_name,
-                              const std::vector<int64_t>& expected) {
-  const casting::Weight* weight = module.weight(local_name);
-  if (weight == nullptr || weight->shape() == expected) {
-    return absl::OkStatus();
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "weight '", weight->name(), "' has shape [",
-      absl::StrJoin(weight->shape(), ", "), "], config.json implies [",
-      absl::StrJoin(expected, ", "), "]"));
 }
 
 }  // namespace castserve::models

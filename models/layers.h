@@ -3,40 +3,51 @@
 // Param, in the weights' compute dtype. Activations are cast to the compute
 // dtype by the caller (the architecture), not per layer.
 //
-// Made by static Create functions that fetch their weights from a
-// WeightFactory and fail with its precise error (missing key, bad dtype).
+// Made by static Create functions given the sizes the architecture derives
+// from config.json. They fetch their weights from a WeightFactory, which
+// checks each one's shape against those sizes and its dtype from the
+// checkpoint header, and fail with its precise error (missing key, "weight
+// 'k': expected shape [64, 64], found [32, 16]", bad dtype). A layer that
+// was made therefore computes with the shapes its sizes say.
 #ifndef CASTSERVE_MODELS_LAYERS_H_
 #define CASTSERVE_MODELS_LAYERS_H_
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "models/module.h"
 #include "models/weight_factory.h"
 
 namespace castserve::models {
 
-// y = x W^T + b. Kind "Linear"; weights "weight" [out, in], optional "bias".
+// y = x W^T + b. Kind "Linear"; weights "weight" [out_features,
+// in_features] and, with `bias`, "bias" [out_features].
 class Linear : public Module {
  public:
   static absl::StatusOr<std::unique_ptr<Linear>> Create(
-      std::string name, const WeightFactory& weights, bool bias);
+      std::string name, const WeightFactory& weights, int64_t in_features,
+      int64_t out_features, bool bias);
   at::Tensor Forward(ForwardContext& context, const at::Tensor& x) const;
 
  private:
   using Module::Module;
 };
 
-// Row lookup. Kind "Embedding"; weight "weight" [num, dim]. Ids outside
-// [0, num) throw c10::Error naming the id and the table size.
+// Row lookup. Kind "Embedding"; weight "weight" [num_embeddings,
+// embedding_dim]. Ids outside [0, num_embeddings) throw c10::Error naming
+// the id and the table size.
 class Embedding : public Module {
  public:
   static absl::StatusOr<std::unique_ptr<Embedding>> Create(
-      std::string name, const WeightFactory& weights);
+      std::string name, const WeightFactory& weights, int64_t num_embeddings,
+      int64_t embedding_dim);
   // With a transient table, decodes only the rows of `ids`
   // (casting::Weight::GatherRows) instead of the whole table.
   at::Tensor Forward(ForwardContext& context, const at::Tensor& ids) const;
@@ -48,11 +59,13 @@ class Embedding : public Module {
   using Module::Module;
 };
 
-// Kind "LayerNorm"; weights "weight", "bias" (optional).
+// Normalizes the last dimension, of size `dim`. Kind "LayerNorm"; weights
+// "weight" [dim] and "bias" [dim] (optional: absent from the checkpoint,
+// no bias).
 class LayerNorm : public Module {
  public:
   static absl::StatusOr<std::unique_ptr<LayerNorm>> Create(
-      std::string name, const WeightFactory& weights, double eps);
+      std::string name, const WeightFactory& weights, int64_t dim, double eps);
   at::Tensor Forward(ForwardContext& context, const at::Tensor& x) const;
 
  private:
@@ -60,12 +73,13 @@ class LayerNorm : public Module {
   double eps_;
 };
 
-// x / sqrt(mean(x^2) + eps) * weight, computed in f32 as Llama does, then
-// cast back to the input dtype. Kind "RMSNorm"; weight "weight".
+// x / sqrt(mean(x^2) + eps) * weight over the last dimension, of size
+// `dim`, computed in f32 as Llama does, then cast back to the input dtype.
+// Kind "RMSNorm"; weight "weight" [dim].
 class RMSNorm : public Module {
  public:
   static absl::StatusOr<std::unique_ptr<RMSNorm>> Create(
-      std::string name, const WeightFactory& weights, double eps);
+      std::string name, const WeightFactory& weights, int64_t dim, double eps);
   at::Tensor Forward(ForwardContext& context, const at::Tensor& x) const;
 
  private:
@@ -73,13 +87,21 @@ class RMSNorm : public Module {
   double eps_;
 };
 
-// Kind "Conv2d" (patch embeddings); weights "weight" [out, in, kh, kw],
-// optional "bias".
+// A square-kernel convolution (patch embeddings). Kind "Conv2d"; weights
+// "weight" [out_channels, in_channels, kernel_size, kernel_size] and, with
+// `bias`, "bias" [out_channels].
 class Conv2d : public Module {
  public:
+  struct Options {
+    int64_t in_channels = 0;
+    int64_t out_channels = 0;
+    int64_t kernel_size = 0;
+    int64_t stride = 1;
+    int64_t padding = 0;
+    bool bias = true;
+  };
   static absl::StatusOr<std::unique_ptr<Conv2d>> Create(
-      std::string name, const WeightFactory& weights, int64_t stride,
-      int64_t padding, bool bias);
+      std::string name, const WeightFactory& weights, const Options& options);
   at::Tensor Forward(ForwardContext& context, const at::Tensor& x) const;
 
  private:
@@ -88,11 +110,12 @@ class Conv2d : public Module {
   int64_t padding_;
 };
 
-// FailedPrecondition naming the checkpoint key when `module`'s weight
-// `local_name` does not have `expected` shape (absent weights pass).
-absl::Status CheckWeightShape(const Module& module,
-                              const std::string& local_name,
-                              const std::vector<int64_t>& expected);
+// Adds weight `local_name` of `shape` to `module`, made by `weights` (with
+// its checks): a module's own parameter that belongs to no layer, such as
+// CLIP's class embedding or SigLIP's probe.
+absl::Status AddParameter(Module& module, const WeightFactory& weights,
+                          absl::string_view local_name,
+                          absl::Span<const int64_t> shape);
 
 // Activations by their Hugging Face names: "gelu" (erf), "gelu_new" /
 // "gelu_pytorch_tanh" / "gelu_fast" (tanh approximation), "quick_gelu"

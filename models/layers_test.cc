@@ -27,7 +27,7 @@ class LayersTest : public ::testing::Test {
 TEST_F(LayersTest, LinearMatchesAtLinear) {
   at::Tensor w = at::randn({6, 4}), b = at::randn({6}), x = at::randn({3, 4});
   WeightFactory factory = Factory({{"fc.weight", w}, {"fc.bias", b}});
-  auto linear = Linear::Create("fc", factory, /*bias=*/true);
+  auto linear = Linear::Create("fc", factory, 4, 6, /*bias=*/true);
   ASSERT_TRUE(linear.ok()) << linear.status();
   EXPECT_EQ((*linear)->kind(), "Linear");
   ForwardContext context;
@@ -38,27 +38,74 @@ TEST_F(LayersTest, LinearMatchesAtLinear) {
 TEST_F(LayersTest, LinearWithoutBiasAndMissingWeights) {
   at::Tensor w = at::randn({6, 4}), x = at::randn({2, 4});
   WeightFactory factory = Factory({{"fc.weight", w}});
-  auto linear = Linear::Create("fc", factory, /*bias=*/false);
+  auto linear = Linear::Create("fc", factory, 4, 6, /*bias=*/false);
   ASSERT_TRUE(linear.ok());
   ForwardContext context;
   EXPECT_TRUE(at::allclose((*linear)->Forward(context, x), at::matmul(x, w.t()),
                            1e-6, 1e-6));
-  EXPECT_EQ(Linear::Create("fc", factory, true).status().code(),
+  EXPECT_EQ(Linear::Create("fc", factory, 4, 6, true).status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(Linear::Create("other", factory, false).status().code(),
+  EXPECT_EQ(Linear::Create("other", factory, 4, 6, false).status().code(),
             absl::StatusCode::kNotFound);
 }
 
-TEST_F(LayersTest, LinearRejectsWrongRank) {
-  WeightFactory factory = Factory({{"fc.weight", at::randn({6})}});
-  EXPECT_EQ(Linear::Create("fc", factory, false).status().code(),
-            absl::StatusCode::kInvalidArgument);
+// What every layer's Create returns for a weight of another shape than its
+// sizes say: InvalidArgument naming the tensor, the expected and the found
+// shape.
+std::string ShapeError(const absl::Status& status) {
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  return std::string(status.message());
+}
+
+TEST_F(LayersTest, EveryLayerChecksItsWeightShapes) {
+  WeightFactory factory = Factory({{"fc.weight", at::randn({32, 16})},
+                                   {"fc.bias", at::randn({6})},
+                                   {"rank1.weight", at::randn({6})},
+                                   {"emb.weight", at::randn({211, 64})},
+                                   {"ln.weight", at::randn({64})},
+                                   {"ln.bias", at::randn({32})},
+                                   {"conv.weight", at::randn({4, 3, 2, 2})},
+                                   {"conv.bias", at::randn({5})}});
+  EXPECT_EQ(ShapeError(Linear::Create("fc", factory, 64, 64, false).status()),
+            "weight 'fc.weight': expected shape [64, 64], found [32, 16]");
+  EXPECT_EQ(ShapeError(Linear::Create("rank1", factory, 4, 6, false).status()),
+            "weight 'rank1.weight': expected shape [6, 4], found [6]");
+  EXPECT_EQ(ShapeError(Linear::Create("fc", factory, 16, 32, true).status()),
+            "weight 'fc.bias': expected shape [32], found [6]");
+  EXPECT_EQ(ShapeError(Embedding::Create("emb", factory, 64, 64).status()),
+            "weight 'emb.weight': expected shape [64, 64], found [211, 64]");
+  EXPECT_EQ(ShapeError(LayerNorm::Create("ln", factory, 32, 1e-5).status()),
+            "weight 'ln.weight': expected shape [32], found [64]");
+  EXPECT_EQ(ShapeError(LayerNorm::Create("ln", factory, 64, 1e-5).status()),
+            "weight 'ln.bias': expected shape [64], found [32]");
+  EXPECT_EQ(ShapeError(RMSNorm::Create("ln", factory, 32, 1e-6).status()),
+            "weight 'ln.weight': expected shape [32], found [64]");
+  Conv2d::Options conv{/*in_channels=*/3, /*out_channels=*/4,
+                       /*kernel_size=*/4, /*stride=*/4};
+  EXPECT_EQ(ShapeError(Conv2d::Create("conv", factory, conv).status()),
+            "weight 'conv.weight': expected shape [4, 3, 4, 4], found "
+            "[4, 3, 2, 2]");
+  conv.kernel_size = 2;
+  EXPECT_EQ(ShapeError(Conv2d::Create("conv", factory, conv).status()),
+            "weight 'conv.bias': expected shape [4], found [5]");
+  conv.bias = false;
+  EXPECT_TRUE(Conv2d::Create("conv", factory, conv).ok());
+}
+
+TEST_F(LayersTest, LayerWeightsMustBeFloating) {
+  WeightFactory factory =
+      Factory({{"emb.weight", at::zeros({10, 3}, at::kLong)}});
+  absl::Status status = Embedding::Create("emb", factory, 10, 3).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("weight 'emb.weight' has dtype I64"),
+            std::string::npos)
+      << status;
 }
 
 TEST_F(LayersTest, EmbeddingLooksUpRowsAndChecksIds) {
   at::Tensor table = at::randn({10, 3});
   WeightFactory factory = Factory({{"emb.weight", table}});
-  auto embedding = Embedding::Create("emb", factory);
+  auto embedding = Embedding::Create("emb", factory, 10, 3);
   ASSERT_TRUE(embedding.ok());
   EXPECT_EQ((*embedding)->num_embeddings(), 10);
   ForwardContext context;
@@ -99,10 +146,10 @@ TEST_F(LayersTest, TransientEmbeddingGathersOnlyTheLookedUpRows) {
     WeightPolicyOptions whole = options;
     whole.compute_copy = casting::ComputeCopyPolicy::kCached;
     options.compute_copy = casting::ComputeCopyPolicy::kTransient;
-    auto gathering =
-        Embedding::Create("emb", Factory({{"emb.weight", table}}, options));
-    auto reference =
-        Embedding::Create("emb", Factory({{"emb.weight", table}}, whole));
+    auto gathering = Embedding::Create(
+        "emb", Factory({{"emb.weight", table}}, options), 64, 8);
+    auto reference = Embedding::Create(
+        "emb", Factory({{"emb.weight", table}}, whole), 64, 8);
     ASSERT_TRUE(gathering.ok() && reference.ok());
     EXPECT_TRUE((*gathering)->ReadsOwnWeights());
     EXPECT_FALSE((*reference)->ReadsOwnWeights());
@@ -127,7 +174,7 @@ TEST_F(LayersTest, TransientEmbeddingGathersOnlyTheLookedUpRows) {
 TEST_F(LayersTest, LayerNormMatchesAtLayerNorm) {
   at::Tensor g = at::randn({5}), b = at::randn({5}), x = at::randn({2, 3, 5});
   WeightFactory factory = Factory({{"ln.weight", g}, {"ln.bias", b}});
-  auto norm = LayerNorm::Create("ln", factory, 1e-5);
+  auto norm = LayerNorm::Create("ln", factory, 5, 1e-5);
   ASSERT_TRUE(norm.ok());
   ForwardContext context;
   EXPECT_TRUE(at::allclose((*norm)->Forward(context, x),
@@ -137,7 +184,7 @@ TEST_F(LayersTest, LayerNormMatchesAtLayerNorm) {
 TEST_F(LayersTest, RMSNormMatchesFormulaAndKeepsInputDtype) {
   at::Tensor g = at::randn({8}), x = at::randn({2, 8});
   WeightFactory factory = Factory({{"norm.weight", g}});
-  auto norm = RMSNorm::Create("norm", factory, 1e-6);
+  auto norm = RMSNorm::Create("norm", factory, 8, 1e-6);
   ASSERT_TRUE(norm.ok());
   ForwardContext context;
   at::Tensor expected = g * x / at::sqrt(x.pow(2).mean({-1}, true) + 1e-6);
@@ -146,7 +193,7 @@ TEST_F(LayersTest, RMSNormMatchesFormulaAndKeepsInputDtype) {
   WeightPolicyOptions bf16;
   bf16.compute_dtype = casting::ElementType::kBF16;
   WeightFactory bf16_factory = Factory({{"norm.weight", g}}, bf16);
-  auto bf16_norm = RMSNorm::Create("norm", bf16_factory, 1e-6);
+  auto bf16_norm = RMSNorm::Create("norm", bf16_factory, 8, 1e-6);
   ForwardContext bf16_context;
   at::Tensor y = (*bf16_norm)->Forward(bf16_context, x.to(at::kBFloat16));
   EXPECT_EQ(y.scalar_type(), at::kBFloat16);
@@ -157,8 +204,12 @@ TEST_F(LayersTest, Conv2dMatchesAtConv2d) {
   at::Tensor w = at::randn({4, 3, 2, 2}), b = at::randn({4});
   at::Tensor x = at::randn({1, 3, 6, 6});
   WeightFactory factory = Factory({{"patch.weight", w}, {"patch.bias", b}});
-  auto conv = Conv2d::Create("patch", factory, /*stride=*/2, /*padding=*/0,
-                             /*bias=*/true);
+  Conv2d::Options options;
+  options.in_channels = 3;
+  options.out_channels = 4;
+  options.kernel_size = 2;
+  options.stride = 2;
+  auto conv = Conv2d::Create("patch", factory, options);
   ASSERT_TRUE(conv.ok());
   ForwardContext context;
   at::Tensor y = (*conv)->Forward(context, x);

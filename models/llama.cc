@@ -25,22 +25,6 @@ std::string KindPrefix(const std::string& model_type) {
   return "Llama";
 }
 
-absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const std::string& name,
-                                                   const WeightFactory& weights,
-                                                   bool bias,
-                                                   int64_t out_features,
-                                                   int64_t in_features) {
-  absl::StatusOr<std::unique_ptr<Linear>> linear =
-      Linear::Create(name, weights, bias);
-  if (!linear.ok()) return linear.status();
-  absl::Status shape =
-      CheckWeightShape(**linear, "weight", {out_features, in_features});
-  if (shape.ok() && bias)
-    shape = CheckWeightShape(**linear, "bias", {out_features});
-  if (!shape.ok()) return shape;
-  return linear;
-}
-
 // The rotary tables, the attention bias and the config shared by every
 // layer of one forward.
 struct DecoderInputs {
@@ -60,17 +44,17 @@ class Attention : public Module {
     struct Projection {
       const char* local;
       bool bias;
-      int64_t out, in;
+      int64_t in, out;
       Linear** slot;
     };
     for (const Projection& p : std::vector<Projection>{
-             {"q_proj", config.qkv_bias, q_features, hidden, &attention->q_},
-             {"k_proj", config.qkv_bias, kv_features, hidden, &attention->k_},
-             {"v_proj", config.qkv_bias, kv_features, hidden, &attention->v_},
-             {"o_proj", config.o_proj_bias, hidden, q_features,
+             {"q_proj", config.qkv_bias, hidden, q_features, &attention->q_},
+             {"k_proj", config.qkv_bias, hidden, kv_features, &attention->k_},
+             {"v_proj", config.qkv_bias, hidden, kv_features, &attention->v_},
+             {"o_proj", config.o_proj_bias, q_features, hidden,
               &attention->o_}}) {
-      absl::StatusOr<std::unique_ptr<Linear>> linear = MakeLinear(
-          absl::StrCat(name, ".", p.local), weights, p.bias, p.out, p.in);
+      absl::StatusOr<std::unique_ptr<Linear>> linear = Linear::Create(
+          absl::StrCat(name, ".", p.local), weights, p.in, p.out, p.bias);
       if (!linear.ok()) return linear.status();
       *p.slot = attention->AddChild(*std::move(linear));
     }
@@ -117,16 +101,16 @@ class GatedMlp : public Module {
     const int64_t inner = config.intermediate_size;
     struct Projection {
       const char* local;
-      int64_t out, in;
+      int64_t in, out;
       Linear** slot;
     };
     for (const Projection& p :
-         std::vector<Projection>{{"gate_proj", inner, hidden, &mlp->gate_},
-                                 {"up_proj", inner, hidden, &mlp->up_},
-                                 {"down_proj", hidden, inner, &mlp->down_}}) {
+         std::vector<Projection>{{"gate_proj", hidden, inner, &mlp->gate_},
+                                 {"up_proj", hidden, inner, &mlp->up_},
+                                 {"down_proj", inner, hidden, &mlp->down_}}) {
       absl::StatusOr<std::unique_ptr<Linear>> linear =
-          MakeLinear(absl::StrCat(name, ".", p.local), weights, config.mlp_bias,
-                     p.out, p.in);
+          Linear::Create(absl::StrCat(name, ".", p.local), weights, p.in, p.out,
+                         config.mlp_bias);
       if (!linear.ok()) return linear.status();
       *p.slot = mlp->AddChild(*std::move(linear));
     }
@@ -150,15 +134,12 @@ class GatedMlp : public Module {
   Linear* down_ = nullptr;
 };
 
+// RMSNorm `name` over hidden_size with the config's eps.
 absl::StatusOr<std::unique_ptr<RMSNorm>> MakeNorm(
     const std::string& name, const LlamaConfig& config,
     const WeightFactory& weights) {
-  absl::StatusOr<std::unique_ptr<RMSNorm>> norm =
-      RMSNorm::Create(name, weights, config.rms_norm_eps);
-  if (!norm.ok()) return norm.status();
-  absl::Status shape = CheckWeightShape(**norm, "weight", {config.hidden_size});
-  if (!shape.ok()) return shape;
-  return norm;
+  return RMSNorm::Create(name, weights, config.hidden_size,
+                         config.rms_norm_eps);
 }
 
 // Pre-norm residual block: x + attn(norm1(x)), then h + mlp(norm2(h)).
@@ -269,11 +250,9 @@ absl::Status LlamaForCausalLM::Build(const WeightFactory& weights) {
   const std::string prefix = KindPrefix(config_.model_type);
   backbone_ =
       root_.AddChild(std::make_unique<Module>("model", prefix + "Model"));
-  auto embed = Embedding::Create("model.embed_tokens", weights);
+  auto embed = Embedding::Create("model.embed_tokens", weights,
+                                 config_.vocab_size, config_.hidden_size);
   if (!embed.ok()) return embed.status();
-  absl::Status shape = CheckWeightShape(
-      **embed, "weight", {config_.vocab_size, config_.hidden_size});
-  if (!shape.ok()) return shape;
   embed_ = backbone_->AddChild(*std::move(embed));
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     auto layer = DecoderLayer::Create(absl::StrCat("model.layers.", i), config_,
@@ -288,8 +267,8 @@ absl::Status LlamaForCausalLM::Build(const WeightFactory& weights) {
     tied_lm_head_ = root_.AddChild(std::make_unique<TiedLmHead>(embed_));
     return absl::OkStatus();
   }
-  auto lm_head = MakeLinear("lm_head", weights, /*bias=*/false,
-                            config_.vocab_size, config_.hidden_size);
+  auto lm_head = Linear::Create("lm_head", weights, config_.hidden_size,
+                                config_.vocab_size, /*bias=*/false);
   if (!lm_head.ok()) return lm_head.status();
   lm_head_ = root_.AddChild(*std::move(lm_head));
   return absl::OkStatus();
@@ -405,7 +384,7 @@ absl::Status ReadRope(const HfConfig& config, LlamaConfig& out) {
   if (out.rope.type != RopeType::kLlama3) return absl::OkStatus();
   auto low = scaling->GetDouble("low_freq_factor");
   auto high = scaling->GetDouble("high_freq_factor");
-  auto original = scaling->GetInt("original_max_position_embeddings");
+  auto original = scaling->GetSize("original_max_position_embeddings");
   for (const absl::Status& s :
        {low.status(), high.status(), original.status()}) {
     if (!s.ok()) return s;
@@ -416,7 +395,8 @@ absl::Status ReadRope(const HfConfig& config, LlamaConfig& out) {
   return out.rope.Validate();
 }
 
-// Reads the integer fields; each one is required unless it has a default.
+// Reads the sizes, range-checked; each one is required unless it has a
+// default.
 absl::Status ReadSizes(const HfConfig& config, LlamaConfig& out) {
   struct Field {
     const char* key;
@@ -429,28 +409,32 @@ absl::Status ReadSizes(const HfConfig& config, LlamaConfig& out) {
            {"num_hidden_layers", &out.num_hidden_layers},
            {"num_attention_heads", &out.num_attention_heads},
            {"max_position_embeddings", &out.max_position_embeddings}}) {
-    absl::StatusOr<int64_t> value = config.GetInt(field.key);
+    absl::StatusOr<int64_t> value = config.GetSize(field.key);
     if (!value.ok()) return value.status();
-    if (*value <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          config.label(), ": ", field.key, " must be positive, got ", *value));
-    }
     *field.value = *value;
   }
-  auto kv_heads = config.GetInt("num_key_value_heads", out.num_attention_heads);
-  auto head_dim =
-      config.GetInt("head_dim", out.hidden_size / out.num_attention_heads);
+  auto kv_heads =
+      config.GetSize("num_key_value_heads", out.num_attention_heads);
   if (!kv_heads.ok()) return kv_heads.status();
-  if (!head_dim.ok()) return head_dim.status();
   out.num_key_value_heads = *kv_heads;
-  out.head_dim = *head_dim;
-  if (out.num_key_value_heads <= 0 ||
-      out.num_attention_heads % out.num_key_value_heads != 0) {
+  if (out.num_attention_heads % out.num_key_value_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         config.label(), ": num_attention_heads (", out.num_attention_heads,
         ") must be a multiple of num_key_value_heads (",
         out.num_key_value_heads, ")"));
   }
+  // Without head_dim, transformers splits hidden_size between the heads.
+  if (!config.Has("head_dim") &&
+      out.hidden_size % out.num_attention_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.label(), ": hidden_size (", out.hidden_size,
+                     ") must be a multiple of num_attention_heads (",
+                     out.num_attention_heads, ") when head_dim is not given"));
+  }
+  auto head_dim =
+      config.GetSize("head_dim", out.hidden_size / out.num_attention_heads);
+  if (!head_dim.ok()) return head_dim.status();
+  out.head_dim = *head_dim;
   return absl::OkStatus();
 }
 
@@ -478,7 +462,7 @@ absl::Status ReadVariant(const HfConfig& config, LlamaConfig& out) {
     return absl::OkStatus();
   }
   if (out.model_type == "mistral") {
-    auto window = config.GetInt("sliding_window", 0);
+    auto window = config.GetSize("sliding_window", 0);
     if (!window.ok()) return window.status();
     out.sliding_window = *window;
     return absl::OkStatus();

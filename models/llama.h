@@ -54,7 +54,8 @@ struct LlamaConfig {
   int64_t sliding_window = 0;  // Mistral; 0 = unlimited.
 
   // Reads the fields with transformers' defaults where config.json may omit
-  // them. InvalidArgument naming the key for an unknown model type,
+  // them, the sizes range-checked (HfConfig::GetSize). InvalidArgument
+  // naming the key for a size out of range, an unknown model type,
   // inconsistent head counts, an unsupported rope_scaling or activation.
   static absl::StatusOr<LlamaConfig> FromHf(const HfConfig& config);
 };

@@ -5,8 +5,11 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "casting/casting_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -272,11 +275,34 @@ TEST(LlamaTest, MissingOrMisshapedWeightsFailAtLoad) {
   auto no_key = LoadHfModel(WriteModel(tiny, missing, "missing"), {});
   EXPECT_THAT(std::string(no_key.status().message()),
               HasSubstr("model.layers.1.mlp.up_proj.weight"));
-  Tensors misshaped = RandomWeights(tiny);
-  misshaped["model.layers.0.self_attn.k_proj.weight"] = at::zeros({16, 16});
-  auto bad_shape = LoadHfModel(WriteModel(tiny, misshaped, "misshaped"), {});
-  EXPECT_THAT(std::string(bad_shape.status().message()),
-              HasSubstr("model.layers.0.self_attn.k_proj.weight"));
+  // One wrong shape of each kind of weight, loaded mapped and lazily.
+  TinyModel biased;
+  biased.model_type = "qwen2";  // q/k/v biases.
+  biased.qkv_bias = true;
+  biased.tied = true;
+  WeightPolicyOptions mapped;
+  mapped.residency = casting::Residency::kMapped;
+  const std::pair<const char*, std::vector<int64_t>> cases[] = {
+      {"model.embed_tokens.weight", {211, 16}},
+      {"model.layers.0.self_attn.k_proj.weight", {16, 16}},
+      {"model.layers.1.self_attn.v_proj.bias", {16}},
+      {"model.layers.1.mlp.down_proj.weight", {24, 16}},
+      {"model.layers.0.post_attention_layernorm.weight", {64}},
+      {"model.norm.weight", {16, 1}},
+  };
+  for (const auto& [key, shape] : cases) {
+    Tensors misshaped = RandomWeights(biased);
+    const std::vector<int64_t> expected = misshaped.at(key).sizes().vec();
+    misshaped[key] = at::zeros(shape);
+    auto bad_shape =
+        LoadHfModel(WriteModel(biased, misshaped, "misshaped"), mapped);
+    EXPECT_EQ(bad_shape.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        std::string(bad_shape.status().message()),
+        HasSubstr(absl::StrCat("weight '", key, "': expected shape [",
+                               absl::StrJoin(expected, ", "), "], found [",
+                               absl::StrJoin(shape, ", "), "]")));
+  }
 }
 
 TEST(LlamaConfigTest, RejectsUnsupportedRopeAndHeads) {
@@ -301,6 +327,41 @@ TEST(LlamaConfigTest, RejectsUnsupportedRopeAndHeads) {
   EXPECT_TRUE(parse("{" + base + R"("num_attention_heads": 2,
       "rope_scaling": {"type": "linear", "factor": 2.0}})")
                   .ok());
+}
+
+TEST(LlamaConfigTest, SizesOutOfRangeFailNamingTheField) {
+  auto error = [](const std::string& sizes) {
+    auto config = HfConfig::Parse(R"({"model_type": "llama", )" + sizes + "}",
+                                  "config.json");
+    EXPECT_TRUE(config.ok()) << config.status();
+    return std::string(LlamaConfig::FromHf(*config).status().message());
+  };
+  const std::string base = R"("vocab_size": 40, "intermediate_size": 24,
+      "num_hidden_layers": 2, "max_position_embeddings": 12, )";
+  EXPECT_EQ(error(base + R"("hidden_size": 1000000000,
+                            "num_attention_heads": 4)"),
+            "config.json: hidden_size is 1000000000, outside [1, 65536]");
+  EXPECT_EQ(error(base + R"("hidden_size": 16, "num_attention_heads": 4,
+                            "num_key_value_heads": 0)"),
+            "config.json: num_key_value_heads is 0, outside [1, 1024]");
+  EXPECT_EQ(error(base + R"("hidden_size": 16, "num_attention_heads": 4,
+                            "head_dim": 100000)"),
+            "config.json: head_dim is 100000, outside [1, 4096]");
+  EXPECT_THAT(error(base + R"("hidden_size": 16, "num_attention_heads": 3)"),
+              HasSubstr("hidden_size (16) must be a multiple of "
+                        "num_attention_heads (3)"));
+  EXPECT_EQ(error(R"("vocab_size": 40, "intermediate_size": 24,
+      "num_hidden_layers": 100000, "max_position_embeddings": 12,
+      "hidden_size": 16, "num_attention_heads": 4)"),
+            "config.json: num_hidden_layers is 100000, outside [1, 1024]");
+  EXPECT_EQ(error(R"("vocab_size": 40000000000, "intermediate_size": 24,
+      "num_hidden_layers": 2, "max_position_embeddings": 12,
+      "hidden_size": 16, "num_attention_heads": 4)"),
+            "config.json: vocab_size is 40000000000, outside [1, 16777216]");
+  // With an explicit head_dim the heads need not split hidden_size.
+  EXPECT_EQ(error(base + R"("hidden_size": 16, "num_attention_heads": 3,
+                            "head_dim": 8)"),
+            "");
 }
 
 // ---- Fixtures recorded with transformers (tools/gen_model_fixtures.py) ----

@@ -12,31 +12,12 @@
 #include "models/model_loader.h"
 
 namespace castserve::models {
-namespace {
-
-absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const std::string& name,
-                                                   const WeightFactory& weights,
-                                                   int64_t out, int64_t in) {
-  absl::StatusOr<std::unique_ptr<Linear>> linear =
-      Linear::Create(name, weights, /*bias=*/true);
-  if (!linear.ok()) return linear.status();
-  absl::Status shape = CheckWeightShape(**linear, "weight", {out, in});
-  if (shape.ok()) shape = CheckWeightShape(**linear, "bias", {out});
-  if (!shape.ok()) return shape;
-  return linear;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<LayerNorm>> MakeVisionLayerNorm(
     const std::string& name, const VisionTowerConfig& config,
     const WeightFactory& weights) {
-  absl::StatusOr<std::unique_ptr<LayerNorm>> norm =
-      LayerNorm::Create(name, weights, config.layer_norm_eps);
-  if (!norm.ok()) return norm.status();
-  absl::Status shape = CheckWeightShape(**norm, "weight", {config.hidden_size});
-  if (!shape.ok()) return shape;
-  return norm;
+  return LayerNorm::Create(name, weights, config.hidden_size,
+                           config.layer_norm_eps);
 }
 
 namespace {
@@ -56,8 +37,8 @@ class SelfAttention : public Module {
              {"k_proj", &attention->k_},
              {"v_proj", &attention->v_},
              {"out_proj", &attention->out_}}) {
-      auto linear =
-          MakeLinear(absl::StrCat(name, ".", local), weights, hidden, hidden);
+      auto linear = Linear::Create(absl::StrCat(name, ".", local), weights,
+                                   hidden, hidden, /*bias=*/true);
       if (!linear.ok()) return linear.status();
       *slot = attention->AddChild(*std::move(linear));
     }
@@ -165,12 +146,8 @@ absl::StatusOr<VisionTowerConfig> VisionTowerConfig::FromHf(
                           {"num_channels", &out.num_channels},
                           {"image_size", &out.image_size},
                           {"patch_size", &out.patch_size}}) {
-    absl::StatusOr<int64_t> value = config.GetInt(field.key, *field.value);
+    absl::StatusOr<int64_t> value = config.GetSize(field.key, *field.value);
     if (!value.ok()) return value.status();
-    if (*value <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          config.label(), ": ", field.key, " must be positive, got ", *value));
-    }
     *field.value = *value;
   }
   // image_size need not divide by patch_size: the patch convolution (stride
@@ -198,6 +175,16 @@ absl::StatusOr<VisionTowerConfig> VisionTowerConfig::FromHf(
   return out;
 }
 
+Conv2d::Options PatchConv2d(const VisionTowerConfig& config, bool bias) {
+  Conv2d::Options options;
+  options.in_channels = config.num_channels;
+  options.out_channels = config.hidden_size;
+  options.kernel_size = config.patch_size;
+  options.stride = config.patch_size;
+  options.bias = bias;
+  return options;
+}
+
 VisionMlp::VisionMlp(const std::string& name, const std::string& kind,
                      Activation activation)
     : Module(name, kind), activation_(activation) {}
@@ -207,12 +194,12 @@ absl::StatusOr<std::unique_ptr<VisionMlp>> VisionMlp::Create(
     const VisionTowerConfig& config, const WeightFactory& weights) {
   auto mlp = std::unique_ptr<VisionMlp>(
       new VisionMlp(name, kind_prefix + "MLP", config.hidden_act));
-  auto fc1 = MakeLinear(name + ".fc1", weights, config.intermediate_size,
-                        config.hidden_size);
+  auto fc1 = Linear::Create(name + ".fc1", weights, config.hidden_size,
+                            config.intermediate_size, /*bias=*/true);
   if (!fc1.ok()) return fc1.status();
   mlp->fc1_ = mlp->AddChild(*std::move(fc1));
-  auto fc2 = MakeLinear(name + ".fc2", weights, config.hidden_size,
-                        config.intermediate_size);
+  auto fc2 = Linear::Create(name + ".fc2", weights, config.intermediate_size,
+                            config.hidden_size, /*bias=*/true);
   if (!fc2.ok()) return fc2.status();
   mlp->fc2_ = mlp->AddChild(*std::move(fc2));
   return mlp;
@@ -257,18 +244,14 @@ class PoolingAttention : public Module {
     auto attention =
         std::unique_ptr<PoolingAttention>(new PoolingAttention(name, config));
     const int64_t hidden = config.hidden_size;
-    for (const char* local : {"in_proj_weight", "in_proj_bias"}) {
-      auto weight = weights.Make(name, attention->kind(), local);
-      if (!weight.ok()) return weight.status();
-      attention->AddWeight(local, *std::move(weight));
+    absl::Status status = AddParameter(*attention, weights, "in_proj_weight",
+                                       {3 * hidden, hidden});
+    if (status.ok()) {
+      status = AddParameter(*attention, weights, "in_proj_bias", {3 * hidden});
     }
-    absl::Status shape =
-        CheckWeightShape(*attention, "in_proj_weight", {3 * hidden, hidden});
-    if (shape.ok()) {
-      shape = CheckWeightShape(*attention, "in_proj_bias", {3 * hidden});
-    }
-    if (!shape.ok()) return shape;
-    auto out = MakeLinear(name + ".out_proj", weights, hidden, hidden);
+    if (!status.ok()) return status;
+    auto out = Linear::Create(name + ".out_proj", weights, hidden, hidden,
+                              /*bias=*/true);
     if (!out.ok()) return out.status();
     attention->out_ = attention->AddChild(*std::move(out));
     return attention;
@@ -309,12 +292,9 @@ class PoolingHead : public Module {
       const WeightFactory& weights) {
     auto head = std::unique_ptr<PoolingHead>(
         new PoolingHead(name, "SiglipMultiheadAttentionPoolingHead"));
-    auto probe = weights.Make(name, head->kind(), "probe");
-    if (!probe.ok()) return probe.status();
-    head->AddWeight("probe", *std::move(probe));
-    absl::Status shape =
-        CheckWeightShape(*head, "probe", {1, 1, config.hidden_size});
-    if (!shape.ok()) return shape;
+    absl::Status probe =
+        AddParameter(*head, weights, "probe", {1, 1, config.hidden_size});
+    if (!probe.ok()) return probe;
     auto attention =
         PoolingAttention::Create(name + ".attention", config, weights);
     if (!attention.ok()) return attention.status();
@@ -354,19 +334,12 @@ class PatchEmbeddings : public Module {
     auto embeddings = std::unique_ptr<PatchEmbeddings>(
         new PatchEmbeddings(name, "SiglipVisionEmbeddings"));
     auto patch = Conv2d::Create(name + ".patch_embedding", weights,
-                                config.patch_size, /*padding=*/0, true);
+                                PatchConv2d(config, /*bias=*/true));
     if (!patch.ok()) return patch.status();
-    absl::Status shape =
-        CheckWeightShape(**patch, "weight",
-                         {config.hidden_size, config.num_channels,
-                          config.patch_size, config.patch_size});
-    if (!shape.ok()) return shape;
     embeddings->patch_ = embeddings->AddChild(*std::move(patch));
-    auto position = Embedding::Create(name + ".position_embedding", weights);
+    auto position = Embedding::Create(name + ".position_embedding", weights,
+                                      config.num_patches(), config.hidden_size);
     if (!position.ok()) return position.status();
-    shape = CheckWeightShape(**position, "weight",
-                             {config.num_patches(), config.hidden_size});
-    if (!shape.ok()) return shape;
     embeddings->position_ = embeddings->AddChild(*std::move(position));
     embeddings->num_patches_ = config.num_patches();
     return embeddings;

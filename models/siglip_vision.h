@@ -55,9 +55,9 @@ struct VisionTowerConfig {
 
   // Fields absent from `config` keep the values of `defaults` (the
   // transformers class defaults, which save_pretrained leaves out).
-  // InvalidArgument naming the key for non-positive sizes, a hidden size not
-  // divisible by the heads, an image size not divisible by the patch size or
-  // an unknown activation.
+  // InvalidArgument naming the key for a size out of range
+  // (HfConfig::GetSize), a hidden size not divisible by the heads, an image
+  // smaller than a patch or an unknown activation.
   static absl::StatusOr<VisionTowerConfig> FromHf(
       const HfConfig& config, const VisionTowerConfig& defaults,
       const std::string& default_activation);
@@ -113,8 +113,11 @@ class VisionMlp : public Module {
   const Linear* fc2_ = nullptr;
 };
 
-// LayerNorm `name` over hidden_size with the config's eps, its weight's
-// shape checked.
+// The patch embedding's convolution: num_channels to hidden_size, kernel
+// and stride patch_size, no padding.
+Conv2d::Options PatchConv2d(const VisionTowerConfig& config, bool bias);
+
+// LayerNorm `name` over hidden_size with the config's eps.
 absl::StatusOr<std::unique_ptr<LayerNorm>> MakeVisionLayerNorm(
     const std::string& name, const VisionTowerConfig& config,
     const WeightFactory& weights);

@@ -7,8 +7,11 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "casting/casting_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -288,6 +291,64 @@ TEST(SiglipVisionTest, NamesKindsAndInputErrors) {
       std::string(
           LoadHfModel(WriteModel(bad, "siglip_bad"), {}).status().message()),
       HasSubstr("vision_model.head.probe"));
+}
+
+// One wrong shape of each kind of weight the tower has, loaded mapped and
+// lazily: the error names the tensor, the expected and the found shape.
+TEST(SiglipVisionTest, MisshapedWeightsFailAtLoadNamingTheTensor) {
+  WeightPolicyOptions mapped;
+  mapped.residency = casting::Residency::kMapped;
+  const std::pair<const char*, std::vector<int64_t>> cases[] = {
+      {"embeddings.patch_embedding.weight", {8, 2, 2, 2}},
+      {"embeddings.patch_embedding.bias", {4}},
+      {"embeddings.position_embedding.weight", {16, 8}},
+      {"encoder.layers.0.layer_norm1.bias", {4}},
+      {"encoder.layers.0.self_attn.k_proj.weight", {8, 4}},
+      {"encoder.layers.0.mlp.fc2.weight", {12, 8}},
+      {"post_layernorm.weight", {16}},
+      {"head.probe", {1, 2, 8}},
+      {"head.attention.in_proj_weight", {8, 8}},
+      {"head.attention.in_proj_bias", {8}},
+  };
+  for (const auto& [local, shape] : cases) {
+    const std::string key = std::string("vision_model.") + local;
+    Tensors bad = RandomWeights();
+    const std::vector<int64_t> expected = bad.at(key).sizes().vec();
+    bad[key] = at::zeros(shape);
+    auto model = LoadHfModel(WriteModel(bad, "siglip_misshaped"), mapped);
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        std::string(model.status().message()),
+        HasSubstr(absl::StrCat("weight '", key, "': expected shape [",
+                               absl::StrJoin(expected, ", "), "], found [",
+                               absl::StrJoin(shape, ", "), "]")));
+  }
+}
+
+TEST(VisionTowerConfigTest, SizesOutOfRangeFailNamingTheField) {
+  auto error = [](const std::string& sizes) {
+    auto config = HfConfig::Parse("{" + sizes + "}", "config.json");
+    EXPECT_TRUE(config.ok()) << config.status();
+    return std::string(
+        VisionTowerConfig::FromHf(*config, VisionTowerConfig{}, "gelu")
+            .status()
+            .message());
+  };
+  EXPECT_EQ(error(R"("hidden_size": 1000000000)"),
+            "config.json: hidden_size is 1000000000, outside [1, 65536]");
+  EXPECT_EQ(error(R"("image_size": 1000000)"),
+            "config.json: image_size is 1000000, outside [1, 4096]");
+  EXPECT_EQ(error(R"("patch_size": 0)"),
+            "config.json: patch_size is 0, outside [1, 4096]");
+  EXPECT_EQ(error(R"("num_channels": 300)"),
+            "config.json: num_channels is 300, outside [1, 16]");
+  EXPECT_EQ(error(R"("intermediate_size": 1000000000000)"),
+            "config.json: intermediate_size is 1000000000000, outside "
+            "[1, 1048576]");
+  EXPECT_THAT(error(R"("image_size": 8, "patch_size": 16)"),
+              HasSubstr("be at least patch_size (16)"));
+  EXPECT_THAT(error(R"("num_attention_heads": 5)"),
+              HasSubstr("must divide by num_attention_heads (5)"));
 }
 
 // ---- Fixtures recorded with transformers, for SigLIP and CLIP ----

@@ -67,16 +67,38 @@ at::ScalarType WeightFactory::compute_scalar_type() const {
   return casting::TorchScalarType(compute_dtype());
 }
 
+namespace {
+
+// InvalidArgument naming the tensor unless `entry` has `expected` shape.
+absl::Status CheckShape(const casting::TensorEntry& entry,
+                        absl::Span<const int64_t> expected) {
+  if (absl::MakeConstSpan(entry.shape) == expected) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("weight '", entry.name, "': expected shape [",
+                   absl::StrJoin(expected, ", "), "], found [",
+                   absl::StrJoin(entry.shape, ", "), "]"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<casting::Weight>> WeightFactory::Make(
     absl::string_view module_name, absl::string_view kind,
-    absl::string_view local_name) const {
+    absl::string_view local_name,
+    absl::Span<const int64_t> expected_shape) const {
   const std::string key = Key(module_name, local_name);
-  if (checkpoint_->Find(key) == nullptr) {
+  const casting::TensorEntry* entry = checkpoint_->Find(key);
+  if (entry == nullptr) {
     return absl::NotFoundError(absl::StrCat("checkpoint has no tensor '", key,
                                             "' (weight '", local_name, "' of ",
                                             kind, " '", module_name, "')"));
   }
+  if (absl::Status shape = CheckShape(*entry, expected_shape); !shape.ok()) {
+    return shape;
+  }
   casting::WeightOptions weight_options;
+  // A layer's parameters are floating; an integer tensor in their place is
+  // a broken checkpoint, not a buffer to pass through.
+  weight_options.pass_through_integers = false;
   weight_options.residency = options_.residency;
   weight_options.compute_dtype = compute_dtype();
   weight_options.storage = casting::StorageFormat::Plain(compute_dtype());

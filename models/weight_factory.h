@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "casting/buffer_pool.h"
 #include "casting/casting_policy.h"
 #include "casting/checkpoint.h"
@@ -71,12 +72,19 @@ class WeightFactory {
                 WeightPolicyOptions options, std::string key_prefix = "",
                 std::string module_prefix = "");
 
-  // The weight `<key of module_name>.<local_name>` of a module of `kind`.
-  // NotFound naming the key when the checkpoint lacks it; the Weight's errors
-  // otherwise. Does not read tensor data unless the policy is eager.
+  // The weight `<key of module_name>.<local_name>` of a module of `kind`,
+  // checked against what the architecture expects of it from config.json:
+  // NotFound naming the key when the checkpoint lacks it; InvalidArgument
+  // naming the key, the expected and the found shape when its shape is not
+  // `expected_shape` ("weight 'k': expected shape [64, 32], found
+  // [211, 32]"), and naming its dtype when that is not a floating type the
+  // casting layer computes with; the Weight's errors otherwise. The checks
+  // read the checkpoint header only, whatever the policy; tensor data is
+  // read only when the policy is eager, and only once they passed.
   absl::StatusOr<std::unique_ptr<casting::Weight>> Make(
       absl::string_view module_name, absl::string_view kind,
-      absl::string_view local_name) const;
+      absl::string_view local_name,
+      absl::Span<const int64_t> expected_shape) const;
 
   // True when the checkpoint has `<prefix><module_name>.<local_name>`.
   bool Has(absl::string_view module_name, absl::string_view local_name) const;

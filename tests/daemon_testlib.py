@@ -14,6 +14,7 @@ import struct
 import subprocess
 import tempfile
 import time
+import unittest
 
 START_TIMEOUT_SECONDS = 60
 
@@ -230,3 +231,52 @@ def write_zero_bert(directory, hidden, layers, intermediate, heads,
         f.write(struct.pack("<Q", len(header_bytes)))
         f.write(header_bytes)
         f.truncate(8 + len(header_bytes) + offset)
+
+
+class RepositoryTestCase(unittest.TestCase):
+    """One daemon per test class over a fresh repository that holds a good
+    model "good" (a copy of `good_dir` with `good_config`) and whatever
+    add_models puts beside it. Subclasses set `castserve` and `good_dir`."""
+
+    castserve = None
+    good_dir = None
+    good_config = "max_batch_size: 4\n"
+    call_timeout_seconds = 60
+
+    @classmethod
+    def add_models(cls, repository):
+        pass
+
+    @classmethod
+    def setUpClass(cls):
+        import grpc
+        from proto import inference_pb2_grpc
+        cls.repository = tempfile.mkdtemp(prefix="castserve-repository-")
+        add_model(cls.repository, "good", cls.good_dir, cls.good_config)
+        cls.add_models(cls.repository)
+        cls.daemon = Daemon(cls.castserve,
+                            f"--model-repository={cls.repository}",
+                            "--grpc-port=0", "--metrics-port=0",
+                            "--bind-address=127.0.0.1").wait_ready()
+        cls.channel = grpc.insecure_channel(
+            f"127.0.0.1:{cls.daemon.grpc_port}")
+        cls.stub = inference_pb2_grpc.GRPCInferenceServiceStub(cls.channel)
+        cls.inputs, _ = references(cls.good_dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.daemon.kill()
+        shutil.rmtree(cls.repository)
+
+    def index(self):
+        """{name: RepositoryIndexResponse.ModelIndex} of the repository."""
+        from proto import inference_pb2
+        response = self.stub.RepositoryIndex(
+            inference_pb2.RepositoryIndexRequest())
+        return {model.name: model for model in response.models}
+
+    def infer_good(self):
+        """One request to the good model; raises if it fails."""
+        return self.stub.ModelInfer(raw_request("good", self.inputs),
+                                    timeout=self.call_timeout_seconds)

@@ -13,11 +13,8 @@ Run by Bazel as:
 (Debian's python3 with python3-grpcio, python3-protobuf and python3-numpy).
 """
 
-import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 import unittest
 
@@ -25,10 +22,10 @@ sys.path.insert(0, os.getcwd())  # the runfiles root holds proto/*_pb2.py
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import grpc  # noqa: E402
-from proto import inference_pb2, inference_pb2_grpc  # noqa: E402
+from proto import inference_pb2  # noqa: E402
 
-from daemon_testlib import (Daemon, add_model, raw_request,  # noqa: E402
-                             references)
+from daemon_testlib import (RepositoryTestCase, add_model,  # noqa: E402
+                             raw_request)
 
 CASTSERVE = os.path.abspath(sys.argv[1])
 BERT_DIR = os.path.dirname(os.path.abspath(sys.argv[2]))
@@ -55,7 +52,7 @@ BAD_CONFIGS = {
     "endless_warmup": (BERT_CONFIG + warmup("[ 8 ]", count=4000000000),
                        "count 4000000000, above the limit of 1000"),
     "dev_zero_warmup": (BERT_CONFIG + warmup("[ 8 ]", data_file="zeros.bin"),
-                        "is not a readable regular file"),
+                        "leads to /dev/zero, outside the model repository"),
 }
 
 
@@ -67,32 +64,12 @@ def rss_bytes(pid):
     raise AssertionError("no VmRSS")
 
 
-class DaemonTestCase(unittest.TestCase):
-    """One daemon per test class, serving a repository with a good model
-    ("good") and whatever add_models puts beside it."""
-
-    @classmethod
-    def add_models(cls, repository):
-        pass
-
-    @classmethod
-    def setUpClass(cls):
-        cls.repository = tempfile.mkdtemp(prefix="castserve-hardening-")
-        add_model(cls.repository, "good", BERT_DIR, BERT_CONFIG)
-        cls.add_models(cls.repository)
-        cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
-                            "--grpc-port=0", "--metrics-port=0",
-                            "--bind-address=127.0.0.1").wait_ready()
-        cls.channel = grpc.insecure_channel(
-            f"127.0.0.1:{cls.daemon.grpc_port}")
-        cls.stub = inference_pb2_grpc.GRPCInferenceServiceStub(cls.channel)
-        cls.inputs, _ = references(BERT_DIR)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.channel.close()
-        cls.daemon.kill()
-        shutil.rmtree(cls.repository)
+class DaemonTestCase(RepositoryTestCase):
+    """A daemon serving the bert fixture as "good"."""
+    castserve = CASTSERVE
+    good_dir = BERT_DIR
+    good_config = BERT_CONFIG
+    call_timeout_seconds = CALL_TIMEOUT_SECONDS
 
 
 class HardeningTest(DaemonTestCase):
@@ -103,15 +80,9 @@ class HardeningTest(DaemonTestCase):
             model_dir = add_model(repository, name, BERT_DIR, config)
             os.symlink("/dev/zero", os.path.join(model_dir, "zeros.bin"))
 
-    def index(self):
-        response = self.stub.RepositoryIndex(
-            inference_pb2.RepositoryIndexRequest())
-        return {model.name: model for model in response.models}
-
     def assert_serving(self):
         self.assertIsNone(self.daemon.process.poll(), self.daemon.output())
-        self.stub.ModelInfer(raw_request("good", self.inputs),
-                             timeout=CALL_TIMEOUT_SECONDS)
+        self.infer_good()
         self.assertLess(rss_bytes(self.daemon.process.pid), MAX_RSS_BYTES)
 
     def test_bad_configs_on_disk_leave_their_model_unavailable(self):
