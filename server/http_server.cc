@@ -19,13 +19,17 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "server/log.h"
 #include "server/port_check.h"
+#include "server/socket_deadlines.h"
 
 namespace castserve {
 namespace {
 
 constexpr int kListenBacklog = 128;
+// How often request deadlines are checked: they are whole seconds.
+constexpr absl::Duration kDeadlineCheckInterval = absl::Milliseconds(250);
 
 HttpResponse TextResponse(int status_code, std::string body) {
   return {status_code, "text/plain; charset=utf-8", std::move(body)};
@@ -80,6 +84,11 @@ bool HasTrustedClientCertificate(MHD_Connection* connection) {
          verify_status == 0;
 }
 
+int ConnectionFd(MHD_Connection* connection) {
+  return MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD)
+      ->connect_fd;
+}
+
 MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
   MHD_Response* reply = MHD_create_response_from_buffer(
       response.body.size(), const_cast<char*>(response.body.data()),
@@ -100,36 +109,46 @@ MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
 
 struct HttpServer::Impl {
   Impl(std::map<std::string, HttpHandler> handlers,
-       std::optional<HttpTlsCredentials> tls)
-      : handlers(std::move(handlers)), tls(std::move(tls)) {}
+       std::optional<HttpTlsCredentials> tls, absl::Duration request_timeout)
+      : handlers(std::move(handlers)),
+        tls(std::move(tls)),
+        request_timeout(request_timeout),
+        deadlines(kDeadlineCheckInterval) {}
 
   // Stops libmicrohttpd (joining its threads) while the handlers still live.
   ~Impl() {
     if (daemon != nullptr) MHD_stop_daemon(daemon);
   }
 
-  HttpResponse Answer(MHD_Connection* connection, const char* path,
-                      const char* method) const {
+  // The answer to a request that no handler sees, if it is one.
+  std::optional<HttpResponse> Refusal(MHD_Connection* connection,
+                                      const char* path,
+                                      absl::string_view method) const {
     if (tls.has_value() && !tls->client_ca_pem.empty() &&
         !HasTrustedClientCertificate(connection)) {
       return TextResponse(MHD_HTTP_FORBIDDEN,
                           "a trusted client certificate is required\n");
     }
-    auto handler = handlers.find(path);
-    if (handler == handlers.end()) {
+    if (handlers.find(path) == handlers.end()) {
       return TextResponse(MHD_HTTP_NOT_FOUND, "not found\n");
     }
-    HttpRequest request{method, path, {}};
-    if (request.method != "GET" && request.method != "HEAD") {
+    if (method != "GET" && method != "HEAD") {
       return TextResponse(MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n");
     }
     if (HasBody(connection)) {
       return TextResponse(MHD_HTTP_PAYLOAD_TOO_LARGE,
                           "request bodies are not accepted\n");
     }
+    return std::nullopt;
+  }
+
+  // The handler's answer to a request Refusal let through.
+  HttpResponse Answer(MHD_Connection* connection, const char* path,
+                      const char* method) const {
+    HttpRequest request{method, path, {}};
     MHD_get_connection_values(connection, MHD_HEADER_KIND, &AddHeader,
                               &request.headers);
-    return handler->second(request);
+    return handlers.at(request.path)(request);
   }
 
   // libmicrohttpd's messages: collected while starting (they explain a
@@ -148,17 +167,51 @@ struct HttpServer::Impl {
     }
   }
 
-  // Called once per request, once its head is in: every answer is queued at
-  // once, so a request body is never read.
+  // Called twice per request. First once its head is in: a refusal is
+  // queued at once, which makes libmicrohttpd close the connection after it
+  // and leave any body unread. A request to answer is marked and answered on
+  // the second call, once the (empty) request is complete, so that the
+  // connection stays open for the next request.
   static MHD_Result AnswerRequest(void* cls, MHD_Connection* connection,
                                   const char* path, const char* method,
                                   const char* /*version*/,
                                   const char* /*upload_data*/,
                                   size_t* upload_data_size,
-                                  void** /*request_context*/) {
-    if (*upload_data_size != 0) return MHD_NO;  // A body after the answer.
-    const auto* impl = static_cast<const Impl*>(cls);
+                                  void** request_context) {
+    if (*upload_data_size != 0) return MHD_NO;  // A body after the refusal.
+    auto* impl = static_cast<Impl*>(cls);
+    if (*request_context == nullptr) {
+      std::optional<HttpResponse> refusal =
+          impl->Refusal(connection, path, method);
+      if (refusal.has_value()) return Queue(connection, *refusal);
+      *request_context = impl;  // Any non-null mark.
+      return MHD_YES;
+    }
     return Queue(connection, impl->Answer(connection, path, method));
+  }
+
+  // A connection's first request is due within the request timeout of its
+  // start; its deadline goes before libmicrohttpd closes the socket.
+  static void TrackConnection(void* cls, MHD_Connection* connection,
+                              void** /*socket_context*/,
+                              MHD_ConnectionNotificationCode code) {
+    auto* impl = static_cast<Impl*>(cls);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+      impl->deadlines.Set(ConnectionFd(connection),
+                          absl::Now() + impl->request_timeout);
+    } else {
+      impl->deadlines.Forget(ConnectionFd(connection));
+    }
+  }
+
+  // The next request on a kept-alive connection is due within the request
+  // timeout of this one's end.
+  static void RequestCompleted(void* cls, MHD_Connection* connection,
+                               void** /*request_context*/,
+                               MHD_RequestTerminationCode /*code*/) {
+    auto* impl = static_cast<Impl*>(cls);
+    impl->deadlines.Set(ConnectionFd(connection),
+                        absl::Now() + impl->request_timeout);
   }
 
   // The reasons libmicrohttpd gave for a failed start.
@@ -176,6 +229,9 @@ struct HttpServer::Impl {
   const std::map<std::string, HttpHandler> handlers;
   // Kept while the server runs: libmicrohttpd holds pointers into it.
   const std::optional<HttpTlsCredentials> tls;
+  const absl::Duration request_timeout;
+  // Outlives the daemon: connections closed as it stops forget theirs.
+  SocketDeadlines deadlines;
   int port = 0;
   MHD_Daemon* daemon = nullptr;
 
@@ -194,7 +250,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     close(*listen_fd);
     return bound_port.status();
   }
-  auto impl = std::make_unique<Impl>(std::move(handlers), options.tls);
+  auto impl = std::make_unique<Impl>(
+      std::move(handlers), options.tls,
+      absl::Seconds(options.limits.request_timeout_seconds));
   impl->port = *bound_port;
 
   const HttpServerLimits& limits = options.limits;
@@ -212,6 +270,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
        nullptr},
       {MHD_OPTION_CONNECTION_MEMORY_LIMIT, limits.connection_memory_bytes,
        nullptr},
+      {MHD_OPTION_NOTIFY_CONNECTION,
+       reinterpret_cast<intptr_t>(&Impl::TrackConnection), impl.get()},
+      {MHD_OPTION_NOTIFY_COMPLETED,
+       reinterpret_cast<intptr_t>(&Impl::RequestCompleted), impl.get()},
   };
   // A pool of one is no pool: libmicrohttpd then polls in one thread.
   if (limits.threads > 1) {

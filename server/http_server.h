@@ -36,8 +36,8 @@ using HttpHandler = std::function<HttpResponse(const HttpRequest& request)>;
 // HEAD only (405 otherwise), 404 for other paths, no request bodies (413),
 // optional HTTPS and client certificates. Connections are polled by a few
 // threads (epoll), so idle or slow clients hold a connection slot, never a
-// thread; `HttpServerLimits` bounds the slots, their memory and their idle
-// time.
+// thread; `HttpServerLimits` bounds the slots, their memory, their idle time
+// and the time a request may take.
 class HttpServer {
  public:
   // Binds `address:port` (0 picks a free port) and starts serving.

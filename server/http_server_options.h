@@ -21,6 +21,12 @@ struct HttpServerLimits {
   // A connection that has sent and received nothing for this long is closed,
   // whatever state its request is in.
   int connection_timeout_seconds = 10;
+  // Each request must be received and answered within this many seconds of
+  // the connection opening (or of the previous answer on it), or the
+  // connection is closed: a client that trickles its request head a byte at
+  // a time is never idle, so the inactivity timeout alone would let it keep
+  // its slot for hours.
+  int request_timeout_seconds = 30;
   // Memory each connection may use for its request head (request line and
   // headers) and the response's head. A larger request head gets 431 (414
   // for a long request line).

@@ -217,6 +217,54 @@ TEST_F(HttpServerTest, IdleConnectionIsClosedAfterTheTimeout) {
   close(fd);
 }
 
+TEST_F(HttpServerTest, TrickledRequestHeadIsCutAtTheRequestTimeout) {
+  HttpServerOptions options;
+  options.limits.connection_timeout_seconds = 10;
+  options.limits.request_timeout_seconds = 1;
+  StartServer(options);
+  const int fd = Connect(port_);
+  ASSERT_GE(fd, 0);
+  const timeval poll_interval{0, 200 * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &poll_interval, sizeof poll_interval);
+  // A byte every 200 ms: never idle, never done.
+  const std::string head =
+      "GET /hello HTTP/1.1\r\nX-Slow: " + std::string(100, 'a');
+  const auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (size_t i = 0; i < head.size() && !closed; ++i) {
+    if (send(fd, &head[i], 1, MSG_NOSIGNAL) != 1) break;
+    char buffer[64];
+    closed = read(fd, buffer, sizeof buffer) == 0;
+  }
+  const auto lasted = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(lasted, std::chrono::milliseconds(900));
+  EXPECT_LT(lasted, std::chrono::seconds(3));
+  EXPECT_EQ(calls_, 0);
+  close(fd);
+}
+
+TEST_F(HttpServerTest, EachRequestOnAKeptAliveConnectionGetsTheFullTimeout) {
+  HttpServerOptions options;
+  options.limits.request_timeout_seconds = 1;
+  StartServer(options);
+  const int fd = Connect(port_);
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+  // Four requests over 1.6 s on one connection: each within 1 s of the
+  // previous answer.
+  for (int i = 0; i < 4; ++i) {
+    absl::SleepFor(absl::Milliseconds(400));
+    ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()))
+        << "request " << i;
+    char buffer[256];
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    ASSERT_GT(n, 0) << "request " << i;
+    EXPECT_THAT(std::string(buffer, n), StartsWith("HTTP/1.1 200"));
+  }
+  close(fd);
+}
+
 TEST_F(HttpServerTest, ConnectionsPastThePerAddressLimitAreClosed) {
   HttpServerOptions options;
   options.limits.max_connections_per_ip = 2;

@@ -139,6 +139,12 @@ const std::map<std::string, ValueSetter, std::less<>>& ValueFlags() {
                                "whole number of seconds", 1, 3600,
                                &f.metrics_limits.connection_timeout_seconds);
            }},
+          {"metrics-request-timeout-seconds",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseCount("metrics-request-timeout-seconds", v,
+                               "whole number of seconds", 1, 3600,
+                               &f.metrics_limits.request_timeout_seconds);
+           }},
           {"metrics-tls-cert-file",
            [](const std::string& v, ServerFlags& f) {
              return ParseFilePath("metrics-tls-cert-file", v,
@@ -291,6 +297,10 @@ Flags:
   --metrics-connection-timeout-seconds=S
                                 a metrics-port connection idle this long is
                                 closed (default 10)
+  --metrics-request-timeout-seconds=S
+                                a metrics-port request must arrive and be
+                                answered within this of the connection's
+                                start or its previous answer (default 30)
   --metrics-tls-cert-file=PEM   serve the metrics port over HTTPS with this
                                 certificate (chain); needs the key file
   --metrics-tls-key-file=PEM    the certificate's unencrypted private key

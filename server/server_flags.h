@@ -25,7 +25,8 @@ struct ServerFlags {
   // Address the listeners bind to.
   std::string bind_address = "0.0.0.0";
   // The metrics port's connection limits (--metrics-max-connections,
-  // --metrics-max-connections-per-ip, --metrics-connection-timeout-seconds).
+  // --metrics-max-connections-per-ip, --metrics-connection-timeout-seconds,
+  // --metrics-request-timeout-seconds).
   HttpServerLimits metrics_limits;
   // PEM files: HTTPS on the metrics port when the certificate and the key are
   // given (always both or neither), client certificates signed by the CA

@@ -72,6 +72,8 @@ TEST(ServerFlagsTest, RejectsBadInputWithTheFlagNamed) {
       {{"--model-repository=/m", "--metrics-connection-timeout-seconds=0.5"},
        "--metrics-connection-timeout-seconds: '0.5' is not a whole number of "
        "seconds between 1 and 3600"},
+      {{"--model-repository=/m", "--metrics-request-timeout-seconds=0"},
+       "--metrics-request-timeout-seconds: '0'"},
       {{"--model-repository=/m", "--metrics-tls-cert-file="},
        "--metrics-tls-cert-file: empty path"},
   };
@@ -125,8 +127,10 @@ TEST(ServerFlagsTest, MetricsLimitsDefaultToTheHttpServersAndAreSet) {
   absl::StatusOr<ServerFlags> flags =
       Parse({"--model-repository=/r", "--metrics-max-connections=1000",
              "--metrics-max-connections-per-ip=0",
-             "--metrics-connection-timeout-seconds", "30"});
+             "--metrics-connection-timeout-seconds", "30",
+             "--metrics-request-timeout-seconds=60"});
   ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->metrics_limits.request_timeout_seconds, 60);
   EXPECT_EQ(flags->metrics_limits.max_connections, 1000);
   EXPECT_EQ(flags->metrics_limits.max_connections_per_ip, 0);
   EXPECT_EQ(flags->metrics_limits.connection_timeout_seconds, 30);
