@@ -1,18 +1,25 @@
 #ifndef CASTSERVE_SERVER_HTTP_SERVER_H_
 #define CASTSERVE_SERVER_HTTP_SERVER_H_
 
-#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "server/http_server_options.h"
 
 namespace castserve {
+
+struct HttpRequest {
+  // "GET" or "HEAD": the only methods that reach a handler.
+  std::string method;
+  // Without the query string.
+  std::string path;
+  // By lower-cased name; a header sent more than once has its values joined
+  // with ", ".
+  std::map<std::string, std::string> headers;
+};
 
 struct HttpResponse {
   int status_code = 200;
@@ -20,53 +27,38 @@ struct HttpResponse {
   std::string body;
 };
 
-// Answers one GET for a path. Called from the server's worker threads,
-// concurrently: handlers must be thread-safe.
-using HttpHandler = std::function<HttpResponse()>;
+// Answers one request for a path. Called from the server's polling threads,
+// concurrently: handlers must be thread-safe, and a slow handler delays the
+// other connections of its thread.
+using HttpHandler = std::function<HttpResponse(const HttpRequest& request)>;
 
-// A deliberately small HTTP/1.1 server for the metrics port: GET and HEAD on
-// fixed paths, one request per connection (Connection: close), requests
-// capped at 16 KiB and 5 seconds. Enough for Prometheus scrapes and
-// Kubernetes httpGet probes; not a general web server.
-//
-// Why not prometheus-cpp's Exposer: its civetweb server fails to start
-// (mg_start returns NULL after binding) in a process that links Debian's
-// LibTorch, which the daemon does.
+// A small HTTP/1.1 server for fixed paths over GNU libmicrohttpd: GET and
+// HEAD only (405 otherwise), 404 for other paths, no request bodies (413),
+// optional HTTPS and client certificates. Connections are polled by a few
+// threads (epoll), so idle or slow clients hold a connection slot, never a
+// thread; `HttpServerLimits` bounds the slots, their memory, their idle time
+// and the time a request may take.
 class HttpServer {
  public:
   // Binds `address:port` (0 picks a free port) and starts serving.
-  // FailedPrecondition naming the address when it cannot be bound.
+  // FailedPrecondition naming the address when it cannot be bound;
+  // InvalidArgument with libmicrohttpd's reason when the TLS credentials are
+  // unusable (a key that does not match the certificate, say).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
-      const std::string& address, int port,
+      const std::string& address, int port, const HttpServerOptions& options,
       std::map<std::string, HttpHandler> handlers);
 
-  // Stops accepting, finishes the requests being answered, joins threads.
+  // Stops accepting, closes every connection, joins the threads. No handler
+  // runs once it returns.
   ~HttpServer();
 
-  int port() const { return port_; }
+  int port() const;
 
  private:
-  HttpServer(int listen_fd, int wake_fd_read, int wake_fd_write, int port,
-             std::map<std::string, HttpHandler> handlers);
+  struct Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
 
-  void AcceptLoop();
-  void WorkerLoop();
-  void Serve(int fd) const;
-  HttpResponse Respond(const std::string& method,
-                       const std::string& path) const;
-
-  const int listen_fd_;
-  const int wake_fd_read_;
-  const int wake_fd_write_;
-  const int port_;
-  const std::map<std::string, HttpHandler> handlers_;
-
-  absl::Mutex mutex_;
-  std::vector<int> pending_ ABSL_GUARDED_BY(mutex_);
-  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
-
-  std::thread acceptor_;
-  std::vector<std::thread> workers_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace castserve

@@ -18,6 +18,7 @@
 #include "casting/malloc_settings.h"
 #include "models/cancellation.h"
 #include "server/log.h"
+#include "server/pem_file.h"
 #include "server/server.h"
 #include "server/server_flags.h"
 #include "server/version.h"
@@ -49,6 +50,37 @@ int WaitForStopSignal(const sigset_t& signals) {
   while (sigwait(&signals, &signal_number) != 0) {
   }
   return signal_number;
+}
+
+// The metrics port's limits, and its TLS credentials read from the files
+// the flags name. InvalidArgument naming the flag and the file when one
+// cannot be used.
+absl::StatusOr<HttpServerOptions> MetricsHttpOptions(const ServerFlags& flags) {
+  HttpServerOptions http;
+  http.limits = flags.metrics_limits;
+  if (flags.metrics_tls_cert_file.empty()) return http;
+  HttpTlsCredentials& tls = http.tls.emplace();
+  const struct {
+    const char* flag;
+    const std::string& path;
+    PemKind kind;
+    std::string* pem;
+  } files[] = {
+      {"--metrics-tls-cert-file", flags.metrics_tls_cert_file,
+       PemKind::kCertificate, &tls.certificate_pem},
+      {"--metrics-tls-key-file", flags.metrics_tls_key_file,
+       PemKind::kPrivateKey, &tls.private_key_pem},
+      {"--metrics-tls-client-ca-file", flags.metrics_tls_client_ca_file,
+       PemKind::kCertificate, &tls.client_ca_pem},
+  };
+  for (const auto& file : files) {
+    if (file.path.empty()) continue;
+    absl::StatusOr<std::string> pem =
+        ReadPemFile(file.flag, file.path, file.kind);
+    if (!pem.ok()) return pem.status();
+    *file.pem = *std::move(pem);
+  }
+  return http;
 }
 
 int Run(const ServerFlags& flags) {
@@ -98,6 +130,13 @@ int Run(const ServerFlags& flags) {
   options.bind_address = flags.bind_address;
   options.grpc_port = flags.grpc_port;
   options.metrics_port = flags.metrics_port;
+  absl::StatusOr<HttpServerOptions> metrics_http = MetricsHttpOptions(flags);
+  if (!metrics_http.ok()) {
+    Log(LogLevel::kError, "castserve cannot start",
+        {{"error", metrics_http.status().message()}});
+    return finish(kExitFailure);
+  }
+  options.metrics_http = *std::move(metrics_http);
   options.memory_budget_bytes = flags.memory_budget_bytes;
   options.max_message_bytes = flags.max_message_bytes;
   options.intra_op_threads = flags.intra_op_threads;

@@ -6,7 +6,7 @@
 namespace castserve {
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
-    const std::string& address, int port,
+    const std::string& address, int port, const HttpServerOptions& http,
     std::vector<std::shared_ptr<prometheus::Collectable>> collectables,
     std::function<bool()> is_ready) {
   std::unique_ptr<MetricsExporter> exporter(
@@ -14,25 +14,25 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
   const MetricsExporter* self = exporter.get();
   std::map<std::string, HttpHandler> handlers = {
       {"/metrics",
-       [self] {
+       [self](const HttpRequest&) {
          return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
                              self->Scrape()};
        }},
       {"/v2/health/live",
-       [] {
+       [](const HttpRequest&) {
          return HttpResponse{200, "text/plain", "live\n"};
        }},
       {"/v2/health/ready",
-       [self] {
+       [self](const HttpRequest&) {
          return self->is_ready_()
                     ? HttpResponse{200, "text/plain", "ready\n"}
                     : HttpResponse{503, "text/plain", "not ready\n"};
        }},
   };
-  absl::StatusOr<std::unique_ptr<HttpServer>> http =
-      HttpServer::Start(address, port, std::move(handlers));
-  if (!http.ok()) return http.status();
-  exporter->http_ = *std::move(http);
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start(address, port, http, std::move(handlers));
+  if (!server.ok()) return server.status();
+  exporter->http_ = *std::move(server);
   return exporter;
 }
 

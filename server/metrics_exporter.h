@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "prometheus/collectable.h"
+#include "server/http_server_options.h"
 
 namespace castserve {
 
@@ -21,10 +22,12 @@ class HttpServer;
 // they must be thread-safe. Destroying the exporter stops the listener.
 class MetricsExporter {
  public:
-  // Binds `address:port` (0 picks a free port). FailedPrecondition with the
-  // address when the port cannot be bound (in use, no permission).
+  // Binds `address:port` (0 picks a free port) and serves with `http`'s
+  // limits, over HTTPS when it has TLS credentials. FailedPrecondition with
+  // the address when the port cannot be bound (in use, no permission);
+  // InvalidArgument when the TLS credentials are unusable.
   static absl::StatusOr<std::unique_ptr<MetricsExporter>> Start(
-      const std::string& address, int port,
+      const std::string& address, int port, const HttpServerOptions& http,
       std::vector<std::shared_ptr<prometheus::Collectable>> collectables,
       std::function<bool()> is_ready);
 

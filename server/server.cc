@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   auto manager_ref = std::make_shared<std::atomic<ModelManager*>>(nullptr);
   absl::StatusOr<std::unique_ptr<MetricsExporter>> metrics =
       MetricsExporter::Start(
-          options.bind_address, options.metrics_port,
+          options.bind_address, options.metrics_port, options.metrics_http,
           {std::make_shared<ProcessMetrics>(),
            MakeServingMetrics(manager_ref, options.memory_budget_bytes)},
           [raw = server.get()] { return raw->ready_.load(); });

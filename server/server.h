@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "models/cancellation.h"
+#include "server/http_server_options.h"
 
 namespace grpc {
 class Server;
@@ -28,6 +29,8 @@ struct ServerOptions {
   // 0 picks a free port; see grpc_port() / metrics_port().
   int grpc_port = 8001;
   int metrics_port = 8002;
+  // The metrics port's connection limits and optional TLS.
+  HttpServerOptions metrics_http;
   // Memory models may use together; 0 means no budget (ModelManager).
   int64_t memory_budget_bytes = 0;
   // Largest gRPC message received or sent; a larger request fails with

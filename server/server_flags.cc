@@ -67,6 +67,37 @@ const std::map<std::string, bool ServerFlags::*, std::less<>>& SwitchFlags() {
   return *flags;
 }
 
+absl::Status ParseFilePath(absl::string_view flag, const std::string& value,
+                           std::string* path) {
+  if (value.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": empty path"));
+  }
+  *path = value;
+  return absl::OkStatus();
+}
+
+// The TLS files go together: a certificate needs its key, client
+// certificates need the server's own.
+absl::Status CheckMetricsTlsFiles(const ServerFlags& flags) {
+  if (flags.metrics_tls_cert_file.empty() !=
+      flags.metrics_tls_key_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flags.metrics_tls_cert_file.empty() ? "--metrics-tls-key-file"
+                                            : "--metrics-tls-cert-file",
+        " needs ",
+        flags.metrics_tls_cert_file.empty() ? "--metrics-tls-cert-file"
+                                            : "--metrics-tls-key-file",
+        ": give both or neither"));
+  }
+  if (!flags.metrics_tls_client_ca_file.empty() &&
+      flags.metrics_tls_cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--metrics-tls-client-ca-file needs --metrics-tls-cert-file and "
+        "--metrics-tls-key-file");
+  }
+  return absl::OkStatus();
+}
+
 using ValueSetter =
     std::function<absl::Status(const std::string& value, ServerFlags& flags)>;
 
@@ -99,6 +130,45 @@ const std::map<std::string, ValueSetter, std::less<>>& ValueFlags() {
              }
              f.bind_address = v;
              return absl::OkStatus();
+           }},
+          {"metrics-max-connections",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseCount("metrics-max-connections", v, "count", 1,
+                               kMaxMetricsConnections,
+                               &f.metrics_limits.max_connections);
+           }},
+          {"metrics-max-connections-per-ip",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseCount("metrics-max-connections-per-ip", v, "count", 0,
+                               kMaxMetricsConnections,
+                               &f.metrics_limits.max_connections_per_ip);
+           }},
+          {"metrics-connection-timeout-seconds",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseCount("metrics-connection-timeout-seconds", v,
+                               "whole number of seconds", 1, 3600,
+                               &f.metrics_limits.connection_timeout_seconds);
+           }},
+          {"metrics-request-timeout-seconds",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseCount("metrics-request-timeout-seconds", v,
+                               "whole number of seconds", 1, 3600,
+                               &f.metrics_limits.request_timeout_seconds);
+           }},
+          {"metrics-tls-cert-file",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseFilePath("metrics-tls-cert-file", v,
+                                  &f.metrics_tls_cert_file);
+           }},
+          {"metrics-tls-key-file",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseFilePath("metrics-tls-key-file", v,
+                                  &f.metrics_tls_key_file);
+           }},
+          {"metrics-tls-client-ca-file",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseFilePath("metrics-tls-client-ca-file", v,
+                                  &f.metrics_tls_client_ca_file);
            }},
           {"log-level",
            [](const std::string& v, ServerFlags& f) {
@@ -216,6 +286,9 @@ absl::StatusOr<ServerFlags> ParseServerFlags(
       return status;
     }
   }
+  if (absl::Status status = CheckMetricsTlsFiles(flags); !status.ok()) {
+    return status;
+  }
   if (!flags.show_help && !flags.show_version &&
       flags.model_repository.empty()) {
     return absl::InvalidArgumentError(
@@ -233,8 +306,28 @@ Flags:
   --model-repository=PATH       model repository: one folder per model, each
                                 with a config.pbtxt (required)
   --grpc-port=PORT              gRPC port (default 8001; 0 picks a free one)
-  --metrics-port=PORT           Prometheus /metrics port (default 8002; 0 picks
-                                a free one)
+  --metrics-port=PORT           Prometheus /metrics and HTTP health port
+                                (default 8002; 0 picks a free one)
+  --metrics-max-connections=N   connections the metrics port holds at once
+                                (default 256)
+  --metrics-max-connections-per-ip=N
+                                connections one client address may hold on
+                                the metrics port; more are closed at once
+                                (default 32; 0: no per-address limit)
+  --metrics-connection-timeout-seconds=S
+                                a metrics-port connection idle this long is
+                                closed (default 10)
+  --metrics-request-timeout-seconds=S
+                                a metrics-port request must arrive and be
+                                answered within this of the connection's
+                                start or its previous answer (default 30)
+  --metrics-tls-cert-file=PEM   serve the metrics port over HTTPS with this
+                                certificate (chain); needs the key file
+  --metrics-tls-key-file=PEM    the certificate's unencrypted private key
+  --metrics-tls-client-ca-file=PEM
+                                require client certificates signed by these
+                                CA certificates on the metrics port (needs the
+                                certificate and key files)
   --bind-address=ADDR           address both listeners bind to (default 0.0.0.0)
   --log-level=LEVEL             debug, info, warning or error (default info)
   --memory-budget-bytes=N       memory models may use together (KiB/MiB/GiB

@@ -6,12 +6,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/http_server_options.h"
 #include "server/log.h"
 
 namespace castserve {
 
 // The largest thread count a flag or config accepts.
 inline constexpr int kMaxThreads = 1024;
+// The most connections the metrics port may be asked to hold.
+inline constexpr int kMaxMetricsConnections = 65536;
 
 // The daemon's command line, parsed.
 struct ServerFlags {
@@ -21,6 +24,16 @@ struct ServerFlags {
   int metrics_port = 8002;
   // Address the listeners bind to.
   std::string bind_address = "0.0.0.0";
+  // The metrics port's connection limits (--metrics-max-connections,
+  // --metrics-max-connections-per-ip, --metrics-connection-timeout-seconds,
+  // --metrics-request-timeout-seconds).
+  HttpServerLimits metrics_limits;
+  // PEM files: HTTPS on the metrics port when the certificate and the key are
+  // given (always both or neither), client certificates signed by the CA
+  // required when it is given too. Empty: not given.
+  std::string metrics_tls_cert_file;
+  std::string metrics_tls_key_file;
+  std::string metrics_tls_client_ca_file;
   LogLevel log_level = LogLevel::kInfo;
   // How long SIGTERM/SIGINT waits for in-flight calls before cancelling them.
   double shutdown_grace_seconds = 10.0;
@@ -47,8 +60,9 @@ struct ServerFlags {
 // Parses argv[1..]. Accepts `--flag=value` and `--flag value`; switches
 // take no value (`--switch`, or `--switch=true|false`). Returns
 // InvalidArgument with a one-line message naming the flag for unknown flags,
-// missing or malformed values, and a missing --model-repository (unless
-// --help or --version was given).
+// missing or malformed values, a TLS certificate without its key (or the
+// reverse), a client CA without both, and a missing --model-repository
+// (unless --help or --version was given).
 absl::StatusOr<ServerFlags> ParseServerFlags(
     const std::vector<std::string>& args);
 

@@ -65,6 +65,17 @@ TEST(ServerFlagsTest, RejectsBadInputWithTheFlagNamed) {
        "--max-instances-per-model: '0'"},
       {{"--model-repository=/m", "--max-warmup-seconds=-3"},
        "--max-warmup-seconds: '-3'"},
+      {{"--model-repository=/m", "--metrics-max-connections=0"},
+       "--metrics-max-connections: '0' is not a count between 1 and 65536"},
+      {{"--model-repository=/m", "--metrics-max-connections-per-ip=-1"},
+       "--metrics-max-connections-per-ip: '-1'"},
+      {{"--model-repository=/m", "--metrics-connection-timeout-seconds=0.5"},
+       "--metrics-connection-timeout-seconds: '0.5' is not a whole number of "
+       "seconds between 1 and 3600"},
+      {{"--model-repository=/m", "--metrics-request-timeout-seconds=0"},
+       "--metrics-request-timeout-seconds: '0'"},
+      {{"--model-repository=/m", "--metrics-tls-cert-file="},
+       "--metrics-tls-cert-file: empty path"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ServerFlags> flags = Parse(c.args);
@@ -108,13 +119,77 @@ TEST(ServerFlagsTest, ThreadFlagsDefaultToTheAutomaticRule) {
   EXPECT_EQ(flags->inter_op_threads, 2);
 }
 
+TEST(ServerFlagsTest, MetricsLimitsDefaultToTheHttpServersAndAreSet) {
+  absl::StatusOr<ServerFlags> defaults = Parse({"--model-repository=/r"});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->metrics_limits.max_connections,
+            HttpServerLimits{}.max_connections);
+  absl::StatusOr<ServerFlags> flags =
+      Parse({"--model-repository=/r", "--metrics-max-connections=1000",
+             "--metrics-max-connections-per-ip=0",
+             "--metrics-connection-timeout-seconds", "30",
+             "--metrics-request-timeout-seconds=60"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->metrics_limits.request_timeout_seconds, 60);
+  EXPECT_EQ(flags->metrics_limits.max_connections, 1000);
+  EXPECT_EQ(flags->metrics_limits.max_connections_per_ip, 0);
+  EXPECT_EQ(flags->metrics_limits.connection_timeout_seconds, 30);
+}
+
+TEST(ServerFlagsTest, MetricsTlsFilesGoTogether) {
+  absl::StatusOr<ServerFlags> flags =
+      Parse({"--model-repository=/r", "--metrics-tls-cert-file=/c.pem",
+             "--metrics-tls-key-file=/k.pem",
+             "--metrics-tls-client-ca-file=/ca.pem"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->metrics_tls_cert_file, "/c.pem");
+  EXPECT_EQ(flags->metrics_tls_key_file, "/k.pem");
+  EXPECT_EQ(flags->metrics_tls_client_ca_file, "/ca.pem");
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"--metrics-tls-cert-file=/c.pem"},
+       "--metrics-tls-cert-file needs --metrics-tls-key-file: give both or "
+       "neither"},
+      {{"--metrics-tls-key-file=/k.pem"},
+       "--metrics-tls-key-file needs --metrics-tls-cert-file"},
+      {{"--metrics-tls-client-ca-file=/ca.pem"},
+       "--metrics-tls-client-ca-file needs --metrics-tls-cert-file and "
+       "--metrics-tls-key-file"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.push_back("--model-repository=/r");
+    absl::StatusOr<ServerFlags> rejected = Parse(args);
+    ASSERT_FALSE(rejected.ok()) << c.message;
+    EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(rejected.status().message(), HasSubstr(c.message));
+  }
+}
+
 TEST(ServerFlagsTest, UsageListsEveryFlag) {
-  for (const char* flag :
-       {"--model-repository", "--grpc-port", "--metrics-port", "--log-level",
-        "--version", "--help", "--shutdown-grace-seconds", "--bind-address",
-        "--memory-budget-bytes", "--max-message-bytes", "--intra-op-threads",
-        "--inter-op-threads", "--max-instances-per-model",
-        "--max-warmup-seconds"}) {
+  for (const char* flag : {"--model-repository",
+                           "--grpc-port",
+                           "--metrics-port",
+                           "--log-level",
+                           "--version",
+                           "--help",
+                           "--shutdown-grace-seconds",
+                           "--bind-address",
+                           "--memory-budget-bytes",
+                           "--max-message-bytes",
+                           "--intra-op-threads",
+                           "--inter-op-threads",
+                           "--max-instances-per-model",
+                           "--max-warmup-seconds",
+                           "--metrics-max-connections",
+                           "--metrics-max-connections-per-ip",
+                           "--metrics-connection-timeout-seconds",
+                           "--metrics-tls-cert-file",
+                           "--metrics-tls-key-file",
+                           "--metrics-tls-client-ca-file"}) {
     EXPECT_THAT(ServerUsage(), HasSubstr(flag));
   }
 }

@@ -501,7 +501,7 @@ TEST(ServingMetricsTest, CountsFailuresByReasonAndServesThemAsText) {
   };
   absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
       MetricsExporter::Start(
-          "127.0.0.1", 0,
+          "127.0.0.1", 0, HttpServerOptions{},
           {std::make_shared<ServingMetrics>(std::move(metrics_options))},
           [] { return true; });
   ASSERT_TRUE(exporter.ok()) << exporter.status();

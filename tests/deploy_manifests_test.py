@@ -323,6 +323,14 @@ class DeployManifestsTest(unittest.TestCase):
         self.assertIn("castserve-client needs libgpr.so.29 from libgrpc29",
                       output)
 
+    def test_runtime_image_must_install_the_http_server_library(self):
+        output = self.broken("no_microhttpd_package", [(
+            "deploy/Dockerfile", "libmicrohttpd12 ", "")],
+            binaries=self.binaries)
+        self.assertIn("castserve needs libmicrohttpd.so.12 from "
+                      "libmicrohttpd12, which the runtime stage does not "
+                      "install", output)
+
     def test_runtime_image_must_copy_every_libtorch_library(self):
         output = self.broken("no_libgomp", [(
             "deploy/Dockerfile",

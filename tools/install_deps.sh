@@ -8,9 +8,13 @@ packages=(
   # Build: Bazel and the C++ libraries the daemon links.
   bazel-bootstrap g++ libgrpc++-dev protobuf-compiler protobuf-compiler-grpc
   libprotobuf-dev libabsl-dev prometheus-cpp-dev
+  # The metrics port's HTTP(S) server, and GnuTLS for client certificates.
+  libmicrohttpd-dev libgnutls28-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  # Tests: Debian's Python with gRPC, promtool, clang-format.
+  # Tests: Debian's Python with gRPC, promtool, clang-format, openssl (test
+  # certificates).
   python3 python3-pip python3-venv python3-numpy python3-grpcio python3-protobuf prometheus clang-format
+  openssl
   curl ca-certificates
 )
 

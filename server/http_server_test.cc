@@ -1,0 +1,340 @@
+#include "server/http_server.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace castserve {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+constexpr int kClientTimeoutSeconds = 5;
+
+// A connected TCP socket to 127.0.0.1:port whose reads give up after
+// kClientTimeoutSeconds; -1 when the connection fails.
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const timeval timeout{kClientTimeoutSeconds, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Everything the server sends on `fd` until it closes the connection (or
+// the read timeout passes).
+std::string ReadToEnd(int fd) {
+  std::string response;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof buffer)) > 0) response.append(buffer, n);
+  return response;
+}
+
+// Sends `request` on a new connection and returns the whole response. The
+// requests say HTTP/1.0 or `Connection: close`, so the server closes.
+std::string Exchange(int port, const std::string& request) {
+  const int fd = Connect(port);
+  if (fd < 0) return "";
+  (void)!write(fd, request.data(), request.size());
+  std::string response = ReadToEnd(fd);
+  close(fd);
+  return response;
+}
+
+std::string Get(int port, const std::string& path) {
+  return Exchange(port, "GET " + path + " HTTP/1.0\r\n\r\n");
+}
+
+std::string ReadTestFile(const std::string& name) {
+  std::ifstream file("server/testdata/tls/" + name);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// A server on a free port of 127.0.0.1 with one path, /hello, whose handler
+// counts its calls and keeps the last request it saw.
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void StartServer(const HttpServerOptions& options = {}) {
+    absl::StatusOr<std::unique_ptr<HttpServer>> server =
+        HttpServer::Start("127.0.0.1", 0, options,
+                          {{"/hello", [this](const HttpRequest& request) {
+                              ++calls_;
+                              absl::MutexLock lock(&mutex_);
+                              last_request_ = request;
+                              return HttpResponse{200, "text/plain", "hi\n"};
+                            }}});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    port_ = server_->port();
+  }
+
+  HttpRequest LastRequest() {
+    absl::MutexLock lock(&mutex_);
+    return last_request_;
+  }
+
+  std::atomic<int> calls_{0};
+  absl::Mutex mutex_;
+  HttpRequest last_request_ ABSL_GUARDED_BY(mutex_);
+  // Last: stopped before the handler's state goes.
+  std::unique_ptr<HttpServer> server_;
+  int port_ = 0;
+};
+
+TEST_F(HttpServerTest, AnswersARegisteredPath) {
+  StartServer();
+  const std::string response = Get(port_, "/hello");
+  EXPECT_THAT(response, StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(response, HasSubstr("Content-Type: text/plain"));
+  EXPECT_THAT(response, HasSubstr("\r\n\r\nhi\n"));
+  EXPECT_EQ(calls_, 1);
+}
+
+TEST_F(HttpServerTest, HeadAnswersWithoutTheBody) {
+  StartServer();
+  const std::string response = Exchange(port_, "HEAD /hello HTTP/1.0\r\n\r\n");
+  EXPECT_THAT(response, StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(response, HasSubstr("Content-Length: 3"));
+  EXPECT_THAT(response, Not(HasSubstr("hi\n")));
+}
+
+TEST_F(HttpServerTest, UnknownPathIs404) {
+  StartServer();
+  EXPECT_THAT(Get(port_, "/nope"), StartsWith("HTTP/1.1 404"));
+  EXPECT_THAT(Exchange(port_, "POST /nope HTTP/1.0\r\n\r\n"),
+              StartsWith("HTTP/1.1 404"));
+  EXPECT_EQ(calls_, 0);
+}
+
+TEST_F(HttpServerTest, MethodsOtherThanGetAndHeadAre405) {
+  StartServer();
+  for (const char* method : {"POST", "PUT", "DELETE", "OPTIONS"}) {
+    const std::string response =
+        Exchange(port_, std::string(method) + " /hello HTTP/1.0\r\n\r\n");
+    EXPECT_THAT(response, StartsWith("HTTP/1.1 405")) << method;
+    EXPECT_THAT(response, HasSubstr("Allow: GET, HEAD")) << method;
+  }
+  EXPECT_EQ(calls_, 0);
+}
+
+TEST_F(HttpServerTest, RequestBodiesAreRefusedUnread) {
+  StartServer();
+  EXPECT_THAT(Exchange(port_,
+                       "GET /hello HTTP/1.1\r\nHost: x\r\nContent-Length: 5"
+                       "\r\n\r\nhello"),
+              StartsWith("HTTP/1.1 413"));
+  // A chunked body that never ends: answered and closed, not waited for.
+  EXPECT_THAT(Exchange(port_,
+                       "GET /hello HTTP/1.1\r\nHost: x\r\n"
+                       "Transfer-Encoding: chunked\r\n\r\n100000\r\nabc"),
+              StartsWith("HTTP/1.1 413"));
+  EXPECT_EQ(calls_, 0);
+  EXPECT_THAT(Get(port_, "/hello"), StartsWith("HTTP/1.1 200"));
+}
+
+TEST_F(HttpServerTest, OversizedRequestHeadIsRefused) {
+  HttpServerOptions options;
+  options.limits.connection_memory_bytes = 8 * 1024;
+  StartServer(options);
+  const std::string response =
+      Exchange(port_, "GET /hello HTTP/1.0\r\nX-Padding: " +
+                          std::string(16 * 1024, 'a') + "\r\n\r\n");
+  EXPECT_THAT(response, StartsWith("HTTP/1.1 431"));
+  EXPECT_EQ(calls_, 0);
+  EXPECT_THAT(Get(port_, "/hello"), StartsWith("HTTP/1.1 200"));
+}
+
+TEST_F(HttpServerTest, HandlerSeesMethodPathAndLowerCasedHeaders) {
+  StartServer();
+  const std::string response =
+      Exchange(port_,
+               "GET /hello?verbose=1 HTTP/1.1\r\nHost: localhost\r\n"
+               "Authorization: Bearer secret-token\r\nX-Tag: a\r\nx-tag: b\r\n"
+               "Connection: close\r\n\r\n");
+  ASSERT_THAT(response, StartsWith("HTTP/1.1 200"));
+  HttpRequest request = LastRequest();
+  EXPECT_EQ(request.method, "GET");
+  EXPECT_EQ(request.path, "/hello");
+  EXPECT_EQ(request.headers["authorization"], "Bearer secret-token");
+  EXPECT_EQ(request.headers["host"], "localhost");
+  EXPECT_EQ(request.headers["x-tag"], "a, b");
+  EXPECT_EQ(request.headers.count("Authorization"), 0u);
+}
+
+TEST_F(HttpServerTest, IdleAndSlowConnectionsDoNotDelayRequests) {
+  StartServer();
+  // More idle connections than the server has threads, and one that sends
+  // its request head a byte at a time and never finishes it.
+  std::vector<int> idle;
+  for (int i = 0; i < 20; ++i) idle.push_back(Connect(port_));
+  const int slow = Connect(port_);
+  ASSERT_EQ(write(slow, "G", 1), 1);
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THAT(Get(port_, "/hello"), StartsWith("HTTP/1.1 200"));
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(1));
+  }
+  for (int fd : idle) close(fd);
+  close(slow);
+}
+
+TEST_F(HttpServerTest, IdleConnectionIsClosedAfterTheTimeout) {
+  HttpServerOptions options;
+  options.limits.connection_timeout_seconds = 1;
+  StartServer(options);
+  const int fd = Connect(port_);
+  ASSERT_GE(fd, 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(ReadToEnd(fd), "");
+  const auto waited = std::chrono::steady_clock::now() - start;
+  // Closed by the server (EOF), not by the client's 5 s read timeout.
+  EXPECT_LT(waited, std::chrono::seconds(kClientTimeoutSeconds - 1));
+  close(fd);
+}
+
+TEST_F(HttpServerTest, TrickledRequestHeadIsCutAtTheRequestTimeout) {
+  HttpServerOptions options;
+  options.limits.connection_timeout_seconds = 10;
+  options.limits.request_timeout_seconds = 1;
+  StartServer(options);
+  const int fd = Connect(port_);
+  ASSERT_GE(fd, 0);
+  const timeval poll_interval{0, 200 * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &poll_interval, sizeof poll_interval);
+  // A byte every 200 ms: never idle, never done.
+  const std::string head =
+      "GET /hello HTTP/1.1\r\nX-Slow: " + std::string(100, 'a');
+  const auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (size_t i = 0; i < head.size() && !closed; ++i) {
+    if (send(fd, &head[i], 1, MSG_NOSIGNAL) != 1) break;
+    char buffer[64];
+    closed = read(fd, buffer, sizeof buffer) == 0;
+  }
+  const auto lasted = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(lasted, std::chrono::milliseconds(900));
+  EXPECT_LT(lasted, std::chrono::seconds(3));
+  EXPECT_EQ(calls_, 0);
+  close(fd);
+}
+
+TEST_F(HttpServerTest, EachRequestOnAKeptAliveConnectionGetsTheFullTimeout) {
+  HttpServerOptions options;
+  options.limits.request_timeout_seconds = 1;
+  StartServer(options);
+  const int fd = Connect(port_);
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+  // Four requests over 1.6 s on one connection: each within 1 s of the
+  // previous answer.
+  for (int i = 0; i < 4; ++i) {
+    absl::SleepFor(absl::Milliseconds(400));
+    ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()))
+        << "request " << i;
+    char buffer[256];
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    ASSERT_GT(n, 0) << "request " << i;
+    EXPECT_THAT(std::string(buffer, n), StartsWith("HTTP/1.1 200"));
+  }
+  close(fd);
+}
+
+TEST_F(HttpServerTest, ConnectionsPastThePerAddressLimitAreClosed) {
+  HttpServerOptions options;
+  options.limits.max_connections_per_ip = 2;
+  StartServer(options);
+  const int first = Connect(port_);
+  const int second = Connect(port_);
+  // Accepted and counted by the server before the third comes.
+  absl::SleepFor(absl::Milliseconds(200));
+  const int third = Connect(port_);
+  char buffer[64];
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_LE(read(third, buffer, sizeof buffer), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start,
+            std::chrono::seconds(kClientTimeoutSeconds - 1));
+  // The first two are held: a request on one is answered.
+  const std::string request = "GET /hello HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(write(first, request.data(), request.size()),
+            static_cast<ssize_t>(request.size()));
+  EXPECT_THAT(ReadToEnd(first), StartsWith("HTTP/1.1 200"));
+  close(first);
+  close(second);
+  close(third);
+}
+
+TEST(HttpServerTlsTest, StartsWithAMatchingCertificateAndKey) {
+  HttpServerOptions options;
+  options.tls = HttpTlsCredentials{ReadTestFile("server_cert.pem"),
+                                   ReadTestFile("server_key.pem"), ""};
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("127.0.0.1", 0, options, {});
+  ASSERT_TRUE(server.ok()) << server.status();
+  // A plaintext request is no TLS handshake: no HTTP answer, and the server
+  // is not stopped by it.
+  EXPECT_THAT(Get((*server)->port(), "/"), Not(StartsWith("HTTP/")));
+}
+
+TEST(HttpServerTlsTest, KeyOfAnotherCertificateIsAPreciseError) {
+  HttpServerOptions options;
+  options.tls = HttpTlsCredentials{ReadTestFile("server_cert.pem"),
+                                   ReadTestFile("other_key.pem"), ""};
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("127.0.0.1", 0, options, {});
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(server.status().message(), HasSubstr("cannot serve HTTPS"));
+  EXPECT_THAT(server.status().message(), HasSubstr("do not match"));
+}
+
+TEST(HttpServerTlsTest, UnreadableClientCaIsAPreciseError) {
+  HttpServerOptions options;
+  options.tls = HttpTlsCredentials{
+      ReadTestFile("server_cert.pem"), ReadTestFile("server_key.pem"),
+      "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n"};
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("127.0.0.1", 0, options, {});
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(server.status().message(), HasSubstr("trust certificate"));
+}
+
+TEST(HttpServerStartTest, PortInUseNamesTheAddress) {
+  absl::StatusOr<std::unique_ptr<HttpServer>> first =
+      HttpServer::Start("127.0.0.1", 0, {}, {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::unique_ptr<HttpServer>> second =
+      HttpServer::Start("127.0.0.1", (*first)->port(), {}, {});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(),
+              HasSubstr("127.0.0.1:" + std::to_string((*first)->port())));
+}
+
+}  // namespace
+}  // namespace castserve
