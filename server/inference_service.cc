@@ -180,6 +180,17 @@ void RunInference(ModelManager* manager,
                  deadline, std::move(run));
 }
 
+// A stream refused before it started (no token): finishes at once.
+class RefusedStream
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                     inference::ModelStreamInferResponse> {
+ public:
+  explicit RefusedStream(const absl::Status& status) {
+    Finish(ToGrpcStatus(status));
+  }
+  void OnDone() override { delete this; }
+};
+
 // ModelStreamInferResponse's field tag and length around its infer_response,
 // rounded up.
 constexpr int64_t kStreamEnvelopeBytes = 16;
@@ -426,10 +437,24 @@ absl::StatusOr<std::optional<inference::ModelConfig>> ConfigOverride(
 
 InferenceService::InferenceService(const std::atomic<bool>* ready,
                                    ModelManager* manager,
-                                   int64_t max_response_bytes)
+                                   int64_t max_response_bytes,
+                                   TokenAuthenticator* auth)
     : ready_(ready),
       manager_(manager),
-      max_response_bytes_(max_response_bytes) {}
+      max_response_bytes_(max_response_bytes),
+      auth_(auth) {}
+
+absl::Status InferenceService::Authorize(
+    const grpc::CallbackServerContext& context, Scope scope) const {
+  if (auth_ == nullptr) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  auto header = metadata.find("authorization");
+  return auth_->Authorize(
+      header == metadata.end()
+          ? absl::string_view()
+          : absl::string_view(header->second.data(), header->second.size()),
+      scope);
+}
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(
     grpc::CallbackServerContext* context,
@@ -452,6 +477,10 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     grpc::CallbackServerContext* context,
     const inference::ServerMetadataRequest* /*request*/,
     inference::ServerMetadataResponse* response) {
+  if (absl::Status allowed = Authorize(*context, Scope::kInfer);
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   response->set_name(kServerName);
   response->set_version(kServerVersion);
   // Only the extensions whose RPCs castserve implements.
@@ -466,6 +495,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(
     grpc::CallbackServerContext* context,
     const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
+  if (absl::Status allowed = Authorize(*context, Scope::kInfer);
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   absl::StatusOr<ModelStatus> status = manager_->Status(request->name());
   response->set_ready(status.ok() && status->state == ModelState::kReady &&
                       CheckVersion(request->version()).ok());
@@ -476,6 +509,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     grpc::CallbackServerContext* context,
     const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
+  if (absl::Status allowed = Authorize(*context, Scope::kInfer);
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   WithReadyModel(
       manager_, request->name(), request->version(), CallDeadline(*context),
@@ -497,6 +534,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     grpc::CallbackServerContext* context,
     const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
+  if (absl::Status allowed = Authorize(*context, Scope::kInfer);
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   WithReadyModel(manager_, request->name(), request->version(),
                  CallDeadline(*context),
@@ -521,6 +562,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
     grpc::CallbackServerContext* context,
     const inference::ModelInferRequest* request,
     inference::ModelInferResponse* response) {
+  if (absl::Status allowed = Authorize(*context, Scope::kInfer);
+      !allowed.ok()) {
+    UnroutedRequests::Global().Record(allowed.code());
+    return Finish(context, allowed);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto guard = std::make_shared<CancellationGuard>(context);
   RunInference(manager_, request, RequestDeadline(*context, *request), guard,
@@ -535,6 +581,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
 grpc::ServerBidiReactor<inference::ModelInferRequest,
                         inference::ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  if (absl::Status allowed = Authorize(*context, Scope::kInfer);
+      !allowed.ok()) {
+    UnroutedRequests::Global().Record(allowed.code());
+    return new RefusedStream(allowed);
+  }
   return new StreamInferReactor(manager_, context, max_response_bytes_);
 }
 
@@ -542,6 +593,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     grpc::CallbackServerContext* context,
     const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
+  if (absl::Status allowed = Authorize(*context, Scope::kInfer);
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   if (absl::Status status = CheckVersion(request->version()); !status.ok()) {
     return Finish(context, status);
   }
@@ -571,6 +626,10 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
     grpc::CallbackServerContext* context,
     const inference::RepositoryIndexRequest* request,
     inference::RepositoryIndexResponse* response) {
+  if (absl::Status allowed = Authorize(*context, Scope::kAdmin);
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   for (const ModelStatus& status : manager_->Index()) {
     if (request->ready() && status.state != ModelState::kReady) continue;
     auto* model = response->add_models();
@@ -586,6 +645,10 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     grpc::CallbackServerContext* context,
     const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse* /*response*/) {
+  if (absl::Status allowed = Authorize(*context, Scope::kAdmin);
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   absl::StatusOr<std::optional<inference::ModelConfig>> config =
       ConfigOverride(*request);
   if (!config.ok()) return Finish(context, config.status());
@@ -601,6 +664,10 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     grpc::CallbackServerContext* context,
     const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse* /*response*/) {
+  if (absl::Status allowed = Authorize(*context, Scope::kAdmin);
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RunDetached([manager = manager_, reactor, name = request->model_name()] {
     reactor->Finish(ToGrpcStatus(manager->Unload(name)));

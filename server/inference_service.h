@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "proto/inference.grpc.pb.h"
+#include "server/auth.h"
 #include "server/model_manager.h"
 
 namespace castserve {
@@ -26,8 +27,13 @@ class InferenceService final
   // by the caller and must outlive the service. An inference response
   // larger than `max_response_bytes` (the server's --max-message-bytes)
   // fails with RESOURCE_EXHAUSTED naming both sizes.
+  // With `auth` (may be null; not owned, outlives the service), every RPC
+  // but ServerLive and ServerReady needs a bearer token in the
+  // `authorization` metadata: `admin` for the repository RPCs, `infer` for
+  // the others (UNAUTHENTICATED / PERMISSION_DENIED otherwise).
   InferenceService(const std::atomic<bool>* ready, ModelManager* manager,
-                   int64_t max_response_bytes);
+                   int64_t max_response_bytes,
+                   TokenAuthenticator* auth = nullptr);
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -106,6 +112,12 @@ class InferenceService final
   const std::atomic<bool>* ready_;
   ModelManager* manager_;
   const int64_t max_response_bytes_;
+  TokenAuthenticator* const auth_;
+
+  // OK without `auth_`, else TokenAuthenticator::Authorize of the call's
+  // `authorization` metadata.
+  absl::Status Authorize(const grpc::CallbackServerContext& context,
+                         Scope scope) const;
 };
 
 }  // namespace castserve

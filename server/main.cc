@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "casting/malloc_settings.h"
 #include "models/cancellation.h"
+#include "server/auth.h"
 #include "server/log.h"
 #include "server/pem_file.h"
 #include "server/server.h"
@@ -83,60 +84,106 @@ absl::StatusOr<HttpServerOptions> MetricsHttpOptions(const ServerFlags& flags) {
   return http;
 }
 
-int Run(const ServerFlags& flags) {
-  casting::UseServingMallocSettings();
-  SetLogLevel(flags.log_level);
-  RouteGrpcLogsToCastserveLog();
-  const sigset_t stop_signals = BlockStopSignals();
-  // The signal thread: a stop signal during startup cancels the loads at
-  // once (nothing is served yet); afterwards Shutdown gives in-flight calls
-  // their grace. Either way the process ends within the grace period plus
-  // kShutdownOverrun of the signal.
-  auto stop = std::make_shared<models::Cancellation>();
-  std::atomic<bool> started{false};
-  std::atomic<int> signal_number{0};
-  absl::Notification signalled;
-  absl::Notification stopped;
-  const absl::Duration grace = absl::Seconds(flags.shutdown_grace_seconds);
-  std::thread signal_thread([&] {
-    signal_number = WaitForStopSignal(stop_signals);
-    if (!started) {
+// The signal thread. A stop signal during startup cancels the loads at once
+// (nothing is served yet); afterwards Shutdown gives in-flight calls their
+// grace. Either way the process ends within the grace period plus
+// kShutdownOverrun of the signal, or exits 1. Destroying the watcher ends
+// the thread, also when no signal came (a failed start).
+class StopSignalWatcher {
+ public:
+  StopSignalWatcher(sigset_t signals, absl::Duration grace)
+      : thread_([this, signals, grace] { Watch(signals, grace); }) {}
+  ~StopSignalWatcher() {
+    stopped_.Notify();
+    if (!signalled_.HasBeenNotified()) kill(getpid(), SIGTERM);
+    thread_.join();
+  }
+  StopSignalWatcher(const StopSignalWatcher&) = delete;
+  StopSignalWatcher& operator=(const StopSignalWatcher&) = delete;
+
+  // Cancelled by a signal that comes before MarkStarted.
+  std::shared_ptr<const models::Cancellation> stop() const { return stop_; }
+  void MarkStarted() { started_ = true; }
+  // Blocks until a stop signal came; returns it.
+  int WaitForSignal() {
+    signalled_.WaitForNotification();
+    return signal_number_;
+  }
+
+ private:
+  void Watch(const sigset_t& signals, absl::Duration grace) {
+    signal_number_ = WaitForStopSignal(signals);
+    if (!started_) {
       Log(LogLevel::kInfo, "stop signal during startup; cancelling the loads",
-          {{"signal", strsignal(signal_number)}});
-      stop->Cancel("the daemon is stopping");
+          {{"signal", strsignal(signal_number_)}});
+      stop_->Cancel("the daemon is stopping");
     }
-    signalled.Notify();
-    if (!stopped.WaitForNotificationWithTimeout(grace + kShutdownOverrun)) {
+    signalled_.Notify();
+    if (!stopped_.WaitForNotificationWithTimeout(grace + kShutdownOverrun)) {
       Log(LogLevel::kError, "shutdown overran its grace period; exiting now",
-          {{"grace_seconds", flags.shutdown_grace_seconds},
+          {{"grace_seconds", absl::ToDoubleSeconds(grace)},
            {"overrun_seconds", absl::ToInt64Seconds(kShutdownOverrun)}});
       std::_Exit(kExitFailure);
     }
-  });
-  // Ends the signal thread when no signal came (a failed start).
-  auto finish = [&](int exit_code) {
-    stopped.Notify();
-    if (!signalled.HasBeenNotified()) kill(getpid(), SIGTERM);
-    signal_thread.join();
-    return exit_code;
-  };
-  Log(LogLevel::kInfo, "castserve starting",
-      {{"version", kServerVersion},
-       {"libtorch", LibTorchVersion()},
-       {"model_repository", flags.model_repository}});
+  }
 
+  const std::shared_ptr<models::Cancellation> stop_ =
+      std::make_shared<models::Cancellation>();
+  std::atomic<bool> started_{false};
+  std::atomic<int> signal_number_{0};
+  absl::Notification signalled_;
+  absl::Notification stopped_;
+  std::thread thread_;  // Last: started once the rest exists.
+};
+
+// The server's options from the flags, with the files they name read and
+// checked (TLS PEM files, the token file): InvalidArgument naming the flag
+// and the file when one cannot be used.
+absl::StatusOr<ServerOptions> OptionsFromFlags(const ServerFlags& flags) {
   ServerOptions options;
   options.model_repository = flags.model_repository;
-  options.bind_address = flags.bind_address;
+  options.bind_address = BindAddress(flags);
+  if (flags.bind_address.empty() && !AuthenticationConfigured(flags)) {
+    Log(LogLevel::kInfo,
+        "no authentication configured: listening on 127.0.0.1 only",
+        {{"hint",
+          "--auth-token-file or --grpc-tls-client-ca-file to serve other "
+          "machines"}});
+  }
   options.grpc_port = flags.grpc_port;
   options.metrics_port = flags.metrics_port;
   absl::StatusOr<HttpServerOptions> metrics_http = MetricsHttpOptions(flags);
-  if (!metrics_http.ok()) {
-    Log(LogLevel::kError, "castserve cannot start",
-        {{"error", metrics_http.status().message()}});
-    return finish(kExitFailure);
-  }
+  if (!metrics_http.ok()) return metrics_http.status();
   options.metrics_http = *std::move(metrics_http);
+  // gRPC reads the files itself (and again when they change); read here
+  // once for errors that name the flag and the file.
+  const struct {
+    const char* flag;
+    const std::string& path;
+    PemKind kind;
+  } grpc_files[] = {
+      {"--grpc-tls-cert-file", flags.grpc_tls_cert_file, PemKind::kCertificate},
+      {"--grpc-tls-key-file", flags.grpc_tls_key_file, PemKind::kPrivateKey},
+      {"--grpc-tls-client-ca-file", flags.grpc_tls_client_ca_file,
+       PemKind::kCertificate},
+  };
+  for (const auto& file : grpc_files) {
+    if (file.path.empty()) continue;
+    absl::StatusOr<std::string> pem =
+        ReadPemFile(file.flag, file.path, file.kind);
+    if (!pem.ok()) return pem.status();
+  }
+  options.grpc_tls = {flags.grpc_tls_cert_file, flags.grpc_tls_key_file,
+                      flags.grpc_tls_client_ca_file};
+  if (!flags.auth_token_file.empty()) {
+    absl::StatusOr<std::unique_ptr<TokenAuthenticator>> auth =
+        TokenAuthenticator::Open(flags.auth_token_file);
+    if (!auth.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth-token-file: ", auth.status().message()));
+    }
+    options.auth = *std::move(auth);
+  }
   options.memory_budget_bytes = flags.memory_budget_bytes;
   options.max_message_bytes = flags.max_message_bytes;
   options.intra_op_threads = flags.intra_op_threads;
@@ -145,23 +192,37 @@ int Run(const ServerFlags& flags) {
   options.max_warmup_seconds = flags.max_warmup_seconds;
   options.allow_symlinks_outside_repository =
       flags.allow_symlinks_outside_repository;
-  options.stop = stop;
-  absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
+  return options;
+}
+
+int Run(const ServerFlags& flags) {
+  casting::UseServingMallocSettings();
+  SetLogLevel(flags.log_level);
+  RouteGrpcLogsToCastserveLog();
+  StopSignalWatcher watcher(BlockStopSignals(),
+                            absl::Seconds(flags.shutdown_grace_seconds));
+  Log(LogLevel::kInfo, "castserve starting",
+      {{"version", kServerVersion},
+       {"libtorch", LibTorchVersion()},
+       {"model_repository", flags.model_repository}});
+  absl::StatusOr<ServerOptions> options = OptionsFromFlags(flags);
+  if (options.ok()) options->stop = watcher.stop();
+  absl::StatusOr<std::unique_ptr<Server>> server =
+      options.ok() ? Server::Create(*options) : options.status();
   if (!server.ok()) {
     Log(LogLevel::kError, "castserve cannot start",
         {{"error", server.status().message()}});
-    return finish(kExitFailure);
+    return kExitFailure;
   }
-  started = true;
-
-  signalled.WaitForNotification();
+  watcher.MarkStarted();
+  const int signal_number = watcher.WaitForSignal();
   Log(LogLevel::kInfo, "shutting down",
       {{"signal", strsignal(signal_number)},
        {"grace_seconds", flags.shutdown_grace_seconds}});
-  (*server)->Shutdown(grace);
+  (*server)->Shutdown(absl::Seconds(flags.shutdown_grace_seconds));
   server->reset();
   Log(LogLevel::kInfo, "castserve stopped");
-  return finish(0);
+  return 0;
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "server/metrics_exporter.h"
 
+#include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
+#include "server/auth.h"
 #include "server/http_server.h"
 
 namespace castserve {
@@ -8,13 +10,24 @@ namespace castserve {
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     const std::string& address, int port, const HttpServerOptions& http,
     std::vector<std::shared_ptr<prometheus::Collectable>> collectables,
-    std::function<bool()> is_ready) {
+    std::function<bool()> is_ready, TokenAuthenticator* auth) {
   std::unique_ptr<MetricsExporter> exporter(
       new MetricsExporter(std::move(collectables), std::move(is_ready)));
   const MetricsExporter* self = exporter.get();
   std::map<std::string, HttpHandler> handlers = {
       {"/metrics",
-       [self](const HttpRequest&) {
+       [self, auth](const HttpRequest& request) {
+         if (auth != nullptr) {
+           auto header = request.headers.find("authorization");
+           absl::Status allowed = auth->Authorize(
+               header == request.headers.end() ? "" : header->second,
+               Scope::kMetrics);
+           if (!allowed.ok()) {
+             return HttpResponse{absl::IsPermissionDenied(allowed) ? 403 : 401,
+                                 "text/plain; charset=utf-8",
+                                 absl::StrCat(allowed.message(), "\n")};
+           }
+         }
          return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
                              self->Scrape()};
        }},

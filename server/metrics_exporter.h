@@ -13,6 +13,7 @@
 namespace castserve {
 
 class HttpServer;
+class TokenAuthenticator;
 
 // The metrics port: `GET /metrics` in Prometheus text format (0.0.4), and
 // the KServe v2 HTTP health paths for Kubernetes httpGet probes:
@@ -25,11 +26,13 @@ class MetricsExporter {
   // Binds `address:port` (0 picks a free port) and serves with `http`'s
   // limits, over HTTPS when it has TLS credentials. FailedPrecondition with
   // the address when the port cannot be bound (in use, no permission);
-  // InvalidArgument when the TLS credentials are unusable.
+  // InvalidArgument when the TLS credentials are unusable. With `auth` (may
+  // be null; not owned, outlives the exporter), /metrics needs a bearer
+  // token with the `metrics` scope (401/403 otherwise); health never does.
   static absl::StatusOr<std::unique_ptr<MetricsExporter>> Start(
       const std::string& address, int port, const HttpServerOptions& http,
       std::vector<std::shared_ptr<prometheus::Collectable>> collectables,
-      std::function<bool()> is_ready);
+      std::function<bool()> is_ready, TokenAuthenticator* auth = nullptr);
 
   ~MetricsExporter();
 

@@ -2,6 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 
 #include <atomic>
 #include <memory>
@@ -10,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "casting/tracking_allocator.h"
+#include "server/auth.h"
 #include "server/hf_served_model_factory.h"
 #include "server/inference_service.h"
 #include "server/log.h"
@@ -54,6 +58,26 @@ std::shared_ptr<ServingMetrics> MakeServingMetrics(
   return std::make_shared<ServingMetrics>(std::move(options));
 }
 
+// Plaintext, or TLS from files gRPC watches and reloads when they change.
+std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(
+    const ServerOptions::GrpcTls& tls) {
+  if (tls.cert_file.empty()) return grpc::InsecureServerCredentials();
+  constexpr unsigned int kRefreshSeconds = 10;
+  auto provider =
+      std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+          tls.key_file, tls.cert_file, tls.client_ca_file, kRefreshSeconds);
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (tls.client_ca_file.empty()) {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  } else {
+    options.watch_root_certs();
+    options.set_cert_request_type(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  }
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
 }  // namespace
 
 Server::Server() = default;
@@ -63,6 +87,7 @@ Server::~Server() { Shutdown(absl::ZeroDuration()); }
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(
     const ServerOptions& options) {
   std::unique_ptr<Server> server(new Server());
+  server->auth_ = options.auth;
   absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
       ModelRepository::Open(options.model_repository,
                             options.allow_symlinks_outside_repository);
@@ -80,7 +105,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
           options.bind_address, options.metrics_port, options.metrics_http,
           {std::make_shared<ProcessMetrics>(),
            MakeServingMetrics(manager_ref, options.memory_budget_bytes)},
-          [raw = server.get()] { return raw->ready_.load(); });
+          [raw = server.get()] { return raw->ready_.load(); },
+          options.auth.get());
   if (!metrics.ok()) return metrics.status();
   server->metrics_ = *std::move(metrics);
 
@@ -157,8 +183,8 @@ absl::Status Server::StartModels(const ServerOptions& options) {
 
 absl::Status Server::StartGrpc(const ServerOptions& options) {
   grpc::EnableDefaultHealthCheckService(true);
-  service_ = std::make_unique<InferenceService>(&ready_, manager_.get(),
-                                                options.max_message_bytes);
+  service_ = std::make_unique<InferenceService>(
+      &ready_, manager_.get(), options.max_message_bytes, auth_.get());
   grpc::ServerBuilder builder;
   // Two daemons must not silently share a port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -168,7 +194,7 @@ absl::Status Server::StartGrpc(const ServerOptions& options) {
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   const std::string address =
       absl::StrCat(options.bind_address, ":", options.grpc_port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(address, GrpcCredentials(options.grpc_tls),
                            &grpc_port_);
   builder.RegisterService(service_.get());
   grpc_server_ = builder.BuildAndStart();

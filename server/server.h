@@ -22,6 +22,7 @@ class MetricsExporter;
 class ModelManager;
 class ModelRepository;
 class ServedModelFactory;
+class TokenAuthenticator;
 
 struct ServerOptions {
   std::string model_repository;
@@ -31,6 +32,17 @@ struct ServerOptions {
   int metrics_port = 8002;
   // The metrics port's connection limits and optional TLS.
   HttpServerOptions metrics_http;
+  // TLS on the gRPC port: PEM files, watched and reloaded when they change
+  // (checked every 10 s). Empty cert_file: plaintext. With client_ca_file,
+  // clients must present a certificate it signed.
+  struct GrpcTls {
+    std::string cert_file;
+    std::string key_file;
+    std::string client_ca_file;
+  } grpc_tls;
+  // Bearer tokens for both ports (InferenceService, MetricsExporter); null:
+  // none needed.
+  std::shared_ptr<TokenAuthenticator> auth;
   // Memory models may use together; 0 means no budget (ModelManager).
   int64_t memory_budget_bytes = 0;
   // Largest gRPC message received or sent; a larger request fails with
@@ -90,6 +102,7 @@ class Server {
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsExporter> metrics_;
   int grpc_port_ = 0;
+  std::shared_ptr<TokenAuthenticator> auth_;
 };
 
 }  // namespace castserve

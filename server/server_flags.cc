@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -63,6 +64,8 @@ const std::map<std::string, bool ServerFlags::*, std::less<>>& SwitchFlags() {
       new std::map<std::string, bool ServerFlags::*, std::less<>>{
           {"allow-symlinks-outside-repository",
            &ServerFlags::allow_symlinks_outside_repository},
+          {"allow-unauthenticated-remote-access",
+           &ServerFlags::allow_unauthenticated_remote_access},
       };
   return *flags;
 }
@@ -96,6 +99,32 @@ absl::Status CheckMetricsTlsFiles(const ServerFlags& flags) {
         "--metrics-tls-key-file");
   }
   return absl::OkStatus();
+}
+
+// The same for the gRPC port.
+absl::Status CheckGrpcTlsFiles(const ServerFlags& flags) {
+  if (flags.grpc_tls_cert_file.empty() != flags.grpc_tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flags.grpc_tls_cert_file.empty() ? "--grpc-tls-key-file"
+                                                      : "--grpc-tls-cert-file",
+                     " needs ",
+                     flags.grpc_tls_cert_file.empty() ? "--grpc-tls-cert-file"
+                                                      : "--grpc-tls-key-file",
+                     ": give both or neither"));
+  }
+  if (!flags.grpc_tls_client_ca_file.empty() &&
+      flags.grpc_tls_cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--grpc-tls-client-ca-file needs --grpc-tls-cert-file and "
+        "--grpc-tls-key-file");
+  }
+  return absl::OkStatus();
+}
+
+// Addresses only this machine can reach.
+bool IsLoopback(absl::string_view address) {
+  return address == "localhost" || address == "::1" || address == "[::1]" ||
+         absl::StartsWith(address, "127.");
 }
 
 using ValueSetter =
@@ -164,6 +193,24 @@ const std::map<std::string, ValueSetter, std::less<>>& ValueFlags() {
            [](const std::string& v, ServerFlags& f) {
              return ParseFilePath("metrics-tls-key-file", v,
                                   &f.metrics_tls_key_file);
+           }},
+          {"grpc-tls-cert-file",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseFilePath("grpc-tls-cert-file", v,
+                                  &f.grpc_tls_cert_file);
+           }},
+          {"grpc-tls-key-file",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseFilePath("grpc-tls-key-file", v, &f.grpc_tls_key_file);
+           }},
+          {"grpc-tls-client-ca-file",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseFilePath("grpc-tls-client-ca-file", v,
+                                  &f.grpc_tls_client_ca_file);
+           }},
+          {"auth-token-file",
+           [](const std::string& v, ServerFlags& f) {
+             return ParseFilePath("auth-token-file", v, &f.auth_token_file);
            }},
           {"metrics-tls-client-ca-file",
            [](const std::string& v, ServerFlags& f) {
@@ -289,12 +336,34 @@ absl::StatusOr<ServerFlags> ParseServerFlags(
   if (absl::Status status = CheckMetricsTlsFiles(flags); !status.ok()) {
     return status;
   }
+  if (absl::Status status = CheckGrpcTlsFiles(flags); !status.ok()) {
+    return status;
+  }
+  if (!flags.bind_address.empty() && !IsLoopback(flags.bind_address) &&
+      !AuthenticationConfigured(flags) &&
+      !flags.allow_unauthenticated_remote_access) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--bind-address=", flags.bind_address,
+        " serves other machines, but no authentication is configured: give "
+        "--auth-token-file or --grpc-tls-client-ca-file, or "
+        "--allow-unauthenticated-remote-access to serve without it"));
+  }
   if (!flags.show_help && !flags.show_version &&
       flags.model_repository.empty()) {
     return absl::InvalidArgumentError(
         "--model-repository is required (see --help)");
   }
   return flags;
+}
+
+bool AuthenticationConfigured(const ServerFlags& flags) {
+  return !flags.auth_token_file.empty() ||
+         !flags.grpc_tls_client_ca_file.empty();
+}
+
+std::string BindAddress(const ServerFlags& flags) {
+  if (!flags.bind_address.empty()) return flags.bind_address;
+  return AuthenticationConfigured(flags) ? "0.0.0.0" : "127.0.0.1";
 }
 
 std::string ServerUsage() {
@@ -328,7 +397,20 @@ Flags:
                                 require client certificates signed by these
                                 CA certificates on the metrics port (needs the
                                 certificate and key files)
-  --bind-address=ADDR           address both listeners bind to (default 0.0.0.0)
+  --bind-address=ADDR           address both listeners bind to (default:
+                                0.0.0.0 with authentication, 127.0.0.1
+                                without; another address without
+                                authentication needs
+                                --allow-unauthenticated-remote-access)
+  --auth-token-file=PATH        bearer tokens with scopes, one per line:
+                                "<token> infer,admin,metrics [expires=TIME]";
+                                re-read when it changes
+  --grpc-tls-cert-file=PEM      TLS on the gRPC port: certificate chain and
+  --grpc-tls-key-file=PEM       key (both or neither); reloaded when changed
+  --grpc-tls-client-ca-file=PEM require client certificates signed by this CA
+  --allow-unauthenticated-remote-access
+                                serve on a non-loopback address without
+                                authentication
   --log-level=LEVEL             debug, info, warning or error (default info)
   --memory-budget-bytes=N       memory models may use together (KiB/MiB/GiB
                                 suffixes allowed); past it the least recently

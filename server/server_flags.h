@@ -22,8 +22,9 @@ struct ServerFlags {
   // 0 asks the kernel for a free port; the chosen one is logged.
   int grpc_port = 8001;
   int metrics_port = 8002;
-  // Address the listeners bind to.
-  std::string bind_address = "0.0.0.0";
+  // Address the listeners bind to. Empty (the default): 0.0.0.0 when
+  // authentication is configured, else 127.0.0.1 (BindAddress).
+  std::string bind_address;
   // The metrics port's connection limits (--metrics-max-connections,
   // --metrics-max-connections-per-ip, --metrics-connection-timeout-seconds,
   // --metrics-request-timeout-seconds).
@@ -34,6 +35,15 @@ struct ServerFlags {
   std::string metrics_tls_cert_file;
   std::string metrics_tls_key_file;
   std::string metrics_tls_client_ca_file;
+  // The same for the gRPC port; the files are watched and reloaded when
+  // they change.
+  std::string grpc_tls_cert_file;
+  std::string grpc_tls_key_file;
+  std::string grpc_tls_client_ca_file;
+  // Bearer tokens with scopes (server/auth.h); empty: no tokens needed.
+  std::string auth_token_file;
+  // Serve on a non-loopback address without any authentication.
+  bool allow_unauthenticated_remote_access = false;
   LogLevel log_level = LogLevel::kInfo;
   // How long SIGTERM/SIGINT waits for in-flight calls before cancelling them.
   double shutdown_grace_seconds = 10.0;
@@ -65,6 +75,14 @@ struct ServerFlags {
 // (unless --help or --version was given).
 absl::StatusOr<ServerFlags> ParseServerFlags(
     const std::vector<std::string>& args);
+
+// True when clients must authenticate: a token file or gRPC client
+// certificates.
+bool AuthenticationConfigured(const ServerFlags& flags);
+
+// The address to bind: --bind-address, or by default 0.0.0.0 with
+// authentication and 127.0.0.1 without.
+std::string BindAddress(const ServerFlags& flags);
 
 // The text printed by --help.
 std::string ServerUsage();

@@ -280,3 +280,31 @@ class RepositoryTestCase(unittest.TestCase):
         """One request to the good model; raises if it fails."""
         return self.stub.ModelInfer(raw_request("good", self.inputs),
                                     timeout=self.call_timeout_seconds)
+
+
+def openssl(*args):
+    result = subprocess.run(["openssl", *args], capture_output=True,
+                            text=True, timeout=60)
+    if result.returncode != 0:
+        raise AssertionError(f"openssl {' '.join(args)}: {result.stderr}")
+
+
+def make_key_and_certificate(folder, name, subject, issuer=None, san=None):
+    """name_key.pem and name_cert.pem in `folder`: self-signed, or signed by
+    `issuer` (the name of an earlier pair)."""
+    key = os.path.join(folder, f"{name}_key.pem")
+    cert = os.path.join(folder, f"{name}_cert.pem")
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt",
+            "ec_paramgen_curve:P-256", "-out", key)
+    extensions = ["-addext", f"subjectAltName={san}"] if san else []
+    if issuer is None:
+        openssl("req", "-x509", "-new", "-key", key, "-out", cert, "-days",
+                "2", "-subj", subject, *extensions)
+    else:
+        request = os.path.join(folder, f"{name}.csr")
+        openssl("req", "-new", "-key", key, "-out", request, "-subj", subject)
+        openssl("x509", "-req", "-in", request, "-out", cert, "-days", "2",
+                "-CA", os.path.join(folder, f"{issuer}_cert.pem"),
+                "-CAkey", os.path.join(folder, f"{issuer}_key.pem"),
+                "-CAcreateserial")
+    return cert, key

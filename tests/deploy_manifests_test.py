@@ -249,14 +249,21 @@ class DeployManifestsTest(unittest.TestCase):
         self.assertIn("terminationGracePeriodSeconds 30 must exceed preStop "
                       "5 s + --shutdown-grace-seconds 30 s", output)
 
-    def test_probes_must_use_grpc_health_on_the_grpc_port(self):
-        output = self.broken("probe_port", [(
+    def test_probes_must_reach_the_health_paths(self):
+        # The gRPC port has TLS: HTTP probes of the metrics port's health.
+        output = self.broken("probe_path", [(
             "deploy/kubernetes/base/deployment.yaml",
-            "          livenessProbe:\n            grpc:\n"
-            "              port: 8001",
-            "          livenessProbe:\n            grpc:\n"
-            "              port: 8002")])
-        self.assertIn("livenessProbe is not a gRPC health probe on "
+            "              path: /v2/health/live",
+            "              path: /metrics")])
+        self.assertIn("livenessProbe is not an HTTP probe of /v2/health/live "
+                      "on --metrics-port 8002", output)
+        # Without TLS, gRPC health probes of the gRPC port.
+        output = self.broken("probe_grpc", [
+            ("deploy/kubernetes/base/deployment.yaml",
+             "            - --grpc-tls-cert-file=/etc/castserve/tls/tls.crt\n"
+             "            - --grpc-tls-key-file=/etc/castserve/tls/tls.key\n",
+             "")])
+        self.assertIn("startupProbe is not a gRPC health probe on "
                       "--grpc-port 8001", output)
 
     def test_every_model_needs_its_checkpoint_mounted(self):

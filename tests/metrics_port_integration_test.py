@@ -26,7 +26,6 @@ import select
 import shutil
 import socket
 import ssl
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,7 +34,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from daemon_testlib import Daemon, run  # noqa: E402
+from daemon_testlib import (Daemon, make_key_and_certificate,  # noqa: E402
+                             run)
 
 CASTSERVE = os.path.abspath(sys.argv[1])
 PROBE_TIMEOUT_SECONDS = 5
@@ -175,34 +175,6 @@ class StarvationTest(unittest.TestCase):
                 client.finish()
             for sock in idle:
                 sock.close()
-
-
-def openssl(*args):
-    result = subprocess.run(["openssl", *args], capture_output=True,
-                            text=True, timeout=60)
-    if result.returncode != 0:
-        raise AssertionError(f"openssl {' '.join(args)}: {result.stderr}")
-
-
-def make_key_and_certificate(folder, name, subject, issuer=None, san=None):
-    """name_key.pem and name_cert.pem in `folder`: self-signed, or signed by
-    `issuer` (the name of an earlier pair)."""
-    key = os.path.join(folder, f"{name}_key.pem")
-    cert = os.path.join(folder, f"{name}_cert.pem")
-    openssl("genpkey", "-algorithm", "EC", "-pkeyopt",
-            "ec_paramgen_curve:P-256", "-out", key)
-    extensions = ["-addext", f"subjectAltName={san}"] if san else []
-    if issuer is None:
-        openssl("req", "-x509", "-new", "-key", key, "-out", cert, "-days",
-                "2", "-subj", subject, *extensions)
-    else:
-        request = os.path.join(folder, f"{name}.csr")
-        openssl("req", "-new", "-key", key, "-out", request, "-subj", subject)
-        openssl("x509", "-req", "-in", request, "-out", cert, "-days", "2",
-                "-CA", os.path.join(folder, f"{issuer}_cert.pem"),
-                "-CAkey", os.path.join(folder, f"{issuer}_key.pem"),
-                "-CAcreateserial")
-    return cert, key
 
 
 class TlsTest(unittest.TestCase):

@@ -245,12 +245,25 @@ def checkpoint_path(config_text):
     return match.group(1) if match else None
 
 
-def probe_problems(container, grpc_port):
+def probe_problems(container, grpc_port, metrics_port, grpc_tls):
+    """gRPC health probes on the gRPC port; with TLS there (which the
+    kubelet's gRPC probes cannot speak), HTTP probes of the metrics port's
+    health paths, which never need a token."""
     problems = []
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    paths = {"startupProbe": "/v2/health/ready",
+             "readinessProbe": "/v2/health/ready",
+             "livenessProbe": "/v2/health/live"}
+    for probe, path in paths.items():
         spec = container.get(probe)
         if not spec:
             problems.append(f"no {probe}")
+        elif grpc_tls:
+            get = spec.get("httpGet") or {}
+            if get.get("port") not in (metrics_port, "metrics") or \
+                    get.get("path") != path:
+                problems.append(f"{probe} is not an HTTP probe of {path} on "
+                                f"--metrics-port {metrics_port} (the gRPC "
+                                f"port has TLS)")
         elif (spec.get("grpc") or {}).get("port") != grpc_port:
             problems.append(f"{probe} is not a gRPC health probe on "
                             f"--grpc-port {grpc_port}")
@@ -397,7 +410,8 @@ def deployment_problems(objects):
     if ":" not in container["image"].rsplit("/", 1)[-1] \
             and "@" not in container["image"]:
         problems.append(f"image {container['image']!r} has no tag")
-    problems += probe_problems(container, grpc_port)
+    problems += probe_problems(container, grpc_port, metrics_port,
+                               "grpc-tls-cert-file" in flags)
     problems += termination_problems(pod, container,
                                      int(flags["shutdown-grace-seconds"]))
     problems += memory_problems(container, flags)
