@@ -169,6 +169,72 @@ TEST(ServerFlagsTest, MetricsTlsFilesGoTogether) {
   }
 }
 
+TEST(ServerFlagsTest, WithoutAuthenticationOnlyLoopbackByDefault) {
+  absl::StatusOr<ServerFlags> plain = Parse({"--model-repository=/r"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(AuthenticationConfigured(*plain));
+  EXPECT_EQ(BindAddress(*plain), "127.0.0.1");
+  for (const char* auth :
+       {"--auth-token-file=/t", "--grpc-tls-client-ca-file=/ca.pem"}) {
+    absl::StatusOr<ServerFlags> flags =
+        Parse({"--model-repository=/r", auth, "--grpc-tls-cert-file=/c.pem",
+               "--grpc-tls-key-file=/k.pem"});
+    ASSERT_TRUE(flags.ok()) << flags.status();
+    EXPECT_TRUE(AuthenticationConfigured(*flags)) << auth;
+    EXPECT_EQ(BindAddress(*flags), "0.0.0.0") << auth;
+  }
+  for (const char* loopback : {"127.0.0.1", "127.0.0.2", "localhost", "::1"}) {
+    absl::StatusOr<ServerFlags> flags = Parse(
+        {"--model-repository=/r", std::string("--bind-address=") + loopback});
+    ASSERT_TRUE(flags.ok()) << loopback << ": " << flags.status();
+    EXPECT_EQ(BindAddress(*flags), loopback);
+  }
+  absl::StatusOr<ServerFlags> open =
+      Parse({"--model-repository=/r", "--bind-address=0.0.0.0"});
+  ASSERT_FALSE(open.ok());
+  EXPECT_THAT(open.status().message(),
+              HasSubstr("--bind-address=0.0.0.0 serves other machines, but "
+                        "no authentication is configured"));
+  absl::StatusOr<ServerFlags> allowed =
+      Parse({"--model-repository=/r", "--bind-address=0.0.0.0",
+             "--allow-unauthenticated-remote-access"});
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  EXPECT_EQ(BindAddress(*allowed), "0.0.0.0");
+}
+
+TEST(ServerFlagsTest, SwitchesTakeNoValueOrTrueOrFalse) {
+  absl::StatusOr<ServerFlags> flags =
+      Parse({"--model-repository=/r", "--allow-symlinks-outside-repository"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_TRUE(flags->allow_symlinks_outside_repository);
+  flags = Parse(
+      {"--model-repository=/r", "--allow-symlinks-outside-repository=false"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_FALSE(flags->allow_symlinks_outside_repository);
+  absl::StatusOr<ServerFlags> bad = Parse(
+      {"--model-repository=/r", "--allow-symlinks-outside-repository=yes"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("--allow-symlinks-outside-repository: 'yes' is not "
+                        "true or false"));
+}
+
+TEST(ServerFlagsTest, GrpcTlsFilesGoTogether) {
+  for (const auto& [arg, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"--grpc-tls-cert-file=/c.pem",
+            "--grpc-tls-cert-file needs --grpc-tls-key-file"},
+           {"--grpc-tls-key-file=/k.pem",
+            "--grpc-tls-key-file needs --grpc-tls-cert-file"},
+           {"--grpc-tls-client-ca-file=/ca.pem",
+            "--grpc-tls-client-ca-file needs --grpc-tls-cert-file"}}) {
+    absl::StatusOr<ServerFlags> rejected =
+        Parse({"--model-repository=/r", arg});
+    ASSERT_FALSE(rejected.ok()) << arg;
+    EXPECT_THAT(rejected.status().message(), HasSubstr(message));
+  }
+}
+
 TEST(ServerFlagsTest, UsageListsEveryFlag) {
   for (const char* flag : {"--model-repository",
                            "--grpc-port",
@@ -189,7 +255,13 @@ TEST(ServerFlagsTest, UsageListsEveryFlag) {
                            "--metrics-connection-timeout-seconds",
                            "--metrics-tls-cert-file",
                            "--metrics-tls-key-file",
-                           "--metrics-tls-client-ca-file"}) {
+                           "--metrics-tls-client-ca-file",
+                           "--grpc-tls-cert-file",
+                           "--grpc-tls-key-file",
+                           "--grpc-tls-client-ca-file",
+                           "--auth-token-file",
+                           "--allow-unauthenticated-remote-access",
+                           "--allow-symlinks-outside-repository"}) {
     EXPECT_THAT(ServerUsage(), HasSubstr(flag));
   }
 }
