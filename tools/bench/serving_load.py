@@ -97,8 +97,10 @@ class Daemon:
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.process = subprocess.Popen(
+            # The repository links the checkpoint's files in.
             [binary, f"--model-repository={repository}", "--grpc-port=0",
-             "--metrics-port=0"], stdout=self.log, stderr=subprocess.STDOUT)
+             "--metrics-port=0", "--allow-symlinks-outside-repository"],
+            stdout=self.log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout=300):
         deadline = time.monotonic() + timeout
