@@ -22,6 +22,11 @@ absl::StatusOr<std::regex> CompileRegex(const std::string& pattern,
         absl::StrCat("skip_modules_pattern[", index,
                      "] is empty; an empty regex would skip every module"));
   }
+  if (pattern.size() > CastingPolicy::kMaxPatternLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "skip_modules_pattern[", index, "] is ", pattern.size(),
+        " characters, above the limit of ", CastingPolicy::kMaxPatternLength));
+  }
   try {
     return std::regex(pattern, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
@@ -61,6 +66,11 @@ absl::StatusOr<CastingPolicy> CastingPolicy::Create(Options options) {
       return absl::InvalidArgumentError(
           absl::StrCat("skip_modules_classes[", i, "] is empty"));
     }
+  }
+  if (options.skip_modules_pattern.size() > kMaxPatterns) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.skip_modules_pattern.size(),
+        " skip_modules_pattern entries, above the limit of ", kMaxPatterns));
   }
   std::vector<CompiledPattern> patterns;
   for (size_t i = 0; i < options.skip_modules_pattern.size(); ++i) {

@@ -159,6 +159,33 @@ TEST(CastingPolicyTest, InvalidRegexNamesThePattern) {
               HasSubstr("skip_modules_pattern[1] 'bad(['"));
 }
 
+// std::regex compiles by recursive descent: a pattern of 30,000 nested
+// groups (60 KB, one RepositoryModelLoad config) overflowed the stack and
+// ended the daemon. Patterns are bounded in length and number before any
+// is compiled.
+TEST(CastingPolicyTest, PatternsAreBoundedBeforeCompiling) {
+  CastingPolicy::Options deep;
+  deep.skip_modules_pattern = {std::string(30000, '(') + "a" +
+                               std::string(30000, ')')};
+  const absl::Status deep_error = CastingPolicy::Create(deep).status();
+  EXPECT_EQ(deep_error.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(deep_error.message(),
+              HasSubstr("skip_modules_pattern[0] is 60001 characters, above "
+                        "the limit of 256"));
+
+  CastingPolicy::Options longest;
+  longest.skip_modules_pattern = {std::string(256, 'a')};
+  EXPECT_TRUE(CastingPolicy::Create(longest).ok());
+
+  CastingPolicy::Options many;
+  many.skip_modules_pattern.assign(65, "pooler");
+  const absl::Status many_error = CastingPolicy::Create(many).status();
+  EXPECT_EQ(many_error.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(many_error.message(),
+              HasSubstr("65 skip_modules_pattern entries, above the limit "
+                        "of 64"));
+}
+
 TEST(CastingPolicyTest, RejectsInvalidOptions) {
   CastingPolicy::Options fp8_compute;
   fp8_compute.compute_dtype = ElementType::kF8E4M3FN;
