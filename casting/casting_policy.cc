@@ -1,9 +1,11 @@
 #include "casting/casting_policy.h"
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -14,6 +16,20 @@ constexpr std::array<absl::string_view, 8> kCastableKinds = {
     "Linear",          "Conv1d",          "Conv2d",          "Conv3d",
     "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Embedding",
 };
+
+// libstdc++'s std::regex reads a back-reference's or a repeat count's
+// digits into a long without checking for overflow; nine digits fit an int.
+constexpr size_t kMaxDigitsInNumber = 9;
+
+size_t LongestDigitRun(absl::string_view text) {
+  size_t longest = 0;
+  size_t run = 0;
+  for (char c : text) {
+    run = absl::ascii_isdigit(static_cast<unsigned char>(c)) ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  return longest;
+}
 
 absl::StatusOr<std::regex> CompileRegex(const std::string& pattern,
                                         size_t index) {
@@ -26,6 +42,11 @@ absl::StatusOr<std::regex> CompileRegex(const std::string& pattern,
     return absl::InvalidArgumentError(absl::StrCat(
         "skip_modules_pattern[", index, "] is ", pattern.size(),
         " characters, above the limit of ", CastingPolicy::kMaxPatternLength));
+  }
+  if (LongestDigitRun(pattern) > kMaxDigitsInNumber) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "skip_modules_pattern[", index, "] '", pattern,
+        "' has a number of more than ", kMaxDigitsInNumber, " digits"));
   }
   try {
     return std::regex(pattern, std::regex::ECMAScript);

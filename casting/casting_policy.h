@@ -75,9 +75,10 @@ class CastingPolicy {
   // InvalidArgument when: the compute dtype is not a compute type
   // (IsComputeType, i.e. it is fp8); scaling is not kNone while the storage
   // dtype is not fp8; there are more than kMaxPatterns patterns; a pattern is
-  // empty, longer than kMaxPatternLength or not a valid ECMAScript regex (the
-  // message names it); a skip class name is empty. A storage dtype wider than
-  // the compute dtype is allowed.
+  // empty, longer than kMaxPatternLength, holds a number of more than nine
+  // digits or is not a valid ECMAScript regex (the message names it); a skip
+  // class name is empty. A storage dtype wider than the compute dtype is
+  // allowed.
   static absl::StatusOr<CastingPolicy> Create(Options options);
 
   WeightDecision Decide(absl::string_view module_name,

@@ -186,6 +186,25 @@ TEST(CastingPolicyTest, PatternsAreBoundedBeforeCompiling) {
                         "of 64"));
 }
 
+// Found by server/fuzz/config_json_fuzzer (UBSan): libstdc++'s std::regex
+// reads a back-reference's or a repeat count's digits into a long without
+// checking, so "\\1111..." of 20 digits overflowed it.
+TEST(CastingPolicyTest, NumbersInPatternsHaveAtMostNineDigits) {
+  for (const char* pattern :
+       {"a\\11111111111111111111", "a{99999999999}", "layer\\.1234567890"}) {
+    CastingPolicy::Options options;
+    options.skip_modules_pattern = {pattern};
+    const absl::Status error = CastingPolicy::Create(options).status();
+    EXPECT_EQ(error.code(), absl::StatusCode::kInvalidArgument) << pattern;
+    EXPECT_THAT(error.message(),
+                HasSubstr("has a number of more than 9 digits"))
+        << pattern;
+  }
+  CastingPolicy::Options nine;
+  nine.skip_modules_pattern = {"layer\\.123456789", "a{1,999}"};
+  EXPECT_TRUE(CastingPolicy::Create(nine).ok());
+}
+
 TEST(CastingPolicyTest, RejectsInvalidOptions) {
   CastingPolicy::Options fp8_compute;
   fp8_compute.compute_dtype = ElementType::kF8E4M3FN;

@@ -181,6 +181,11 @@ model_warmup { name: "escape"
     "warmup_count_past_limit": """model_warmup { name: "many" count: 100000 }
 """,
     "name_mismatch": 'name: "other"\nmax_batch_size: 1\n',
+    # A 20-digit back-reference: std::regex overflowed reading it
+    # (casting_policy_test's NumbersInPatternsHaveAtMostNineDigits).
+    "skip_pattern_long_number": 'weights { casting { storage_dtype: '
+                                'STORAGE_DTYPE_F16 skip_modules_pattern: '
+                                '"a\\\\11111111111111111111" } }\n',
     # 7,000 nested groups: std::regex's recursive compile overflowed the
     # stack (casting_policy_test's PatternsAreBoundedBeforeCompiling).
     "skip_pattern_nested_deep": 'weights { casting { storage_dtype: '
