@@ -4,7 +4,8 @@
 # each for MAX_TOTAL_TIME seconds (default 180), all at once. Exits non-zero
 # when a target finds something (crash, leak, undefined behaviour, an input
 # slower than 25 s or one that allocates past 4 GiB): the reproducer lands in
-# $WORK/artifacts_<target>/, the log in $WORK/<target>.log.
+# $WORK/artifacts_<target>/ (until the next run), the log in
+# $WORK/<target>.log.
 #
 #   casting/fuzz/  safetensors, torch_zip: the checkpoint readers
 #   server/fuzz/   infer_request: a ModelInferRequest against the BERT
@@ -155,6 +156,7 @@ done
 pids=()
 for target in "${TARGETS[@]}"; do
   corpus="$WORK/corpus_${target}"
+  rm -rf "$WORK/artifacts_${target}"  # Only this run's findings.
   mkdir -p "$corpus" "$WORK/artifacts_${target}"
   cp "${FOLDER[$target]}/fuzz/corpus_${target}"/* "$corpus/"
   echo "running ${target}_fuzzer for ${MAX_TOTAL_TIME}s (log: $WORK/${target}.log)"
