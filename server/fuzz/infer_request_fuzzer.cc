@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "google/protobuf/stubs/logging.h"
 #include "models/model.h"
 #include "proto/inference.pb.h"
 #include "server/fuzz/bert_fixture.h"
@@ -238,6 +239,12 @@ void RunRequest(const models::Model& model,
 
 }  // namespace
 }  // namespace castserve::fuzz
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  // Parsing logs every string field that is not UTF-8: millions of lines.
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace castserve;
