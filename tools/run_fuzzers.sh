@@ -15,8 +15,10 @@
 #                  and the load's checks
 #
 # The committed seed corpora (<folder>/corpus_<target>) are copied to a
-# scratch folder first, so runs never grow them. Objects are kept in
-# $WORK/obj and rebuilt when a file they were compiled from changes. The
+# scratch corpus in $WORK first, so runs never grow them (the scratch corpus
+# keeps what earlier runs added). Objects are kept in $WORK/obj and rebuilt
+# when a file they were compiled from changes (delete it after changing the
+# flags below). The
 # server targets link LibTorch and run from the repository root (they load
 # models/testdata/bert); to replay a finding:
 #   $WORK/infer_request_fuzzer $WORK/artifacts_infer_request/crash-...
@@ -100,7 +102,7 @@ compile() {
     casting/codec.cc)
       # clang 14 lacks __builtin_cpu_supports("f16c"): g++, uninstrumented.
       up_to_date "$obj" || g++ -std=c++17 -O1 -I. -MMD -MF "$obj.d" \
-        -c "$src" -o "$obj"
+        -c "$src" -o "$obj" || { rm -f "$obj"; return 1; }
       echo "$obj"
       return ;;
     casting/codec_avx2.cc) flags+=" -mavx2 -mf16c -mfma $SANITIZE" ;;
@@ -109,7 +111,8 @@ compile() {
     */fuzz/*_fuzzer.cc) flags+=" -fsanitize=fuzzer $SANITIZE" ;;
     *) flags+=" -fsanitize=fuzzer-no-link $SANITIZE" ;;
   esac
-  up_to_date "$obj" || clang++ $flags -MMD -MF "$obj.d" -c "$src" -o "$obj"
+  up_to_date "$obj" || clang++ $flags -MMD -MF "$obj.d" -c "$src" -o "$obj" ||
+    { rm -f "$obj"; return 1; }
   echo "$obj"
 }
 export -f compile up_to_date
