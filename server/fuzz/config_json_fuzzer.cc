@@ -15,14 +15,14 @@
 #include "server/model_config_loader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace castserve;
+  namespace fuzz = castserve::fuzz;
   inference::ModelConfig config;
   const std::string json(reinterpret_cast<const char*>(data), size);
   if (!google::protobuf::util::JsonStringToMessage(json, &config).ok()) {
     return 0;
   }
   config.set_name(fuzz::kFuzzModelName);
-  const absl::Status valid = ValidateModelConfig(config);
+  const absl::Status valid = castserve::ValidateModelConfig(config);
   fuzz::TrapUnless(valid.ok() || absl::IsInvalidArgument(valid), valid,
                    "a config is refused as INVALID_ARGUMENT");
   if (!valid.ok()) return 0;

@@ -12,8 +12,8 @@
 #include "server/model_config_loader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace castserve;
-  absl::StatusOr<inference::ModelConfig> config = ParseModelConfig(
+  namespace fuzz = castserve::fuzz;
+  absl::StatusOr<inference::ModelConfig> config = castserve::ParseModelConfig(
       absl::string_view(reinterpret_cast<const char*>(data), size),
       fuzz::kFuzzModelName);
   fuzz::TrapUnless(config.ok() || absl::IsInvalidArgument(config.status()),

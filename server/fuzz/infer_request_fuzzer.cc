@@ -240,16 +240,16 @@ void RunRequest(const models::Model& model,
 }  // namespace
 }  // namespace castserve::fuzz
 
-extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
   // Parsing logs every string field that is not UTF-8: millions of lines.
   google::protobuf::SetLogHandler(nullptr);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace castserve;
+  namespace fuzz = castserve::fuzz;
   if (size == 0) return 0;
-  const models::Model& model = fuzz::BertFixture();
+  const castserve::models::Model& model = fuzz::BertFixture();
   const int64_t max_batch_size = (data[0] & 2) != 0 ? 8 : 0;
   inference::ModelInferRequest request;
   if ((data[0] & 1) != 0) {
