@@ -1,9 +1,11 @@
 #include "casting/casting_policy.h"
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -15,12 +17,36 @@ constexpr std::array<absl::string_view, 8> kCastableKinds = {
     "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Embedding",
 };
 
+// libstdc++'s std::regex reads a back-reference's or a repeat count's
+// digits into a long without checking for overflow; nine digits fit an int.
+constexpr size_t kMaxDigitsInNumber = 9;
+
+size_t LongestDigitRun(absl::string_view text) {
+  size_t longest = 0;
+  size_t run = 0;
+  for (char c : text) {
+    run = absl::ascii_isdigit(static_cast<unsigned char>(c)) ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  return longest;
+}
+
 absl::StatusOr<std::regex> CompileRegex(const std::string& pattern,
                                         size_t index) {
   if (pattern.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("skip_modules_pattern[", index,
                      "] is empty; an empty regex would skip every module"));
+  }
+  if (pattern.size() > CastingPolicy::kMaxPatternLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "skip_modules_pattern[", index, "] is ", pattern.size(),
+        " characters, above the limit of ", CastingPolicy::kMaxPatternLength));
+  }
+  if (LongestDigitRun(pattern) > kMaxDigitsInNumber) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "skip_modules_pattern[", index, "] '", pattern,
+        "' has a number of more than ", kMaxDigitsInNumber, " digits"));
   }
   try {
     return std::regex(pattern, std::regex::ECMAScript);
@@ -61,6 +87,11 @@ absl::StatusOr<CastingPolicy> CastingPolicy::Create(Options options) {
       return absl::InvalidArgumentError(
           absl::StrCat("skip_modules_classes[", i, "] is empty"));
     }
+  }
+  if (options.skip_modules_pattern.size() > kMaxPatterns) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.skip_modules_pattern.size(),
+        " skip_modules_pattern entries, above the limit of ", kMaxPatterns));
   }
   std::vector<CompiledPattern> patterns;
   for (size_t i = 0; i < options.skip_modules_pattern.size(); ++i) {

@@ -66,11 +66,19 @@ class CastingPolicy {
   // ^proj_out$.
   static std::vector<std::string> DefaultSkipModulesPattern();
 
+  // Bounds on skip_modules_pattern, checked before any pattern is compiled
+  // (std::regex compiles by recursion: deep nesting would overflow the
+  // stack). Module-name patterns are short.
+  static constexpr size_t kMaxPatternLength = 256;
+  static constexpr size_t kMaxPatterns = 64;
+
   // InvalidArgument when: the compute dtype is not a compute type
   // (IsComputeType, i.e. it is fp8); scaling is not kNone while the storage
-  // dtype is not fp8; a pattern is empty or not a valid ECMAScript
-  // regex (the message names it); a skip class name is empty. A storage dtype
-  // wider than the compute dtype is allowed.
+  // dtype is not fp8; there are more than kMaxPatterns patterns; a pattern is
+  // empty, longer than kMaxPatternLength, holds a number of more than nine
+  // digits or is not a valid ECMAScript regex (the message names it); a skip
+  // class name is empty. A storage dtype wider than the compute dtype is
+  // allowed.
   static absl::StatusOr<CastingPolicy> Create(Options options);
 
   WeightDecision Decide(absl::string_view module_name,

@@ -159,6 +159,52 @@ TEST(CastingPolicyTest, InvalidRegexNamesThePattern) {
               HasSubstr("skip_modules_pattern[1] 'bad(['"));
 }
 
+// std::regex compiles by recursive descent: a pattern of 30,000 nested
+// groups (60 KB, one RepositoryModelLoad config) overflowed the stack and
+// ended the daemon. Patterns are bounded in length and number before any
+// is compiled.
+TEST(CastingPolicyTest, PatternsAreBoundedBeforeCompiling) {
+  CastingPolicy::Options deep;
+  deep.skip_modules_pattern = {std::string(30000, '(') + "a" +
+                               std::string(30000, ')')};
+  const absl::Status deep_error = CastingPolicy::Create(deep).status();
+  EXPECT_EQ(deep_error.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(deep_error.message(),
+              HasSubstr("skip_modules_pattern[0] is 60001 characters, above "
+                        "the limit of 256"));
+
+  CastingPolicy::Options longest;
+  longest.skip_modules_pattern = {std::string(256, 'a')};
+  EXPECT_TRUE(CastingPolicy::Create(longest).ok());
+
+  CastingPolicy::Options many;
+  many.skip_modules_pattern.assign(65, "pooler");
+  const absl::Status many_error = CastingPolicy::Create(many).status();
+  EXPECT_EQ(many_error.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(many_error.message(),
+              HasSubstr("65 skip_modules_pattern entries, above the limit "
+                        "of 64"));
+}
+
+// Found by server/fuzz/config_json_fuzzer (UBSan): libstdc++'s std::regex
+// reads a back-reference's or a repeat count's digits into a long without
+// checking, so "\\1111..." of 20 digits overflowed it.
+TEST(CastingPolicyTest, NumbersInPatternsHaveAtMostNineDigits) {
+  for (const char* pattern :
+       {"a\\11111111111111111111", "a{99999999999}", "layer\\.1234567890"}) {
+    CastingPolicy::Options options;
+    options.skip_modules_pattern = {pattern};
+    const absl::Status error = CastingPolicy::Create(options).status();
+    EXPECT_EQ(error.code(), absl::StatusCode::kInvalidArgument) << pattern;
+    EXPECT_THAT(error.message(),
+                HasSubstr("has a number of more than 9 digits"))
+        << pattern;
+  }
+  CastingPolicy::Options nine;
+  nine.skip_modules_pattern = {"layer\\.123456789", "a{1,999}"};
+  EXPECT_TRUE(CastingPolicy::Create(nine).ok());
+}
+
 TEST(CastingPolicyTest, RejectsInvalidOptions) {
   CastingPolicy::Options fp8_compute;
   fp8_compute.compute_dtype = ElementType::kF8E4M3FN;

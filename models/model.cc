@@ -68,9 +68,12 @@ absl::Status CheckSignature(const std::vector<TensorSpec>& specs,
   return absl::OkStatus();
 }
 
+// LibTorch's CPU allocator says "can't allocate memory" (2.x) or "not
+// enough memory" (1.x); CUDA's says "out of memory".
 bool IsOutOfMemory(absl::string_view message) {
   return absl::StrContains(message, "out of memory") ||
-         absl::StrContains(message, "not enough memory");
+         absl::StrContains(message, "not enough memory") ||
+         absl::StrContains(message, "can't allocate memory");
 }
 
 }  // namespace

@@ -58,6 +58,10 @@ TEST(ModelTest, MapsTorchErrorsToStatusCodes) {
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(CodeOf([] { throw std::bad_alloc(); }),
             absl::StatusCode::kResourceExhausted);
+  // A real failed allocation (4 PiB): LibTorch 2.11 says "can't allocate
+  // memory".
+  EXPECT_EQ(CodeOf([] { at::empty({int64_t{1} << 52}, at::kByte); }),
+            absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(CodeOf([] {
               throw WeightUnavailableError("w", absl::DataLossError("gone"));
             }),

@@ -427,10 +427,10 @@ absl::Status WithContext(const absl::Status& status, absl::string_view prefix) {
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
 }
 
-// The config's sizes against the daemon's limits, before anything is
-// allocated or started.
-absl::Status CheckLimits(const inference::ModelConfig& config,
-                         const FactoryOptions& options) {
+}  // namespace
+
+absl::Status CheckConfigLimits(const inference::ModelConfig& config,
+                               const FactoryOptions& options) {
   const int instances = InstanceCount(config);
   if (instances > options.max_instances) {
     return absl::InvalidArgumentError(
@@ -447,8 +447,6 @@ absl::Status CheckLimits(const inference::ModelConfig& config,
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::StatusOr<models::WeightPolicyOptions> WeightPolicyFromConfig(
     const inference::WeightPolicy& weights) {
@@ -619,7 +617,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
     const std::string& model_directory, const inference::ModelConfig& config,
     std::shared_ptr<const models::Cancellation> cancellation) {
   if (absl::Status valid = CheckDevice(config); !valid.ok()) return valid;
-  if (absl::Status valid = CheckLimits(config, options_); !valid.ok()) {
+  if (absl::Status valid = CheckConfigLimits(config, options_); !valid.ok()) {
     return valid;
   }
   absl::StatusOr<int> intra_op_threads = IntraOpThreadsFor(

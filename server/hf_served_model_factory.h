@@ -76,6 +76,12 @@ class HfServedModelFactory final : public ServedModelFactory {
 
 // The pieces of Create, exposed for tests.
 
+// The config's sizes against `options`' limits (instances, warmup counts),
+// checked before anything is allocated or started. INVALID_ARGUMENT naming
+// the limit.
+absl::Status CheckConfigLimits(const inference::ModelConfig& config,
+                               const FactoryOptions& options);
+
 // The weight policy of `weights`: residency, compute copy, eager
 // materialization, prefetch, and a casting policy when a storage dtype is
 // set (the default skip patterns first unless no_default_skip_patterns).

@@ -171,10 +171,12 @@ absl::Status CopyTyped(const RepeatedField<Wire>& values,
   return absl::OkStatus();
 }
 
-absl::Status FillFromTyped(const InputTensor& input, int64_t element_count,
-                           at::Tensor& tensor) {
+// Typed contents: in the field of `dtype` only, as many as the shape's
+// elements. Checked before the tensor is allocated.
+absl::Status CheckTypedSize(const InputTensor& input, at::ScalarType dtype,
+                            int64_t element_count) {
   const std::string prefix = absl::StrCat("input ", Quoted(input.name()), ": ");
-  const char* field = TypedFieldFor(tensor.scalar_type());
+  const char* field = TypedFieldFor(dtype);
   if (field == nullptr) {
     if (element_count == 0 && !HasTypedContents(input)) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
@@ -193,6 +195,11 @@ absl::Status FillFromTyped(const InputTensor& input, int64_t element_count,
                        ShapeString(input.shape()), " needs ", element_count));
     }
   }
+  return absl::OkStatus();
+}
+
+// Copies typed contents that passed CheckTypedSize.
+absl::Status FillFromTyped(const InputTensor& input, at::Tensor& tensor) {
   const inference::InferTensorContents& contents = input.contents();
   switch (tensor.scalar_type()) {
     case at::kBool:
@@ -213,19 +220,29 @@ absl::Status FillFromTyped(const InputTensor& input, int64_t element_count,
     case at::kDouble:
       return CopyTyped<double>(contents.fp64_contents(), input.name(), tensor);
     default:
-      return absl::InternalError("unreachable typed dtype");
+      return absl::OkStatus();  // No typed field: no elements to copy.
   }
 }
 
-absl::Status FillFromRaw(const InputTensor& input, const std::string& raw,
-                         at::Tensor& tensor) {
-  const int64_t expected_bytes = tensor.nbytes();
+// Raw contents: the shape's bytes exactly. Checked before the tensor is
+// allocated.
+absl::Status CheckRawSize(const InputTensor& input, const std::string& raw,
+                          at::ScalarType dtype, int64_t element_count) {
+  // At most 2^50 elements (ElementCount) of at most 8 bytes: no overflow.
+  const int64_t expected_bytes =
+      element_count * static_cast<int64_t>(at::elementSize(dtype));
   if (static_cast<int64_t>(raw.size()) != expected_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("input ", Quoted(input.name()), ": raw data has ",
                      raw.size(), " bytes; shape ", ShapeString(input.shape()),
                      " of ", input.datatype(), " needs ", expected_bytes));
   }
+  return absl::OkStatus();
+}
+
+// Copies raw contents that passed CheckRawSize.
+absl::Status FillFromRaw(const InputTensor& input, const std::string& raw,
+                         at::Tensor& tensor) {
   if (tensor.scalar_type() == at::kBool) {
     for (size_t i = 0; i < raw.size(); ++i) {
       if (raw[i] != 0 && raw[i] != 1) {
@@ -235,9 +252,7 @@ absl::Status FillFromRaw(const InputTensor& input, const std::string& raw,
       }
     }
   }
-  if (expected_bytes > 0) {
-    std::memcpy(tensor.data_ptr(), raw.data(), expected_bytes);
-  }
+  if (!raw.empty()) std::memcpy(tensor.data_ptr(), raw.data(), raw.size());
   return absl::OkStatus();
 }
 
@@ -265,11 +280,16 @@ absl::StatusOr<at::Tensor> ConvertInput(const InputTensor& input,
   }
   absl::StatusOr<int64_t> element_count = ElementCount(input);
   if (!element_count.ok()) return element_count.status();
+  // The data must fill the shape before the shape is allocated: a request
+  // of a few bytes cannot claim terabytes.
+  absl::Status sized =
+      raw != nullptr ? CheckRawSize(input, *raw, spec.dtype, *element_count)
+                     : CheckTypedSize(input, spec.dtype, *element_count);
+  if (!sized.ok()) return sized;
   std::vector<int64_t> shape(input.shape().begin(), input.shape().end());
   at::Tensor tensor = at::empty(shape, at::TensorOptions().dtype(spec.dtype));
-  absl::Status filled = raw != nullptr
-                            ? FillFromRaw(input, *raw, tensor)
-                            : FillFromTyped(input, *element_count, tensor);
+  absl::Status filled = raw != nullptr ? FillFromRaw(input, *raw, tensor)
+                                       : FillFromTyped(input, tensor);
   if (!filled.ok()) return filled;
   return tensor;
 }

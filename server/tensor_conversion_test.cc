@@ -206,6 +206,28 @@ TEST(TensorConversionTest, TypedElementCountMustMatchShape) {
                 "int64_contents has 1 elements; shape [1,3] needs 3");
 }
 
+// Found by server/fuzz/infer_request_fuzzer: a shape of 2^49 INT64
+// elements (4 PiB, more than any address space holds) with a few bytes of
+// data. The data is checked against the shape before the tensor is
+// allocated, so this is the caller's error, not an out-of-memory one.
+TEST(TensorConversionTest, DataIsCheckedAgainstTheShapeBeforeAllocating) {
+  constexpr int64_t kHuge = int64_t{1} << 49;
+  ExpectInvalid(InputsFromRequest(RawIds({1, kHuge}, {1}), BertSpecs(), 8),
+                "raw data has 8 bytes; shape [1,562949953421312] of INT64 "
+                "needs 4503599627370496");
+  inference::ModelInferRequest typed;
+  AddInput(typed, "input_ids", "INT64", {1, kHuge})
+      ->mutable_contents()
+      ->add_int64_contents(1);
+  ExpectInvalid(InputsFromRequest(typed, BertSpecs(), 8),
+                "int64_contents has 1 elements; shape [1,562949953421312]");
+  inference::ModelInferRequest half;
+  AddInput(half, "input_ids", "FP16", {1, kHuge});
+  ExpectInvalid(
+      InputsFromRequest(half, {{"input_ids", at::kHalf, {-1, -1}}}, 8),
+      "FP16 data must be sent in raw_input_contents");
+}
+
 TEST(TensorConversionTest, TypedContentsInTheWrongField) {
   inference::ModelInferRequest request;
   AddInput(request, "input_ids", "INT64", {1, 1})

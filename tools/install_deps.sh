@@ -11,6 +11,9 @@ packages=(
   # The metrics port's HTTP(S) server, and GnuTLS for client certificates.
   libmicrohttpd-dev libgnutls28-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # The libFuzzer targets (tools/run_fuzzers.sh): clang with its fuzzer and
+  # sanitizer runtimes.
+  clang libclang-rt-14-dev
   # Tests: Debian's Python with gRPC, promtool, clang-format, openssl (test
   # certificates).
   python3 python3-pip python3-venv python3-numpy python3-grpcio python3-protobuf prometheus clang-format

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, checks formatting,
-# builds everything (and the CUDA kernels when nvcc is present), then runs
-# every test.
+# builds everything (and the CUDA kernels when nvcc is present), runs every
+# test, then every libFuzzer target briefly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,3 +37,8 @@ bazel test --test_env=TRITON_PYTHON="$PWD/.venv/bin/python" \
   --test_env=KUBECTL="$PWD/.venv/deploy-tools/usr/bin/kubectl" \
   --test_env=HADOLINT="$PWD/.venv/bin/hadolint" \
   //...
+
+# Every libFuzzer target for 20 s, all at once; a finding fails the run.
+# About two minutes on two free cores, most of it building the targets
+# (later runs rebuild only what changed).
+MAX_TOTAL_TIME=20 ./tools/run_fuzzers.sh

@@ -1,0 +1,262 @@
+// libFuzzer target: a ModelInferRequest against the BERT fixture, along the
+// path ModelInfer takes (server/inference_service.cc): RequestedOutputs,
+// InputsFromRequest, Model::Forward (signature and vocabulary checks, then
+// the forward when the inputs pass and are small), FillResponse. Built by
+// tools/run_fuzzers.sh; run from the repository root.
+//
+// The first input byte chooses how the rest becomes a request: bit 0 clear,
+// the rest is the request's wire bytes (ParseFromArray); set, the rest
+// drives RequestBuilder, which builds requests the model nearly accepts.
+// Bit 1 chooses the config's max_batch_size: 8 or 0 (no batch dimension).
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "google/protobuf/stubs/logging.h"
+#include "models/model.h"
+#include "proto/inference.pb.h"
+#include "server/fuzz/bert_fixture.h"
+#include "server/tensor_conversion.h"
+
+namespace castserve::fuzz {
+namespace {
+
+using InputTensor = inference::ModelInferRequest::InferInputTensor;
+
+// Requests are built for at most this many elements per input.
+constexpr int64_t kMaxBuiltElements = 4096;
+
+// Every datatype string the protocol defines, the unsupported ones too.
+constexpr const char* kWireDatatypes[] = {
+    "BOOL", "UINT8", "INT8", "INT16",  "INT32",  "INT64",  "FP16",
+    "FP32", "FP64",  "BF16", "UINT16", "UINT32", "UINT64", "BYTES"};
+
+// Builds a request from fuzz bytes, biased towards the ones the model
+// nearly accepts: names and datatypes mostly from its signature, small
+// dimensions, small values, data sized for the shape give or take one.
+class RequestBuilder {
+ public:
+  RequestBuilder(const uint8_t* data, size_t size, const models::Model& model)
+      : provider_(data, size), model_(model) {}
+
+  inference::ModelInferRequest Build() {
+    inference::ModelInferRequest request;
+    request.set_model_name("bert");
+    request.set_id(provider_.ConsumeRandomLengthString(8));
+    const bool raw = provider_.ConsumeBool();
+    const int input_count = provider_.ConsumeIntegralInRange(0, 4);
+    for (int i = 0; i < input_count; ++i) AddInput(request, raw);
+    const int output_count = provider_.ConsumeIntegralInRange(0, 3);
+    for (int i = 0; i < output_count; ++i) {
+      request.add_outputs()->set_name(PickName(model_.outputs()));
+    }
+    return request;
+  }
+
+ private:
+  std::string PickName(const std::vector<models::TensorSpec>& specs) {
+    const size_t index = provider_.ConsumeIntegralInRange<size_t>(
+        0, specs.size());  // One past the end: any name.
+    if (index < specs.size()) return specs[index].name;
+    return provider_.ConsumeRandomLengthString(16);
+  }
+
+  std::string PickDatatype() {
+    switch (provider_.ConsumeIntegralInRange(0, 3)) {
+      case 0:
+      case 1:
+        return "INT64";  // Every BERT input's.
+      case 2:
+        return provider_.PickValueInArray(kWireDatatypes);
+      default:
+        return provider_.ConsumeRandomLengthString(8);
+    }
+  }
+
+  // Mostly small; sometimes a power of two (sizes near the limits) or any
+  // value at all.
+  int64_t PickDimension() {
+    switch (provider_.ConsumeIntegralInRange(0, 15)) {
+      case 0:
+        return provider_.ConsumeIntegral<int64_t>();
+      case 1:
+        return int64_t{1} << provider_.ConsumeIntegralInRange(0, 62);
+      default:
+        return provider_.ConsumeIntegralInRange<int64_t>(0, 9);
+    }
+  }
+
+  int64_t PickValue(bool small) {
+    if (small) return provider_.ConsumeIntegralInRange<int64_t>(-1, 256);
+    return provider_.ConsumeIntegral<int64_t>();
+  }
+
+  // The element count of `input`'s shape give or take one, within
+  // [0, kMaxBuiltElements].
+  int64_t PickElementCount(const InputTensor& input) {
+    int64_t count = 1;
+    for (int64_t dim : input.shape()) {
+      if (dim < 0 || __builtin_mul_overflow(count, dim, &count) ||
+          count > kMaxBuiltElements) {
+        return provider_.ConsumeIntegralInRange<int64_t>(0, 16);
+      }
+    }
+    switch (provider_.ConsumeIntegralInRange(0, 7)) {
+      case 0:
+        return count > 0 ? count - 1 : 0;
+      case 1:
+        return count + 1;
+      default:
+        return count;
+    }
+  }
+
+  void AddInput(inference::ModelInferRequest& request, bool raw) {
+    InputTensor* input = request.add_inputs();
+    input->set_name(PickName(model_.inputs()));
+    input->set_datatype(PickDatatype());
+    const int rank = provider_.ConsumeIntegralInRange(0, 3);
+    for (int i = 0; i < rank; ++i) input->add_shape(PickDimension());
+    const int64_t count = PickElementCount(*input);
+    const bool small = provider_.ConsumeIntegralInRange(0, 3) != 0;
+    if (raw) {
+      AddRawContents(request, *input, count, small);
+    } else {
+      AddTypedContents(*input, count, small);
+    }
+  }
+
+  // Little-endian values cut to the datatype's size (one byte for
+  // datatypes LibTorch cannot hold), sometimes a byte short or long.
+  void AddRawContents(inference::ModelInferRequest& request,
+                      const InputTensor& input, int64_t count, bool small) {
+    absl::StatusOr<at::ScalarType> dtype =
+        ScalarTypeFromDatatype(input.datatype());
+    const size_t element_bytes = dtype.ok() ? at::elementSize(*dtype) : 1;
+    std::string* bytes = request.add_raw_input_contents();
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t value = PickValue(small);
+      char element[sizeof(value)];
+      std::memcpy(element, &value, sizeof(value));
+      bytes->append(element, element_bytes);
+    }
+    switch (provider_.ConsumeIntegralInRange(0, 15)) {
+      case 0:
+        if (!bytes->empty()) bytes->pop_back();
+        break;
+      case 1:
+        bytes->push_back('\0');
+        break;
+      default:
+        break;
+    }
+  }
+
+  // Mostly int64_contents (BERT's), else any of the typed fields.
+  void AddTypedContents(InputTensor& input, int64_t count, bool small) {
+    inference::InferTensorContents* contents = input.mutable_contents();
+    const int field =
+        provider_.ConsumeBool() ? 2 : provider_.ConsumeIntegralInRange(0, 7);
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t value = PickValue(small);
+      switch (field) {
+        case 0:
+          contents->add_bool_contents(value != 0);
+          break;
+        case 1:
+          contents->add_int_contents(static_cast<int32_t>(value));
+          break;
+        case 2:
+          contents->add_int64_contents(value);
+          break;
+        case 3:
+          contents->add_uint_contents(static_cast<uint32_t>(value));
+          break;
+        case 4:
+          contents->add_uint64_contents(static_cast<uint64_t>(value));
+          break;
+        case 5:
+          contents->add_fp32_contents(static_cast<float>(value));
+          break;
+        case 6:
+          contents->add_fp64_contents(static_cast<double>(value));
+          break;
+        default:
+          contents->add_bytes_contents(std::to_string(value));
+          break;
+      }
+    }
+  }
+
+  FuzzedDataProvider provider_;
+  const models::Model& model_;
+};
+
+// The response of a successful forward: one output entry and one raw entry
+// per output, each as long as its shape and datatype say.
+void CheckResponse(const inference::ModelInferResponse& response) {
+  const bool paired =
+      response.outputs_size() == response.raw_output_contents_size();
+  TrapUnless(paired, absl::InternalError("outputs and raw contents differ"),
+             "one raw_output_contents entry per output");
+  for (int i = 0; i < response.outputs_size(); ++i) {
+    const auto& output = response.outputs(i);
+    absl::StatusOr<at::ScalarType> dtype =
+        ScalarTypeFromDatatype(output.datatype());
+    TrapUnless(dtype.ok(), dtype.status(), "outputs carry wire datatypes");
+    size_t bytes = at::elementSize(*dtype);
+    for (int64_t dim : output.shape()) bytes *= static_cast<size_t>(dim);
+    TrapUnless(bytes == response.raw_output_contents(i).size(),
+               absl::InternalError(output.name()),
+               "raw output sized for its shape");
+  }
+}
+
+void RunRequest(const models::Model& model,
+                const inference::ModelInferRequest& request,
+                int64_t max_batch_size) {
+  absl::StatusOr<std::vector<std::string>> requested =
+      RequestedOutputs(request, model.outputs());
+  absl::StatusOr<models::NamedTensors> inputs =
+      InputsFromRequest(request, model.inputs(), max_batch_size);
+  TrapUnless(inputs.ok() || absl::IsInvalidArgument(inputs.status()),
+             inputs.status(), "a request is refused as INVALID_ARGUMENT");
+  if (!requested.ok() || !inputs.ok()) return;
+  std::optional<models::NamedTensors> outputs = ForwardIfSmall(model, *inputs);
+  if (!outputs.has_value()) return;
+  inference::ModelInferResponse response;
+  absl::Status written =
+      FillResponse(request, model.outputs(), *requested, *outputs, &response);
+  TrapUnless(written.ok(), written, "a forward's outputs fill a response");
+  CheckResponse(response);
+}
+
+}  // namespace
+}  // namespace castserve::fuzz
+
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  // Parsing logs every string field that is not UTF-8: millions of lines.
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  namespace fuzz = castserve::fuzz;
+  if (size == 0) return 0;
+  const castserve::models::Model& model = fuzz::BertFixture();
+  const int64_t max_batch_size = (data[0] & 2) != 0 ? 8 : 0;
+  inference::ModelInferRequest request;
+  if ((data[0] & 1) != 0) {
+    request = fuzz::RequestBuilder(data + 1, size - 1, model).Build();
+  } else if (!request.ParseFromArray(data + 1, static_cast<int>(size - 1))) {
+    return 0;
+  }
+  fuzz::RunRequest(model, request, max_batch_size);
+  return 0;
+}
