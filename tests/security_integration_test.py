@@ -255,6 +255,37 @@ class TokensAndTlsTest(SecureDaemonCase):
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
 
 
+class CertificateRotationTest(SecureDaemonCase):
+
+    def test_replacing_the_certificate_files_rotates_them(self):
+        cert = os.path.join(self.folder, "rotating_cert.pem")
+        key = os.path.join(self.folder, "rotating_key.pem")
+        shutil.copy(self.server_cert, cert)
+        shutil.copy(self.server_key, key)
+        daemon = self.start(f"--grpc-tls-cert-file={cert}",
+                            f"--grpc-tls-key-file={key}")
+        self.infer(self.tls_stub(daemon))
+        new_cert, new_key = make_key_and_certificate(
+            self.folder, "renewed", "/CN=castserve",
+            san="IP:127.0.0.1,DNS:localhost")
+        # Key first, then the certificate: gRPC reads a matching pair.
+        shutil.copy(new_key, key)
+        shutil.copy(new_cert, cert)
+        deadline = time.monotonic() + 30  # gRPC looks every 10 s.
+        while True:
+            try:
+                self.infer(self.tls_stub(daemon, root=new_cert))
+                break
+            except grpc.RpcError:
+                self.assertLess(time.monotonic(), deadline,
+                                "the new certificate was not served")
+                time.sleep(0.5)
+        # New connections no longer get the old certificate.
+        self.assert_code(grpc.StatusCode.UNAVAILABLE, lambda: self.infer(
+            self.tls_stub(daemon, root=self.server_cert)))
+        self.assertIsNone(daemon.process.poll())
+
+
 class ClientCertificateTest(SecureDaemonCase):
 
     def test_only_certificates_the_ca_signed_are_admitted(self):
