@@ -78,6 +78,20 @@ casting::Scaling ScalingOf(inference::Scaling scaling) {
   }
 }
 
+// The model directory without a trailing separator, and the repository
+// that holds it (its parent; "." for a bare name).
+struct ModelPlace {
+  fs::path model_dir;
+  fs::path repository;
+};
+ModelPlace PlaceOf(const std::string& model_directory) {
+  fs::path model_dir = fs::path(model_directory).lexically_normal();
+  if (!model_dir.has_filename()) model_dir = model_dir.parent_path();
+  fs::path repository = model_dir.parent_path();
+  if (repository.empty()) repository = ".";
+  return {model_dir, repository};
+}
+
 // A path from the model directory that stays inside the repository.
 absl::StatusOr<fs::path> ResolveInsideRepository(
     const std::string& model_directory, const std::string& relative_path,
@@ -92,12 +106,9 @@ absl::StatusOr<fs::path> ResolveInsideRepository(
         absl::StrCat(what, " '", relative_path,
                      "' is absolute; give it relative to the model directory"));
   }
-  fs::path model_dir = fs::path(model_directory).lexically_normal();
-  if (!model_dir.has_filename()) model_dir = model_dir.parent_path();
-  fs::path repository = model_dir.parent_path();
-  if (repository.empty()) repository = ".";
-  const fs::path resolved = (model_dir / relative).lexically_normal();
-  const fs::path inside = resolved.lexically_relative(repository);
+  const ModelPlace place = PlaceOf(model_directory);
+  const fs::path resolved = (place.model_dir / relative).lexically_normal();
+  const fs::path inside = resolved.lexically_relative(place.repository);
   if (inside.empty() || *inside.begin() == "..") {
     return absl::InvalidArgumentError(absl::StrCat(
         what, " '", relative_path, "' leads outside the model repository"));
@@ -377,12 +388,11 @@ absl::Status CheckInsideRepository(const std::string& model_directory,
                                    const std::string& checkpoint_folder,
                                    const inference::ModelConfig& config,
                                    bool allow_symlinks_outside) {
-  fs::path model_dir = fs::path(model_directory).lexically_normal();
-  if (!model_dir.has_filename()) model_dir = model_dir.parent_path();
-  const RepositoryBoundary boundary{model_dir.parent_path().string(),
-                                    allow_symlinks_outside};
-  if (boundary.allow_symlinks_outside) return absl::OkStatus();
-  absl::Status inside = boundary.Check(model_dir.string(), "model folder");
+  if (allow_symlinks_outside) return absl::OkStatus();
+  const ModelPlace place = PlaceOf(model_directory);
+  const RepositoryBoundary boundary{place.repository.string()};
+  absl::Status inside =
+      boundary.Check(place.model_dir.string(), "model folder");
   if (inside.ok()) {
     inside = boundary.Check(checkpoint_folder, "checkpoint folder");
   }

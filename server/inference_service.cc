@@ -456,6 +456,12 @@ absl::Status InferenceService::Authorize(
       scope);
 }
 
+grpc::ServerUnaryReactor* InferenceService::Refuse(
+    grpc::CallbackServerContext* context, Scope scope) const {
+  absl::Status allowed = Authorize(*context, scope);
+  return allowed.ok() ? nullptr : Finish(context, allowed);
+}
+
 grpc::ServerUnaryReactor* InferenceService::ServerLive(
     grpc::CallbackServerContext* context,
     const inference::ServerLiveRequest* /*request*/,
@@ -477,10 +483,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     grpc::CallbackServerContext* context,
     const inference::ServerMetadataRequest* /*request*/,
     inference::ServerMetadataResponse* response) {
-  if (absl::Status allowed = Authorize(*context, Scope::kInfer);
-      !allowed.ok()) {
-    return Finish(context, allowed);
-  }
+  if (auto* refused = Refuse(context, Scope::kInfer)) return refused;
   response->set_name(kServerName);
   response->set_version(kServerVersion);
   // Only the extensions whose RPCs castserve implements.
@@ -495,10 +498,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(
     grpc::CallbackServerContext* context,
     const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
-  if (absl::Status allowed = Authorize(*context, Scope::kInfer);
-      !allowed.ok()) {
-    return Finish(context, allowed);
-  }
+  if (auto* refused = Refuse(context, Scope::kInfer)) return refused;
   absl::StatusOr<ModelStatus> status = manager_->Status(request->name());
   response->set_ready(status.ok() && status->state == ModelState::kReady &&
                       CheckVersion(request->version()).ok());
@@ -509,10 +509,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     grpc::CallbackServerContext* context,
     const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
-  if (absl::Status allowed = Authorize(*context, Scope::kInfer);
-      !allowed.ok()) {
-    return Finish(context, allowed);
-  }
+  if (auto* refused = Refuse(context, Scope::kInfer)) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   WithReadyModel(
       manager_, request->name(), request->version(), CallDeadline(*context),
@@ -534,10 +531,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     grpc::CallbackServerContext* context,
     const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
-  if (absl::Status allowed = Authorize(*context, Scope::kInfer);
-      !allowed.ok()) {
-    return Finish(context, allowed);
-  }
+  if (auto* refused = Refuse(context, Scope::kInfer)) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   WithReadyModel(manager_, request->name(), request->version(),
                  CallDeadline(*context),
@@ -564,6 +558,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
     inference::ModelInferResponse* response) {
   if (absl::Status allowed = Authorize(*context, Scope::kInfer);
       !allowed.ok()) {
+    // Counted like every other failed inference request.
     UnroutedRequests::Global().Record(allowed.code());
     return Finish(context, allowed);
   }
@@ -593,10 +588,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     grpc::CallbackServerContext* context,
     const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
-  if (absl::Status allowed = Authorize(*context, Scope::kInfer);
-      !allowed.ok()) {
-    return Finish(context, allowed);
-  }
+  if (auto* refused = Refuse(context, Scope::kInfer)) return refused;
   if (absl::Status status = CheckVersion(request->version()); !status.ok()) {
     return Finish(context, status);
   }
@@ -626,10 +618,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
     grpc::CallbackServerContext* context,
     const inference::RepositoryIndexRequest* request,
     inference::RepositoryIndexResponse* response) {
-  if (absl::Status allowed = Authorize(*context, Scope::kAdmin);
-      !allowed.ok()) {
-    return Finish(context, allowed);
-  }
+  if (auto* refused = Refuse(context, Scope::kAdmin)) return refused;
   for (const ModelStatus& status : manager_->Index()) {
     if (request->ready() && status.state != ModelState::kReady) continue;
     auto* model = response->add_models();
@@ -645,10 +634,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     grpc::CallbackServerContext* context,
     const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse* /*response*/) {
-  if (absl::Status allowed = Authorize(*context, Scope::kAdmin);
-      !allowed.ok()) {
-    return Finish(context, allowed);
-  }
+  if (auto* refused = Refuse(context, Scope::kAdmin)) return refused;
   absl::StatusOr<std::optional<inference::ModelConfig>> config =
       ConfigOverride(*request);
   if (!config.ok()) return Finish(context, config.status());
@@ -664,10 +650,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     grpc::CallbackServerContext* context,
     const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse* /*response*/) {
-  if (absl::Status allowed = Authorize(*context, Scope::kAdmin);
-      !allowed.ok()) {
-    return Finish(context, allowed);
-  }
+  if (auto* refused = Refuse(context, Scope::kAdmin)) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RunDetached([manager = manager_, reactor, name = request->model_name()] {
     reactor->Finish(ToGrpcStatus(manager->Unload(name)));

@@ -118,6 +118,10 @@ class InferenceService final
   // `authorization` metadata.
   absl::Status Authorize(const grpc::CallbackServerContext& context,
                          Scope scope) const;
+  // Null when the call may go on; otherwise the reactor that finished it
+  // with Authorize's status.
+  grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context,
+                                   Scope scope) const;
 };
 
 }  // namespace castserve

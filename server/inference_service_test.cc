@@ -243,7 +243,7 @@ TEST_F(InferenceServiceTest, EveryFailedRequestCountsOnce) {
     return manager_.model("fake")->statistics().fail_count;
   };
   auto unrouted = [] {
-    std::array<uint64_t, 17> by_code = UnroutedRequests::Global().snapshot();
+    CountsByCode by_code = UnroutedRequests::Global().snapshot();
     return std::accumulate(by_code.begin(), by_code.end(), uint64_t{0});
   };
   const uint64_t unrouted_before = unrouted();

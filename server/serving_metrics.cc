@@ -44,7 +44,6 @@ const std::vector<double>& PeakBytesBuckets() {
 // The ModelManager's state names (ModelStateName).
 constexpr const char* kStates[] = {"UNAVAILABLE", "LOADING", "READY",
                                    "UNLOADING"};
-constexpr int kStatusCodes = 17;
 
 MetricFamily Family(std::string name, std::string help, MetricType type) {
   MetricFamily family;
@@ -196,9 +195,8 @@ struct ModelFamilies {
     return footprint.mapped_bytes();
   }
 
-  void AddFailures(const Labels& labels,
-                   const std::array<uint64_t, 17>& requests_by_code) {
-    for (int code = 1; code < kStatusCodes; ++code) {
+  void AddFailures(const Labels& labels, const CountsByCode& requests_by_code) {
+    for (int code = 1; code < kStatusCodeCount; ++code) {
       if (requests_by_code[code] == 0) continue;
       AddValue(
           failure,
@@ -267,7 +265,7 @@ void ModelMetrics::RecordRequest(absl::StatusCode code, absl::Duration queue,
                                  absl::Duration compute, absl::Duration total) {
   const int index = static_cast<int>(code);
   absl::MutexLock lock(&mu_);
-  ++data_.requests_by_code[index >= 0 && index < kStatusCodes
+  ++data_.requests_by_code[index >= 0 && index < kStatusCodeCount
                                ? index
                                : static_cast<int>(absl::StatusCode::kUnknown)];
   data_.queue_seconds.Observe(absl::ToDoubleSeconds(queue));
@@ -330,7 +328,7 @@ void UnroutedRequests::Record(absl::StatusCode code) {
   ++by_code_[index];
 }
 
-std::array<uint64_t, 17> UnroutedRequests::snapshot() const {
+CountsByCode UnroutedRequests::snapshot() const {
   absl::MutexLock lock(&mu_);
   return by_code_;
 }

@@ -57,11 +57,15 @@ class BucketCounts {
 };
 
 // Per-model recorder for the serving path. Thread-safe.
+// Request counts indexed by absl::StatusCode (OK included).
+inline constexpr int kStatusCodeCount = 17;
+using CountsByCode = std::array<uint64_t, kStatusCodeCount>;
+
 class ModelMetrics {
  public:
   struct Snapshot {
     // Indexed by absl::StatusCode; [kOk] counts successes.
-    std::array<uint64_t, 17> requests_by_code{};
+    CountsByCode requests_by_code{};
     BucketCounts queue_seconds;
     BucketCounts compute_seconds;  // Per request: its batch's forward.
     BucketCounts request_seconds;  // Enqueue to completion.
@@ -133,12 +137,11 @@ class UnroutedRequests {
   static UnroutedRequests& Global();
 
   void Record(absl::StatusCode code);
-  // Indexed by absl::StatusCode.
-  std::array<uint64_t, 17> snapshot() const;
+  CountsByCode snapshot() const;
 
  private:
   mutable absl::Mutex mu_;
-  std::array<uint64_t, 17> by_code_ ABSL_GUARDED_BY(mu_){};
+  CountsByCode by_code_ ABSL_GUARDED_BY(mu_){};
 };
 
 // One model of the repository and its lifecycle state: "UNAVAILABLE",
