@@ -53,6 +53,17 @@ int WaitForStopSignal(const sigset_t& signals) {
   return signal_number;
 }
 
+// Reads the PEM file a flag names into `*pem` (may be null: only checked);
+// OK when the flag was not given.
+absl::Status ReadPemFlag(const char* flag, const std::string& path,
+                         PemKind kind, std::string* pem) {
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> text = ReadPemFile(flag, path, kind);
+  if (!text.ok()) return text.status();
+  if (pem != nullptr) *pem = *std::move(text);
+  return absl::OkStatus();
+}
+
 // The metrics port's limits, and its TLS credentials read from the files
 // the flags name. InvalidArgument naming the flag and the file when one
 // cannot be used.
@@ -61,25 +72,15 @@ absl::StatusOr<HttpServerOptions> MetricsHttpOptions(const ServerFlags& flags) {
   http.limits = flags.metrics_limits;
   if (flags.metrics_tls_cert_file.empty()) return http;
   HttpTlsCredentials& tls = http.tls.emplace();
-  const struct {
-    const char* flag;
-    const std::string& path;
-    PemKind kind;
-    std::string* pem;
-  } files[] = {
-      {"--metrics-tls-cert-file", flags.metrics_tls_cert_file,
-       PemKind::kCertificate, &tls.certificate_pem},
-      {"--metrics-tls-key-file", flags.metrics_tls_key_file,
-       PemKind::kPrivateKey, &tls.private_key_pem},
-      {"--metrics-tls-client-ca-file", flags.metrics_tls_client_ca_file,
-       PemKind::kCertificate, &tls.client_ca_pem},
-  };
-  for (const auto& file : files) {
-    if (file.path.empty()) continue;
-    absl::StatusOr<std::string> pem =
-        ReadPemFile(file.flag, file.path, file.kind);
-    if (!pem.ok()) return pem.status();
-    *file.pem = *std::move(pem);
+  for (absl::Status status :
+       {ReadPemFlag("--metrics-tls-cert-file", flags.metrics_tls_cert_file,
+                    PemKind::kCertificate, &tls.certificate_pem),
+        ReadPemFlag("--metrics-tls-key-file", flags.metrics_tls_key_file,
+                    PemKind::kPrivateKey, &tls.private_key_pem),
+        ReadPemFlag("--metrics-tls-client-ca-file",
+                    flags.metrics_tls_client_ca_file, PemKind::kCertificate,
+                    &tls.client_ca_pem)}) {
+    if (!status.ok()) return status;
   }
   return http;
 }
@@ -157,21 +158,14 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const ServerFlags& flags) {
   options.metrics_http = *std::move(metrics_http);
   // gRPC reads the files itself (and again when they change); read here
   // once for errors that name the flag and the file.
-  const struct {
-    const char* flag;
-    const std::string& path;
-    PemKind kind;
-  } grpc_files[] = {
-      {"--grpc-tls-cert-file", flags.grpc_tls_cert_file, PemKind::kCertificate},
-      {"--grpc-tls-key-file", flags.grpc_tls_key_file, PemKind::kPrivateKey},
-      {"--grpc-tls-client-ca-file", flags.grpc_tls_client_ca_file,
-       PemKind::kCertificate},
-  };
-  for (const auto& file : grpc_files) {
-    if (file.path.empty()) continue;
-    absl::StatusOr<std::string> pem =
-        ReadPemFile(file.flag, file.path, file.kind);
-    if (!pem.ok()) return pem.status();
+  for (absl::Status status :
+       {ReadPemFlag("--grpc-tls-cert-file", flags.grpc_tls_cert_file,
+                    PemKind::kCertificate, nullptr),
+        ReadPemFlag("--grpc-tls-key-file", flags.grpc_tls_key_file,
+                    PemKind::kPrivateKey, nullptr),
+        ReadPemFlag("--grpc-tls-client-ca-file", flags.grpc_tls_client_ca_file,
+                    PemKind::kCertificate, nullptr)}) {
+    if (!status.ok()) return status;
   }
   options.grpc_tls = {flags.grpc_tls_cert_file, flags.grpc_tls_key_file,
                       flags.grpc_tls_client_ca_file};
