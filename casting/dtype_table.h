@@ -205,8 +205,7 @@ constexpr absl::Span<const DtypeRow> AllDtypeRows() { return kDtypeRows; }
 absl::StatusOr<const DtypeRow*> FindByCheckpointName(absl::string_view name);
 absl::StatusOr<const DtypeRow*> FindByWireName(absl::string_view name);
 absl::StatusOr<const DtypeRow*> FindByConfigName(absl::string_view name);
-absl::StatusOr<const DtypeRow*> FindByTorchStorageClass(
-    absl::string_view name);
+absl::StatusOr<const DtypeRow*> FindByTorchStorageClass(absl::string_view name);
 // The canonical element name ("F8_E4M3FN"), exactly; no aliases.
 absl::StatusOr<ElementType> ElementTypeFromCanonicalName(
     absl::string_view name);

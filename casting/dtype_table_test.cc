@@ -56,9 +56,8 @@ TEST(DtypeTableTest, EveryNameOfEveryRowRoundTrips) {
 // Each vocabulary's names are unique, so that a lookup cannot be ambiguous.
 TEST(DtypeTableTest, NamesAreUniqueWithinEachVocabulary) {
   const std::vector<absl::string_view DtypeRow::*> columns = {
-      &DtypeRow::checkpoint_name, &DtypeRow::wire_name,
-      &DtypeRow::config_name, &DtypeRow::torch_storage_class,
-      &DtypeRow::element_name};
+      &DtypeRow::checkpoint_name, &DtypeRow::wire_name, &DtypeRow::config_name,
+      &DtypeRow::torch_storage_class, &DtypeRow::element_name};
   for (absl::string_view DtypeRow::*column : columns) {
     for (const DtypeRow& a : AllDtypeRows()) {
       for (const DtypeRow& b : AllDtypeRows()) {
@@ -88,8 +87,7 @@ TEST(DtypeTableTest, UnknownNamesAreRefusedWithPreciseErrors) {
 
   row = FindByTorchStorageClass("torch.ComplexFloatStorage");
   EXPECT_EQ(row.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(row.status().message(),
-              HasSubstr("'torch.ComplexFloatStorage'"));
+  EXPECT_THAT(row.status().message(), HasSubstr("'torch.ComplexFloatStorage'"));
 
   // The canonical lookup takes no aliases; ParseElementType does.
   absl::StatusOr<ElementType> element = ElementTypeFromCanonicalName("bf16");
@@ -105,11 +103,11 @@ TEST(DtypeTableTest, UnknownNamesAreRefusedWithPreciseErrors) {
 // (safetensors name, bits) for every DType.
 TEST(DtypeTableTest, CheckpointNamesAndBitsAreAsBefore) {
   const std::vector<std::pair<absl::string_view, int>> expected = {
-      {"BOOL", 8},     {"U8", 8},      {"I8", 8},      {"U16", 16},
-      {"I16", 16},     {"U32", 32},    {"I32", 32},    {"U64", 64},
-      {"I64", 64},     {"F16", 16},    {"BF16", 16},   {"F32", 32},
-      {"F64", 64},     {"C64", 64},    {"F8_E4M3", 8}, {"F8_E5M2", 8},
-      {"F8_E8M0", 8},  {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"F4", 4},
+      {"BOOL", 8},    {"U8", 8},      {"I8", 8},      {"U16", 16},
+      {"I16", 16},    {"U32", 32},    {"I32", 32},    {"U64", 64},
+      {"I64", 64},    {"F16", 16},    {"BF16", 16},   {"F32", 32},
+      {"F64", 64},    {"C64", 64},    {"F8_E4M3", 8}, {"F8_E5M2", 8},
+      {"F8_E8M0", 8}, {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"F4", 4},
   };
   for (size_t i = 0; i < expected.size(); ++i) {
     const auto dtype = static_cast<DType>(i);

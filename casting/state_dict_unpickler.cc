@@ -373,8 +373,7 @@ class Machine {
     const std::vector<ValuePtr>& f = (*pid)->items;
     if ((*pid)->kind != Value::Kind::kTuple || f.size() != 5 ||
         f[0]->kind != Value::Kind::kString || f[0]->text != "storage" ||
-        f[1]->kind != Value::Kind::kGlobal ||
-        !IsStorageClass(f[1]->text) ||
+        f[1]->kind != Value::Kind::kGlobal || !IsStorageClass(f[1]->text) ||
         f[2]->kind != Value::Kind::kString ||
         f[3]->kind != Value::Kind::kString || f[4]->kind != Value::Kind::kInt) {
       return Error("persistent id is not ('storage', type, key, location, n)");

@@ -49,9 +49,9 @@ TEST(TorchTypesTest, IntegerDTypesMapAsBefore) {
 // LibTorch dtype finds the row of its wire name; kByte is UINT8, not fp8.
 TEST(TorchTypesTest, FindByTorchScalarTypeGivesTheFormerWireNames) {
   const std::vector<std::pair<c10::ScalarType, absl::string_view>> expected = {
-      {c10::kBool, "BOOL"},   {c10::kByte, "UINT8"},  {c10::kChar, "INT8"},
-      {c10::kShort, "INT16"}, {c10::kInt, "INT32"},   {c10::kLong, "INT64"},
-      {c10::kHalf, "FP16"},   {c10::kFloat, "FP32"},  {c10::kDouble, "FP64"},
+      {c10::kBool, "BOOL"},     {c10::kByte, "UINT8"}, {c10::kChar, "INT8"},
+      {c10::kShort, "INT16"},   {c10::kInt, "INT32"},  {c10::kLong, "INT64"},
+      {c10::kHalf, "FP16"},     {c10::kFloat, "FP32"}, {c10::kDouble, "FP64"},
       {c10::kBFloat16, "BF16"},
   };
   for (const auto& [type, wire] : expected) {
