@@ -26,16 +26,6 @@ absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b) {
   return a * b;
 }
 
-absl::StatusOr<Scaling> ParseScaling(absl::string_view name) {
-  const std::string lower = absl::AsciiStrToLower(name);
-  for (const auto& [scaling_name, scaling] : kScalingNames) {
-    if (lower == scaling_name) return scaling;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown scaling \"", name,
-                   "\"; expected one of: none, per_tensor, per_row"));
-}
-
 }  // namespace
 
 float Fp8MaxFinite(ElementType type) {
@@ -85,6 +75,16 @@ absl::Status StorageFormat::Validate() const {
 std::string StorageFormat::ToString() const {
   if (!is_scaled()) return std::string(ElementTypeName(element));
   return absl::StrCat(ElementTypeName(element), ":", ScalingName(scaling));
+}
+
+absl::StatusOr<Scaling> ParseScaling(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  for (const auto& [scaling_name, scaling] : kScalingNames) {
+    if (lower == scaling_name) return scaling;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown scaling \"", name,
+                   "\"; expected one of: none, per_tensor, per_row"));
 }
 
 absl::StatusOr<StorageFormat> StorageFormat::Parse(absl::string_view text) {

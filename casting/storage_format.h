@@ -63,6 +63,8 @@ absl::string_view ElementTypeName(ElementType type);
 absl::StatusOr<ElementType> ParseElementType(absl::string_view name);
 
 absl::string_view ScalingName(Scaling scaling);  // "none", "per_tensor", ...
+// The inverse of ScalingName, case-insensitive; errors list the valid names.
+absl::StatusOr<Scaling> ParseScaling(absl::string_view name);
 
 struct StorageFormat {
   ElementType element = ElementType::kF32;
