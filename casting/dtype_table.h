@@ -22,21 +22,26 @@
 //     whether layers compute in it, and the largest finite fp8 value.
 // An empty name means that vocabulary has no name for the type.
 //
-// Layering. This file is plain constexpr data with no dependency but Abseil,
-// so every layer can read it: the checkpoint readers and the CUDA codec (no
+// Layering. This file is plain constexpr data with no dependency but Abseil
+// (element sizes stay compile-time constants for the kernels), so every layer
+// can read it: the checkpoint readers and the CUDA codec (no
 // LibTorch), casting/torch_types.h (LibTorch), server/ (protobuf). The two
 // columns that name another library's enum hold that library's own *names*,
 // not its numbers, and each is resolved in exactly one place:
 //   - c10::ScalarType by name in casting/torch_types.cc (once, at first use);
-//   - the model_config.proto enums by name in server/dtype_names.cc
+//   - the model_config.proto enums by name in server/proto_dtypes.cc
 //     (DataType_Parse(config_name) and the STORAGE_DTYPE_/COMPUTE_DTYPE_
-//     prefixes plus element_name), so casting/ never depends on protobuf.
-// The tests of both places check that every name in the table resolves.
+//     prefixes plus element_name; SCALING_ plus ScalingName), so casting/
+//     never depends on protobuf or gRPC.
+// Names rather than numbers because both enums already carry their names
+// (c10::toString, DataType_Name), so nothing is written twice; the tests of
+// both places check that every name in the table resolves and, for the
+// protos, that every enum value has a row.
 //
-// Adding a storage format: one row here (with its element enumerator, a new
-// ElementType value at the end) plus its kernels in codec_reference.cc and
-// codec_simd.h; a new proto enum value named after it if configs may ask for
-// it. Nothing else maps dtypes.
+// Adding a storage format: one row here (with a new ElementType value at the
+// end) plus its kernels (codec_reference.cc,
+// codec_simd.h, codec_cuda.cu); a STORAGE_DTYPE_<element_name> value in
+// model_config.proto if configs may ask for it. Nothing else maps dtypes.
 //
 // Thread safety: immutable data.
 #ifndef CASTSERVE_CASTING_DTYPE_TABLE_H_
@@ -62,7 +67,6 @@ enum class ElementType : uint8_t {
   kF8E4M3FN = 3,  // 1-4-3, bias 7, no inf, NaN = S.1111.111, max 448.
   kF8E5M2 = 4,    // 1-5-2, bias 15, IEEE-like with inf, max 57344.
 };
-inline constexpr int kNumElementTypes = 5;
 
 // Every element type castserve knows of. F8_E4M3 is the "fn" variant (no
 // infinities), as in PyTorch and ml_dtypes. F4, F6_E2M3 and F6_E3M2 are
@@ -147,6 +151,18 @@ inline constexpr DtypeRow kDtypeRows[] = {
 
 inline constexpr int kNumDTypes =
     static_cast<int>(sizeof(kDtypeRows) / sizeof(kDtypeRows[0]));
+
+namespace dtype_table_internal {
+constexpr int CountElementRows() {
+  int count = 0;
+  for (const DtypeRow& row : kDtypeRows) count += row.element.has_value();
+  return count;
+}
+}  // namespace dtype_table_internal
+
+// How many ElementTypes (codec ids) there are: one per row with an element.
+inline constexpr int kNumElementTypes =
+    dtype_table_internal::CountElementRows();
 
 // The row of `dtype` (rows are in enum order: checked below).
 constexpr const DtypeRow& RowOf(DType dtype) {
