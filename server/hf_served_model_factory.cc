@@ -144,19 +144,30 @@ absl::Status CheckConfiguredTensor(
   return absl::OkStatus();
 }
 
+// Name, data type and dims of a config input or output, from `spec`.
+template <typename ConfigTensor>
+absl::StatusOr<ConfigTensor> ConfigTensorOf(const models::TensorSpec& spec,
+                                            bool batched) {
+  absl::StatusOr<inference::DataType> type = ConfigDataTypeOf(spec);
+  if (!type.ok()) return type.status();
+  absl::StatusOr<std::vector<int64_t>> dims = ConfigDims(spec, batched);
+  if (!dims.ok()) return dims.status();
+  ConfigTensor tensor;
+  tensor.set_name(spec.name);
+  tensor.set_data_type(*type);
+  tensor.mutable_dims()->Add(dims->begin(), dims->end());
+  return tensor;
+}
+
 absl::Status FillInputs(const std::vector<models::TensorSpec>& specs,
                         inference::ModelConfig* config) {
   const bool batched = config->max_batch_size() > 0;
   for (const models::TensorSpec& spec : specs) {
-    absl::StatusOr<inference::DataType> type = ConfigDataTypeOf(spec);
-    absl::StatusOr<std::vector<int64_t>> dims = ConfigDims(spec, batched);
-    if (!type.ok()) return type.status();
-    if (!dims.ok()) return dims.status();
-    inference::ModelInput* input = config->add_input();
-    input->set_name(spec.name);
-    input->set_data_type(*type);
-    input->mutable_dims()->Add(dims->begin(), dims->end());
+    absl::StatusOr<inference::ModelInput> input =
+        ConfigTensorOf<inference::ModelInput>(spec, batched);
+    if (!input.ok()) return input.status();
     input->set_optional(spec.optional);
+    *config->add_input() = *std::move(input);
   }
   return absl::OkStatus();
 }
@@ -165,14 +176,10 @@ absl::Status FillOutputs(const std::vector<models::TensorSpec>& specs,
                          inference::ModelConfig* config) {
   const bool batched = config->max_batch_size() > 0;
   for (const models::TensorSpec& spec : specs) {
-    absl::StatusOr<inference::DataType> type = ConfigDataTypeOf(spec);
-    absl::StatusOr<std::vector<int64_t>> dims = ConfigDims(spec, batched);
-    if (!type.ok()) return type.status();
-    if (!dims.ok()) return dims.status();
-    inference::ModelOutput* output = config->add_output();
-    output->set_name(spec.name);
-    output->set_data_type(*type);
-    output->mutable_dims()->Add(dims->begin(), dims->end());
+    absl::StatusOr<inference::ModelOutput> output =
+        ConfigTensorOf<inference::ModelOutput>(spec, batched);
+    if (!output.ok()) return output.status();
+    *config->add_output() = *std::move(output);
   }
   return absl::OkStatus();
 }
