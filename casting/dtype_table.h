@@ -7,7 +7,9 @@
 //   - kind, bits: what the element is and how wide.
 //   - checkpoint_name: as safetensors headers spell it ("F32", "F8_E4M3").
 //   - wire_name: the KServe v2 datatype string of requests and responses
-//     ("FP32", "INT64", "BYTES").
+//     ("FP32", "INT64", "BYTES"); wire_contents_field: the
+//     InferTensorContents field that carries it in typed contents (none for
+//     FP16 and BF16, which travel raw only).
 //   - config_name: the model_config.proto DataType name that config.pbtxt
 //     files use ("TYPE_FP32", "TYPE_STRING" for BYTES).
 //   - torch_name: the c10::ScalarType name ("Float", "BFloat16") of the
@@ -104,6 +106,7 @@ struct DtypeRow {
   int bits;  // 0 for variable-length BYTES.
   absl::string_view checkpoint_name;
   absl::string_view wire_name;
+  absl::string_view wire_contents_field;
   absl::string_view config_name;
   absl::string_view torch_name;
   bool torch_exact;
@@ -118,34 +121,35 @@ struct DtypeRow {
 
 // clang-format off
 inline constexpr DtypeRow kDtypeRows[] = {
- // dtype          kind                 bits ckpt       wire      config         torch       exact storage class
- //   [then, for codec elements: element, element_name, aliases, compute, fp8_max_finite]
- {DType::kBool,    DtypeKind::kBool,    8,  "BOOL",    "BOOL",   "TYPE_BOOL",   "Bool",     true, "torch.BoolStorage",     {}, "", {}, false, 0},
- {DType::kU8,      DtypeKind::kInteger, 8,  "U8",      "UINT8",  "TYPE_UINT8",  "Byte",     true, "torch.ByteStorage",     {}, "", {}, false, 0},
- {DType::kI8,      DtypeKind::kInteger, 8,  "I8",      "INT8",   "TYPE_INT8",   "Char",     true, "torch.CharStorage",     {}, "", {}, false, 0},
- {DType::kU16,     DtypeKind::kInteger, 16, "U16",     "UINT16", "TYPE_UINT16", "",         true, "",                      {}, "", {}, false, 0},
- {DType::kI16,     DtypeKind::kInteger, 16, "I16",     "INT16",  "TYPE_INT16",  "Short",    true, "torch.ShortStorage",    {}, "", {}, false, 0},
- {DType::kU32,     DtypeKind::kInteger, 32, "U32",     "UINT32", "TYPE_UINT32", "",         true, "",                      {}, "", {}, false, 0},
- {DType::kI32,     DtypeKind::kInteger, 32, "I32",     "INT32",  "TYPE_INT32",  "Int",      true, "torch.IntStorage",      {}, "", {}, false, 0},
- {DType::kU64,     DtypeKind::kInteger, 64, "U64",     "UINT64", "TYPE_UINT64", "",         true, "",                      {}, "", {}, false, 0},
- {DType::kI64,     DtypeKind::kInteger, 64, "I64",     "INT64",  "TYPE_INT64",  "Long",     true, "torch.LongStorage",     {}, "", {}, false, 0},
- {DType::kF16,     DtypeKind::kFloat,   16, "F16",     "FP16",   "TYPE_FP16",   "Half",     true, "torch.HalfStorage",
-  ElementType::kF16, "F16", {"float16", "fp16", "half"}, true, 0},
- {DType::kBF16,    DtypeKind::kFloat,   16, "BF16",    "BF16",   "TYPE_BF16",   "BFloat16", true, "torch.BFloat16Storage",
-  ElementType::kBF16, "BF16", {"bfloat16"}, true, 0},
- {DType::kF32,     DtypeKind::kFloat,   32, "F32",     "FP32",   "TYPE_FP32",   "Float",    true, "torch.FloatStorage",
-  ElementType::kF32, "F32", {"float32", "fp32", "float"}, true, 0},
- {DType::kF64,     DtypeKind::kFloat,   64, "F64",     "FP64",   "TYPE_FP64",   "Double",   true, "torch.DoubleStorage",   {}, "", {}, false, 0},
- {DType::kC64,     DtypeKind::kComplex, 64, "C64",     "",       "",            "",         true, "",                      {}, "", {}, false, 0},
- {DType::kF8E4M3,  DtypeKind::kFloat,   8,  "F8_E4M3", "",       "",            "Byte",     false, "",
-  ElementType::kF8E4M3FN, "F8_E4M3FN", {"f8_e4m3", "float8_e4m3fn", "fp8_e4m3fn", "e4m3fn"}, false, 448.0f},
- {DType::kF8E5M2,  DtypeKind::kFloat,   8,  "F8_E5M2", "",       "",            "Byte",     false, "",
-  ElementType::kF8E5M2, "F8_E5M2", {"float8_e5m2", "fp8_e5m2", "e5m2"}, false, 57344.0f},
- {DType::kF8E8M0,  DtypeKind::kFloat,   8,  "F8_E8M0", "",       "",            "",         true, "",                      {}, "", {}, false, 0},
- {DType::kF6E2M3,  DtypeKind::kFloat,   6,  "F6_E2M3", "",       "",            "",         true, "",                      {}, "", {}, false, 0},
- {DType::kF6E3M2,  DtypeKind::kFloat,   6,  "F6_E3M2", "",       "",            "",         true, "",                      {}, "", {}, false, 0},
- {DType::kF4,      DtypeKind::kFloat,   4,  "F4",      "",       "",            "",         true, "",                      {}, "", {}, false, 0},
- {DType::kBytes,   DtypeKind::kBytes,   0,  "",        "BYTES",  "TYPE_STRING", "",         true, "",                      {}, "", {}, false, 0},
+    // dtype, kind, bits, checkpoint, wire, wire contents, config, torch,
+    // exact, storage class; then, for codec elements: element, element name,
+    // aliases, compute, fp8_max_finite.
+    {DType::kBool,   DtypeKind::kBool,    8,  "BOOL",    "BOOL",   "bool_contents",   "TYPE_BOOL",   "Bool",     true,  "torch.BoolStorage", {}, "", {}, false, 0},
+    {DType::kU8,     DtypeKind::kInteger, 8,  "U8",      "UINT8",  "uint_contents",   "TYPE_UINT8",  "Byte",     true,  "torch.ByteStorage", {}, "", {}, false, 0},
+    {DType::kI8,     DtypeKind::kInteger, 8,  "I8",      "INT8",   "int_contents",    "TYPE_INT8",   "Char",     true,  "torch.CharStorage", {}, "", {}, false, 0},
+    {DType::kU16,    DtypeKind::kInteger, 16, "U16",     "UINT16", "uint_contents",   "TYPE_UINT16", "",         true,  "", {}, "", {}, false, 0},
+    {DType::kI16,    DtypeKind::kInteger, 16, "I16",     "INT16",  "int_contents",    "TYPE_INT16",  "Short",    true,  "torch.ShortStorage", {}, "", {}, false, 0},
+    {DType::kU32,    DtypeKind::kInteger, 32, "U32",     "UINT32", "uint_contents",   "TYPE_UINT32", "",         true,  "", {}, "", {}, false, 0},
+    {DType::kI32,    DtypeKind::kInteger, 32, "I32",     "INT32",  "int_contents",    "TYPE_INT32",  "Int",      true,  "torch.IntStorage", {}, "", {}, false, 0},
+    {DType::kU64,    DtypeKind::kInteger, 64, "U64",     "UINT64", "uint64_contents", "TYPE_UINT64", "",         true,  "", {}, "", {}, false, 0},
+    {DType::kI64,    DtypeKind::kInteger, 64, "I64",     "INT64",  "int64_contents",  "TYPE_INT64",  "Long",     true,  "torch.LongStorage", {}, "", {}, false, 0},
+    {DType::kF16,    DtypeKind::kFloat,   16, "F16",     "FP16",   "",                "TYPE_FP16",   "Half",     true,  "torch.HalfStorage",
+     ElementType::kF16, "F16", {"float16", "fp16", "half"}, true, 0},
+    {DType::kBF16,   DtypeKind::kFloat,   16, "BF16",    "BF16",   "",                "TYPE_BF16",   "BFloat16", true,  "torch.BFloat16Storage",
+     ElementType::kBF16, "BF16", {"bfloat16"}, true, 0},
+    {DType::kF32,    DtypeKind::kFloat,   32, "F32",     "FP32",   "fp32_contents",   "TYPE_FP32",   "Float",    true,  "torch.FloatStorage",
+     ElementType::kF32, "F32", {"float32", "fp32", "float"}, true, 0},
+    {DType::kF64,    DtypeKind::kFloat,   64, "F64",     "FP64",   "fp64_contents",   "TYPE_FP64",   "Double",   true,  "torch.DoubleStorage", {}, "", {}, false, 0},
+    {DType::kC64,    DtypeKind::kComplex, 64, "C64",     "",       "",                "",            "",         true,  "", {}, "", {}, false, 0},
+    {DType::kF8E4M3, DtypeKind::kFloat,   8,  "F8_E4M3", "",       "",                "",            "Byte",     false, "",
+     ElementType::kF8E4M3FN, "F8_E4M3FN", {"f8_e4m3", "float8_e4m3fn", "fp8_e4m3fn", "e4m3fn"}, false, 448.0f},
+    {DType::kF8E5M2, DtypeKind::kFloat,   8,  "F8_E5M2", "",       "",                "",            "Byte",     false, "",
+     ElementType::kF8E5M2, "F8_E5M2", {"float8_e5m2", "fp8_e5m2", "e5m2"}, false, 57344.0f},
+    {DType::kF8E8M0, DtypeKind::kFloat,   8,  "F8_E8M0", "",       "",                "",            "",         true,  "", {}, "", {}, false, 0},
+    {DType::kF6E2M3, DtypeKind::kFloat,   6,  "F6_E2M3", "",       "",                "",            "",         true,  "", {}, "", {}, false, 0},
+    {DType::kF6E3M2, DtypeKind::kFloat,   6,  "F6_E3M2", "",       "",                "",            "",         true,  "", {}, "", {}, false, 0},
+    {DType::kF4,     DtypeKind::kFloat,   4,  "F4",      "",       "",                "",            "",         true,  "", {}, "", {}, false, 0},
+    {DType::kBytes,  DtypeKind::kBytes,   0,  "",        "BYTES",  "bytes_contents",  "TYPE_STRING", "",         true,  "", {}, "", {}, false, 0},
 };
 // clang-format on
 

@@ -199,5 +199,23 @@ TEST(DtypeTableTest, WireAndConfigNamesAreAsBefore) {
   }
 }
 
+// The typed-contents fields tensor_conversion.cc's former switch chose.
+TEST(DtypeTableTest, WireContentsFieldsAreAsBefore) {
+  const std::vector<std::pair<absl::string_view, absl::string_view>> expected =
+      {{"BOOL", "bool_contents"},
+       {"UINT8", "uint_contents"},
+       {"INT8", "int_contents"},
+       {"INT16", "int_contents"},
+       {"INT32", "int_contents"},
+       {"INT64", "int64_contents"},
+       {"FP32", "fp32_contents"},
+       {"FP64", "fp64_contents"},
+       {"FP16", ""},
+       {"BF16", ""}};
+  for (const auto& [wire, field] : expected) {
+    EXPECT_EQ((*FindByWireName(wire))->wire_contents_field, field) << wire;
+  }
+}
+
 }  // namespace
 }  // namespace castserve::casting

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "casting/torch_types.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the wire's raw tensors are little-endian; so must the host be");
@@ -108,26 +109,12 @@ bool HasTypedContents(const InputTensor& input) {
   return false;
 }
 
-// The field that carries `dtype` in typed contents; null for FP16/BF16.
+// The field that carries `dtype` in typed contents (the dtype table's
+// wire_contents_field); null for FP16/BF16.
 const char* TypedFieldFor(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kBool:
-      return "bool_contents";
-    case at::kByte:
-      return "uint_contents";
-    case at::kChar:
-    case at::kShort:
-    case at::kInt:
-      return "int_contents";
-    case at::kLong:
-      return "int64_contents";
-    case at::kFloat:
-      return "fp32_contents";
-    case at::kDouble:
-      return "fp64_contents";
-    default:
-      return nullptr;
-  }
+  const casting::DtypeRow* row = casting::FindByTorchScalarType(dtype);
+  if (row == nullptr || row->wire_contents_field.empty()) return nullptr;
+  return row->wire_contents_field.data();  // A NUL-terminated literal.
 }
 
 template <typename Element, typename Wire>
