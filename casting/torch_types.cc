@@ -55,4 +55,16 @@ const DtypeRow* FindByTorchScalarType(c10::ScalarType type) {
   return nullptr;
 }
 
+c10::Device TorchDevice(const Device& device) {
+  if (device.is_cpu()) return c10::Device(c10::kCPU);
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device.index()));
+}
+
+std::optional<Device> DeviceOf(const c10::Device& device) {
+  if (device.is_cpu()) return Device::Cpu();
+  if (device.is_cuda())
+    return Device::Cuda(device.has_index() ? device.index() : 0);
+  return std::nullopt;
+}
+
 }  // namespace castserve::casting

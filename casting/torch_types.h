@@ -1,6 +1,7 @@
 // LibTorch's view of the dtype table (casting/dtype_table.h): the table's
-// torch_name column resolved to c10::ScalarType. This is the one place that
-// translates between castserve's dtypes and LibTorch's; it resolves the
+// torch_name column resolved to c10::ScalarType, and of casting::Device
+// (casting/device.h). This is the one place that translates between
+// castserve's dtypes and devices and LibTorch's; it resolves the
 // names once, at first use, and aborts there if a name in the table is not
 // a LibTorch dtype (a broken table, caught by torch_types_test).
 //
@@ -8,10 +9,12 @@
 #ifndef CASTSERVE_CASTING_TORCH_TYPES_H_
 #define CASTSERVE_CASTING_TORCH_TYPES_H_
 
+#include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
 #include <optional>
 
+#include "casting/device.h"
 #include "casting/dtype_table.h"
 
 namespace castserve::casting {
@@ -27,6 +30,13 @@ std::optional<c10::ScalarType> TorchScalarType(DType dtype);
 // The row whose elements LibTorch's `type` is (not merely holds the bytes
 // of, as kByte holds fp8); nullptr when no row is.
 const DtypeRow* FindByTorchScalarType(c10::ScalarType type);
+
+// LibTorch's device for `device`: kCPU, or kCUDA with its index.
+c10::Device TorchDevice(const Device& device);
+
+// castserve's device for LibTorch's CPU or CUDA `device` (a CUDA device
+// without an index is cuda:0); nullopt for any other device type.
+std::optional<Device> DeviceOf(const c10::Device& device);
 
 }  // namespace castserve::casting
 

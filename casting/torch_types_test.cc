@@ -63,5 +63,16 @@ TEST(TorchTypesTest, FindByTorchScalarTypeGivesTheFormerWireNames) {
   EXPECT_EQ(FindByTorchScalarType(c10::kQInt8), nullptr);
 }
 
+TEST(TorchTypesTest, DevicesRoundTripThroughLibTorch) {
+  EXPECT_EQ(TorchDevice(Device::Cpu()), c10::Device(c10::kCPU));
+  EXPECT_EQ(TorchDevice(Device::Cuda(2)), c10::Device(c10::kCUDA, 2));
+  for (const Device& device :
+       {Device::Cpu(), Device::Cuda(0), Device::Cuda(5)}) {
+    EXPECT_EQ(DeviceOf(TorchDevice(device)), device) << device.name();
+  }
+  EXPECT_EQ(DeviceOf(c10::Device(c10::kCUDA)), Device::Cuda(0));
+  EXPECT_EQ(DeviceOf(c10::Device(c10::kMeta)), std::nullopt);
+}
+
 }  // namespace
 }  // namespace castserve::casting
