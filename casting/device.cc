@@ -1,8 +1,8 @@
 #include "casting/device.h"
 
-#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace castserve::casting {
 namespace {

@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "casting/device_codec.h"
 #include "casting/torch_types.h"
 
 namespace castserve::casting {
@@ -133,9 +134,17 @@ Weight::Weight(std::shared_ptr<const Checkpoint> checkpoint, TensorEntry entry,
       options_(options),
       passthrough_(passthrough) {}
 
+Device Weight::StorageDevice() const {
+  // Integer tables are small and have no codec format to decode from the
+  // host: they live on the device.
+  const bool on_host = options_.device.is_cuda() && options_.storage_on_host;
+  return on_host && !passthrough_ ? Device::Cpu() : options_.device;
+}
+
 bool Weight::StorageIsCompute() const {
-  return passthrough_ || (!options_.storage.is_scaled() &&
-                          options_.storage.element == options_.compute_dtype);
+  return passthrough_ ||
+         (StorageDevice() == options_.device && !options_.storage.is_scaled() &&
+          options_.storage.element == options_.compute_dtype);
 }
 
 int64_t Weight::num_rows() const {
@@ -144,22 +153,24 @@ int64_t Weight::num_rows() const {
 
 at::Tensor Weight::NewBuffer(at::ScalarType dtype,
                              at::IntArrayRef shape) const {
-  if (options_.buffer_pool != nullptr &&
+  if (options_.buffer_pool != nullptr && options_.device.is_cpu() &&
       options_.compute_copy == ComputeCopyPolicy::kTransient) {
     return options_.buffer_pool->Take(dtype, shape);
   }
-  return at::empty(shape, at::TensorOptions().dtype(dtype));
+  return EmptyOn(options_.device, dtype, shape);
 }
 
 void Weight::Recycle(at::Tensor buffer) const {
-  if (options_.buffer_pool != nullptr &&
+  if (options_.buffer_pool != nullptr && options_.device.is_cpu() &&
       options_.compute_copy == ComputeCopyPolicy::kTransient) {
     options_.buffer_pool->Give(std::move(buffer));
   }
 }
 
 absl::StatusOr<at::Tensor> Weight::ReadSource(at::ScalarType dtype) const {
-  at::Tensor bytes = NewBuffer(dtype, entry_.shape);
+  at::Tensor bytes = options_.device.is_cpu()
+                         ? NewBuffer(dtype, entry_.shape)
+                         : HostStaging(options_.device, dtype, entry_.shape);
   if (absl::Status status = checkpoint_->CopyTo(entry_, BytesOf(bytes));
       !status.ok()) {
     return status;
@@ -168,19 +179,38 @@ absl::StatusOr<at::Tensor> Weight::ReadSource(at::ScalarType dtype) const {
 }
 
 absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
-  if (passthrough_) return ReadSource(*PassthroughScalarType(entry_.dtype));
-  const ElementType source_type = *CodecElementType(entry_.dtype);
-  if (source_type == options_.compute_dtype) {
-    return ReadSource(TorchScalarType(source_type));
+  const std::optional<at::ScalarType> verbatim =
+      passthrough_ ? PassthroughScalarType(entry_.dtype)
+      : *CodecElementType(entry_.dtype) == options_.compute_dtype
+          ? std::optional(TorchScalarType(options_.compute_dtype))
+          : std::nullopt;
+  if (verbatim.has_value()) {
+    absl::StatusOr<at::Tensor> source = ReadSource(*verbatim);
+    if (!source.ok()) return source.status();
+    return ToDevice(*source, options_.device);
   }
-  // Straight from the mapping into the compute copy, under the SIGBUS guard:
-  // a staging copy (of the whole tensor, or chunk by chunk) costs a memcpy
-  // of the source and, for a whole-tensor one, new pages to fault in.
+  const ElementType source_type = *CodecElementType(entry_.dtype);
   at::Tensor compute =
       NewBuffer(TorchScalarType(options_.compute_dtype), entry_.shape);
-  if (absl::Status status =
-          checkpoint_->DecodeTo(entry_, source_type, options_.compute_dtype,
-                                compute.data_ptr(), options_.codec);
+  if (options_.device.is_cpu()) {
+    // Straight from the mapping into the compute copy, under the SIGBUS
+    // guard: a staging copy (of the whole tensor, or chunk by chunk) costs a
+    // memcpy of the source and, for a whole-tensor one, new pages to fault in.
+    if (absl::Status status =
+            checkpoint_->DecodeTo(entry_, source_type, options_.compute_dtype,
+                                  compute.data_ptr(), options_.codec);
+        !status.ok()) {
+      return status;
+    }
+    return compute;
+  }
+  // Another device: the source through pinned staging, decoded there.
+  absl::StatusOr<at::Tensor> source = ReadSource(TorchScalarType(source_type));
+  if (!source.ok()) return source.status();
+  if (absl::Status status = DecodeTensor(
+          StorageFormat::Plain(source_type), ToDevice(*source, options_.device),
+          at::Tensor(), num_rows(), options_.compute_dtype, compute,
+          options_.codec);
       !status.ok()) {
     return status;
   }
@@ -190,31 +220,60 @@ absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
 absl::StatusOr<at::Tensor> Weight::DecodeFromStorage() const {
   at::Tensor compute =
       NewBuffer(TorchScalarType(options_.compute_dtype), entry_.shape);
-  absl::Status status = Decode(
-      options_.storage, storage_.data_ptr(),
-      scales_.defined() ? scales_.data_ptr<float>() : nullptr, entry_.numel(),
-      num_rows(), options_.compute_dtype, compute.data_ptr(), options_.codec);
+  const at::Tensor scales =
+      scales_.defined() ? ToDevice(scales_, options_.device) : at::Tensor();
+  absl::Status status = DecodeTensor(
+      options_.storage, ToDevice(storage_, options_.device), scales, num_rows(),
+      options_.compute_dtype, compute, options_.codec);
   if (!status.ok()) return status;
   return compute;
 }
 
-absl::Status Weight::DecodeRowLocked(int64_t row, void* dst) const {
-  const int64_t row_elements = entry_.numel() / num_rows();
-  if (options_.residency == Residency::kResident) {
-    const int64_t row_bytes =
-        row_elements * options_.storage.element_size_bytes();
-    const float* scale = nullptr;
-    if (options_.storage.scaling == Scaling::kPerRow) {
-      scale = scales_.data_ptr<float>() + row;
-    } else if (options_.storage.scaling == Scaling::kPerTensor) {
-      scale = scales_.data_ptr<float>();
-    }
-    return Decode(
-        options_.storage,
-        static_cast<const uint8_t*>(storage_.data_ptr()) + row * row_bytes,
-        scale, row_elements, /*num_rows=*/1, options_.compute_dtype, dst,
-        options_.codec);
+absl::StatusOr<at::Tensor> Weight::GatherStorageRowsLocked(
+    const at::Tensor& ids) const {
+  const int64_t rows_total = num_rows();
+  const int64_t row_width = rows_total == 0 ? 0 : storage_.numel() / rows_total;
+  const at::Tensor rows =
+      storage_.view({rows_total, row_width}).index_select(0, ids).contiguous();
+  at::Tensor scales;
+  if (options_.storage.scaling == Scaling::kPerRow) {
+    scales = scales_.index_select(0, ids).contiguous();
+  } else if (options_.storage.scaling == Scaling::kPerTensor) {
+    scales = scales_;
   }
+  std::vector<int64_t> shape = entry_.shape;
+  shape[0] = ids.numel();
+  at::Tensor compute =
+      EmptyOn(options_.device, TorchScalarType(options_.compute_dtype), shape);
+  absl::Status status = DecodeTensor(
+      options_.storage, ToDevice(rows, options_.device),
+      scales.defined() ? ToDevice(scales, options_.device) : scales,
+      ids.numel(), options_.compute_dtype, compute, options_.codec);
+  if (!status.ok()) return status;
+  return compute;
+}
+
+absl::StatusOr<at::Tensor> Weight::GatherSourceRows(
+    const at::Tensor& ids) const {
+  std::vector<int64_t> shape = entry_.shape;
+  shape[0] = ids.numel();
+  at::Tensor rows = at::empty(
+      shape,
+      at::TensorOptions().dtype(TorchScalarType(options_.compute_dtype)));
+  const int64_t row_bytes = rows.numel() == 0 ? 0 : rows.nbytes() / ids.numel();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    if (absl::Status status = DecodeSourceRow(
+            id[i], static_cast<uint8_t*>(rows.data_ptr()) + i * row_bytes);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return ToDevice(rows, options_.device);
+}
+
+absl::Status Weight::DecodeSourceRow(int64_t row, void* dst) const {
+  const int64_t row_elements = entry_.numel() / num_rows();
   const ElementType source_type = *CodecElementType(entry_.dtype);
   const int64_t row_bytes = row_elements * ElementSizeBytes(source_type);
   if (source_type == options_.compute_dtype) {
@@ -238,7 +297,8 @@ absl::StatusOr<at::Tensor> Weight::GatherRows(const at::Tensor& row_ids) {
     return absl::InvalidArgumentError(
         absl::StrCat("weight '", entry_.name, "' is a scalar: it has no rows"));
   }
-  const at::Tensor ids = row_ids.to(at::kLong).contiguous().view({-1});
+  const at::Tensor ids =
+      row_ids.to(at::kCPU).to(at::kLong).contiguous().view({-1});
   const int64_t* id = ids.data_ptr<int64_t>();
   for (int64_t i = 0; i < ids.numel(); ++i) {
     if (id[i] < 0 || id[i] >= entry_.shape[0]) {
@@ -247,31 +307,33 @@ absl::StatusOr<at::Tensor> Weight::GatherRows(const at::Tensor& row_ids) {
                        " is outside its ", entry_.shape[0], " rows"));
     }
   }
+  if (ids.numel() == 0) {
+    std::vector<int64_t> shape = entry_.shape;
+    shape[0] = 0;
+    return EmptyOn(options_.device,
+                   passthrough_ ? *PassthroughScalarType(entry_.dtype)
+                                : TorchScalarType(options_.compute_dtype),
+                   shape);
+  }
+  const at::Tensor device_ids = ToDevice(ids, options_.device);
   absl::MutexLock lock(&mu_);
-  if (compute_.defined()) return compute_.index_select(0, ids);
+  if (compute_.defined()) return compute_.index_select(0, device_ids);
   if (passthrough_) {  // Integer tables: small, read whole.
     absl::StatusOr<at::Tensor> table = DecodeFromSource();
     if (!table.ok()) return table.status();
-    return table->index_select(0, ids);
+    return table->index_select(0, device_ids);
   }
-  if (options_.residency == Residency::kResident) {
+  const bool resident = options_.residency == Residency::kResident;
+  if (resident) {
     if (absl::Status status = MaterializeLocked(); !status.ok()) return status;
-    if (StorageIsCompute()) return storage_.index_select(0, ids);
+    if (StorageIsCompute()) return storage_.index_select(0, device_ids);
   }
   const absl::Time start = absl::Now();
-  std::vector<int64_t> shape = entry_.shape;
-  shape[0] = ids.numel();
-  at::Tensor rows = at::empty(
-      shape,
-      at::TensorOptions().dtype(TorchScalarType(options_.compute_dtype)));
-  const int64_t row_bytes = rows.numel() == 0 ? 0 : rows.nbytes() / ids.numel();
-  for (int64_t i = 0; i < ids.numel(); ++i) {
-    if (absl::Status status = DecodeRowLocked(
-            id[i], static_cast<uint8_t*>(rows.data_ptr()) + i * row_bytes);
-        !status.ok()) {
-      return status;
-    }
-  }
+  absl::StatusOr<at::Tensor> gathered =
+      resident ? GatherStorageRowsLocked(ToDevice(ids, StorageDevice()))
+               : GatherSourceRows(ids);
+  if (!gathered.ok()) return gathered.status();
+  at::Tensor rows = *std::move(gathered);
   activity_.compute_materializations += 1;
   activity_.compute_bytes += rows.nbytes();
   if (options_.compute_copy == ComputeCopyPolicy::kTransient) {
@@ -288,6 +350,8 @@ absl::Status Weight::MaterializeLocked() {
   const absl::Time start = absl::Now();
   absl::Status status = MakeStorageLocked();
   if (!status.ok()) return status;
+  // Complete before any stream reads it: storage outlives every forward.
+  SynchronizeCurrentStream(StorageDevice());
   // The resident copy is read from now on, never the mapping.
   checkpoint_->ReleasePages(entry_);
   activity_.storage_materializations += 1;
@@ -311,7 +375,7 @@ absl::Status Weight::MakeStorageLocked() {
     absl::StatusOr<at::Tensor> source =
         ReadSource(TorchScalarType(source_type));
     if (!source.ok()) return source.status();
-    storage_ = *std::move(source);
+    storage_ = PlaceStorage(*std::move(source));
     return absl::OkStatus();
   }
   absl::StatusOr<int64_t> data_bytes = options_.storage.DataBytes(entry_.shape);
@@ -330,9 +394,16 @@ absl::Status Weight::MakeStorageLocked() {
           ? EncodeFromSourceByRows(source_type, storage, scales)
           : EncodeFromWholeSource(source_type, storage, scales);
   if (!status.ok()) return status;
-  storage_ = std::move(storage);
-  scales_ = std::move(scales);
+  storage_ = PlaceStorage(std::move(storage));
+  if (scales.defined()) scales_ = PlaceStorage(std::move(scales));
   return absl::OkStatus();
+}
+
+at::Tensor Weight::PlaceStorage(at::Tensor host) const {
+  if (options_.device.is_cpu()) return host;
+  if (StorageDevice().is_cpu())
+    return host.is_pinned() ? host : host.pin_memory();
+  return ToDevice(host, options_.device);
 }
 
 absl::Status Weight::EncodeFromSourceByRows(ElementType source_type,
@@ -421,6 +492,9 @@ absl::StatusOr<ComputeHandle> Weight::Acquire() {
     return status;
   }
   ++users_;
+  // The caller computes on its current stream, maybe not the one that made
+  // the copy (a prefetch's).
+  RecordOnCurrentStream(compute_);
   return ComputeHandle(this, compute_);
 }
 

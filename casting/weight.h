@@ -22,6 +22,22 @@
 // reads (CopyTo, DecodeTo), so a file truncated under the daemon turns into a
 // DATA_LOSS error for this weight, never a crash.
 //
+// Devices (WeightOptions::device): compute copies are made on the model's
+// device. Resident storage lives there too, or, with storage_on_host (a
+// CUDA model larger than the GPU), in pinned host memory; mapped storage is
+// the file's pages in host memory. Storage is encoded on the host and
+// copied to the device once. Every decode, copy and transfer to the device
+// goes through casting/device_codec.h: on CUDA, castserve's CUDA kernels into
+// tensors from the caching allocator, enqueued on the calling thread's
+// current stream, with host sources staged through pinned memory. Acquire
+// declares the compute copy used on the caller's current stream
+// (RecordOnCurrentStream), so a copy prefetched on a side stream is not
+// reused early; the caller orders that stream after the prefetch's
+// (casting/side_stream.h). Transient/cached semantics, pass-through and
+// scaled formats are the same on every device. On CUDA the buffer pool is
+// not used (the caching allocator reuses freed copies) and WeightActivity's
+// times are those of enqueueing the work, not of the device running it.
+//
 // Thread safety: all methods are safe to call concurrently. The Weight must
 // outlive every ComputeHandle it handed out.
 #ifndef CASTSERVE_CASTING_WEIGHT_H_
@@ -40,6 +56,7 @@
 #include "casting/buffer_pool.h"
 #include "casting/checkpoint.h"
 #include "casting/codec.h"
+#include "casting/device.h"
 #include "casting/footprint.h"
 #include "casting/storage_format.h"
 
@@ -68,10 +85,16 @@ struct WeightOptions {
   // uncast. False makes them an error like any dtype the codec cannot read:
   // a layer's parameters must be floating (models/weight_factory.h).
   bool pass_through_integers = true;
-  // With transient copies: where compute copies come from and go back to.
-  // Null allocates each one anew. Typically one pool per model. (A mapped
-  // tensor decodes straight from the mapping; encoding resident copies and
-  // gathering rows stage through a reused per-thread 8 MiB buffer, not the
+  // Where compute copies are made: the model's device.
+  Device device;
+  // With a CUDA device: keep resident storage in pinned host memory and copy
+  // it to the device for each compute copy, instead of in device memory.
+  // Ignored on the CPU.
+  bool storage_on_host = false;
+  // With transient copies on the CPU: where compute copies come from and go
+  // back to. Null allocates each one anew. Typically one pool per model. (A
+  // mapped tensor decodes straight from the mapping; encoding resident copies
+  // and gathering rows stage through a reused per-thread 8 MiB buffer, not the
   // pool.)
   std::shared_ptr<BufferPool> buffer_pool;
 };
@@ -202,19 +225,32 @@ class Weight {
                                      at::Tensor& storage,
                                      at::Tensor& scales) const;
   absl::Status EnsureComputeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The source copied into an aligned tensor of the checkpoint's shape;
-  // `dtype` must be the entry's own (safe against truncation).
+  // The source copied into an aligned host tensor of the checkpoint's shape
+  // (pinned staging for a CUDA device); `dtype` must be the entry's own
+  // (safe against truncation).
   absl::StatusOr<at::Tensor> ReadSource(at::ScalarType dtype) const;
-  // A tensor for a transient copy or staging buffer: from the buffer pool
-  // when there is one, else a new allocation. Recycle gives it back.
+  // A tensor on the device for a compute copy: from the buffer pool when
+  // there is one (CPU only), else a new allocation. Recycle gives it back.
   at::Tensor NewBuffer(at::ScalarType dtype, at::IntArrayRef shape) const;
   void Recycle(at::Tensor buffer) const;
   absl::StatusOr<at::Tensor> DecodeFromSource() const;
   absl::StatusOr<at::Tensor> DecodeFromStorage() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Decodes row `row` into `dst` (one row of the compute dtype).
-  absl::Status DecodeRowLocked(int64_t row, void* dst) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rows `ids` (long, on the host) of the mapped source decoded on the host,
+  // then moved to the device.
+  absl::StatusOr<at::Tensor> GatherSourceRows(const at::Tensor& ids) const;
+  // Decodes row `row` of the mapped source into `dst` (one row of the
+  // compute dtype, host memory).
+  absl::Status DecodeSourceRow(int64_t row, void* dst) const;
+  // `host`, a freshly made storage tensor, where storage lives: itself on
+  // the CPU, pinned with storage_on_host, else copied to the device.
+  at::Tensor PlaceStorage(at::Tensor host) const;
+  // Rows `ids` (long, on the storage's device) of the resident storage
+  // decoded on the device.
+  absl::StatusOr<at::Tensor> GatherStorageRowsLocked(
+      const at::Tensor& ids) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The device resident storage lives on.
+  Device StorageDevice() const;
   // True when the resident storage tensor doubles as the compute copy.
   bool StorageIsCompute() const;
   int64_t num_rows() const;

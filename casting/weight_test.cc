@@ -410,6 +410,31 @@ TEST_F(WeightTest, GatherRowsChecksIdsAndUsesAnExistingCopy) {
             before.compute_materializations);
 }
 
+TEST_F(WeightTest, GatherRowsFromScaledStorageEqualsTheWholeDecode) {
+  for (Scaling scaling : {Scaling::kPerRow, Scaling::kPerTensor}) {
+    WeightOptions options;
+    options.storage = StorageFormat{ElementType::kF8E4M3FN, scaling};
+    options.compute_copy = ComputeCopyPolicy::kTransient;
+    std::unique_ptr<Weight> weight = MakeWeight("w_f32", options);
+    at::Tensor whole;
+    {
+      absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+      ASSERT_TRUE(handle.ok()) << handle.status();
+      whole = handle->tensor().clone();
+    }
+    ASSERT_FALSE(weight->has_compute_copy());
+    const at::Tensor ids = at::tensor({2, 0, 2}, at::kLong);
+    absl::StatusOr<at::Tensor> rows = weight->GatherRows(ids);
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    EXPECT_TRUE(rows->equal(whole.index_select(0, ids)))
+        << options.storage.ToString();
+    absl::StatusOr<at::Tensor> none =
+        weight->GatherRows(at::empty({0}, at::kLong));
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_EQ(none->sizes(), (std::vector<int64_t>{0, 5}));
+  }
+}
+
 TEST_F(WeightTest, TruncatedFileIsAnErrorForThisWeightOnly) {
   WeightOptions options;
   options.residency = Residency::kMapped;
