@@ -41,6 +41,7 @@ std::unique_ptr<CastingHooks> CastingHooks::Attach(Module& root,
     SetOrder(std::move(tree_order), self->order_, self->position_);
   }
   if (options.prefetch) {
+    self->side_stream_ = std::make_unique<casting::SideStream>(options.device);
     self->prefetch_thread_ = std::thread([self] { self->PrefetchLoop(); });
   }
   return hooks;
@@ -80,6 +81,9 @@ PrefetchCounts CastingHooks::prefetch_counts() const {
 void CastingHooks::PreForward(const Module& module, ForwardContext& context) {
   if (options_.prefetch) {
     ClaimPrefetch(module);
+    // Device work of the prefetch (this module's or later ones') comes
+    // before this module's compute.
+    side_stream_->WaitOnCurrentStream();
     bool order_learned = false;
     const Module* next = LearnOrderAndGetNext(module, &order_learned);
     if (order_learned) DropStalePrefetches();
@@ -199,9 +203,11 @@ void CastingHooks::PrefetchLoop() {
       std::optional<casting::ScopedModelTag> tag;
       if (!work.model_id.empty()) tag.emplace(work.model_id);
       // Errors are not lost: the module's own Acquire reports them.
-      for (const auto& [name, weight] : module->weights()) {
-        (void)weight->PrefetchCompute();
-      }
+      side_stream_->Run([module] {
+        for (const auto& [name, weight] : module->weights()) {
+          (void)weight->PrefetchCompute();
+        }
+      });
     }
     absl::MutexLock lock(&prefetch_mu_);
     in_flight_ = nullptr;

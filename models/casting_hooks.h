@@ -19,6 +19,15 @@
 // (cached copies after their first use) is not prefetched, nor one that reads
 // its own weights (Module::ReadsOwnWeights: an embedding gathering rows).
 //
+// On CUDA (Options::device) the prefetch runs on its own stream
+// (casting/side_stream.h): the decodes and host-to-device copies of module
+// i+1 are enqueued there while module i computes on the forward's stream;
+// the pre-hook of module i+1 makes the forward's stream wait for the side
+// stream's event (no host wait once the prefetch was enqueued), and
+// Weight::Acquire records the compute copies on the forward's stream so the
+// caching allocator does not hand their memory out early. On the CPU the
+// prefetch thread decodes directly.
+//
 // Destroying the object (or Remove) detaches every hook and drops the
 // compute copies prefetched for a forward that never used them. The model
 // keeps computing without the hooks: Module::Param acquires on demand.
@@ -40,6 +49,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "casting/device.h"
+#include "casting/side_stream.h"
 #include "models/module.h"
 
 namespace castserve::models {
@@ -59,6 +70,8 @@ class CastingHooks {
  public:
   struct Options {
     bool prefetch = false;
+    // The model's device: where prefetched copies are made.
+    casting::Device device;
   };
 
   // Attaches the hooks to `root` and every descendant that has weights.
@@ -140,6 +153,8 @@ class CastingHooks {
   bool stopping_ ABSL_GUARDED_BY(prefetch_mu_) = false;
   int64_t prefetches_started_ ABSL_GUARDED_BY(prefetch_mu_) = 0;
   PrefetchCounts prefetch_counts_ ABSL_GUARDED_BY(prefetch_mu_);
+  // With prefetch: the stream prefetches are enqueued on.
+  std::unique_ptr<casting::SideStream> side_stream_;
   std::thread prefetch_thread_;
 };
 
