@@ -29,8 +29,12 @@ double LowestFinite(at::ScalarType dtype) {
 
 at::Tensor MakeAttentionBias(const at::Tensor& key_mask, int64_t batch,
                              int64_t query_len, int64_t key_len, bool causal,
-                             at::ScalarType dtype, int64_t sliding_window) {
-  at::TensorOptions bool_options = at::TensorOptions().dtype(at::kBool);
+                             const at::TensorOptions& options,
+                             int64_t sliding_window) {
+  const at::ScalarType dtype = options.dtype().toScalarType();
+  const c10::Device device = options.device();
+  at::TensorOptions bool_options =
+      at::TensorOptions().dtype(at::kBool).device(device);
   at::Tensor allowed = at::ones({batch, 1, query_len, key_len}, bool_options);
   if (key_mask.defined()) {
     TORCH_CHECK(key_mask.dim() == 2 && key_mask.size(0) == batch &&
@@ -49,7 +53,8 @@ at::Tensor MakeAttentionBias(const at::Tensor& key_mask, int64_t batch,
     }
     allowed = allowed & causal_allowed.view({1, 1, query_len, key_len});
   }
-  at::Tensor bias = at::zeros(allowed.sizes(), at::TensorOptions(dtype));
+  at::Tensor bias =
+      at::zeros(allowed.sizes(), at::TensorOptions(dtype).device(device));
   return bias.masked_fill(allowed.logical_not(), LowestFinite(dtype));
 }
 

@@ -12,12 +12,14 @@
 #define CASTSERVE_MODELS_ATTENTION_H_
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
 
 #include <cstdint>
 
 namespace castserve::models {
 
-// The additive bias [batch, 1, query_len, key_len] in `dtype` for a padding
+// The additive bias [batch, 1, query_len, key_len] with `options`' dtype
+// and device (the model's: the bias is built there) for a padding
 // mask `key_mask` (integer or bool [batch, key_len], nonzero = a real
 // token), combined with a causal mask when `causal` (query i, aligned with
 // the last query_len keys, sees keys up to its own position). An undefined
@@ -25,7 +27,8 @@ namespace castserve::models {
 // (Mistral), query i also sees only keys j with i - j < sliding_window.
 at::Tensor MakeAttentionBias(const at::Tensor& key_mask, int64_t batch,
                              int64_t query_len, int64_t key_len, bool causal,
-                             at::ScalarType dtype, int64_t sliding_window = 0);
+                             const at::TensorOptions& options,
+                             int64_t sliding_window = 0);
 
 // softmax(q k^T * scale + bias) v for q [batch, q_heads, q_len, dim] and
 // k, v [batch, kv_heads, k_len, dim] with q_heads a multiple of kv_heads

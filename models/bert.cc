@@ -272,9 +272,9 @@ class BertEncoderStack : public Module {
     // faster without a bias.
     at::Tensor additive_mask;
     if (!mask.ne(0).all().item<bool>()) {
-      additive_mask =
-          MakeAttentionBias(mask, mask.size(0), /*query_len=*/1, mask.size(1),
-                            /*causal=*/false, compute_dtype_);
+      additive_mask = MakeAttentionBias(
+          mask, mask.size(0), /*query_len=*/1, mask.size(1),
+          /*causal=*/false, mask.options().dtype(compute_dtype_));
     }
     at::Tensor hidden = embeddings_->Forward(context, ids, token_types);
     for (const BertLayer* layer : layers_) {
@@ -352,11 +352,12 @@ absl::StatusOr<std::unique_ptr<BertModel>> BertModel::Create(
       BertEncoderStack::Create(*config, weights);
   if (!root.ok()) return root.status();
   return std::unique_ptr<BertModel>(
-      new BertModel(*std::move(config), *std::move(root)));
+      new BertModel(*std::move(config), *std::move(root), options.device));
 }
 
-BertModel::BertModel(BertConfig config, std::unique_ptr<BertEncoderStack> root)
-    : config_(std::move(config)), root_(std::move(root)) {
+BertModel::BertModel(BertConfig config, std::unique_ptr<BertEncoderStack> root,
+                     casting::Device device)
+    : config_(std::move(config)), device_(device), root_(std::move(root)) {
   inputs_ = {{"input_ids", at::kLong, {-1, -1}, false},
              {"attention_mask", at::kLong, {-1, -1}, true},
              {"token_type_ids", at::kLong, {-1, -1}, true}};

@@ -62,6 +62,7 @@ class BertModel final : public Model {
   const std::vector<TensorSpec>& inputs() const override { return inputs_; }
   const std::vector<TensorSpec>& outputs() const override { return outputs_; }
   Module& root() override;
+  casting::Device device() const override { return device_; }
   const BertConfig& config() const { return config_; }
 
  protected:
@@ -70,9 +71,11 @@ class BertModel final : public Model {
                            const NamedTensors& inputs) const override;
 
  private:
-  BertModel(BertConfig config, std::unique_ptr<BertEncoderStack> root);
+  BertModel(BertConfig config, std::unique_ptr<BertEncoderStack> root,
+            casting::Device device);
 
   const BertConfig config_;
+  const casting::Device device_;
   std::unique_ptr<BertEncoderStack> root_;
   std::vector<TensorSpec> inputs_;
   std::vector<TensorSpec> outputs_;

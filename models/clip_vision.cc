@@ -44,7 +44,10 @@ class ClipEmbeddings : public Module {
     at::Tensor cls = Param(ctx, "class_embedding")
                          .to(patches.scalar_type())
                          .expand({patches.size(0), 1, patches.size(2)});
-    at::Tensor ids = at::arange(tokens_, at::kLong).unsqueeze(0);
+    at::Tensor ids =
+        at::arange(tokens_,
+                   at::TensorOptions(at::kLong).device(pixels.device()))
+            .unsqueeze(0);
     return at::cat({cls, patches}, 1) +
            position_->Forward(ctx, ids).to(patches.scalar_type());
   }
@@ -58,9 +61,10 @@ class ClipEmbeddings : public Module {
 
 class ClipVisionTower : public VisionTowerModel {
  public:
-  ClipVisionTower(const VisionTowerConfig& config, at::ScalarType compute_dtype)
+  ClipVisionTower(const VisionTowerConfig& config, at::ScalarType compute_dtype,
+                  casting::Device device)
       : VisionTowerModel("clip_vision_model", "CLIPVisionModel", config,
-                         compute_dtype) {
+                         compute_dtype, device) {
     outputs_ = {{"last_hidden_state",
                  at::kFloat,
                  {-1, config.num_patches() + 1, config.hidden_size}},
@@ -132,8 +136,8 @@ VisionTowerConfig ClipVisionDefaults() {
 
 absl::StatusOr<std::unique_ptr<Model>> CreateClipVisionTower(
     const VisionTowerConfig& config, const WeightFactory& weights) {
-  auto model =
-      std::make_unique<ClipVisionTower>(config, weights.compute_scalar_type());
+  auto model = std::make_unique<ClipVisionTower>(
+      config, weights.compute_scalar_type(), weights.options().device);
   absl::Status built = model->Build(config, weights);
   if (!built.ok()) return built;
   return model;

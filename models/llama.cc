@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "c10/util/Exception.h"
+#include "casting/device_codec.h"
 #include "models/attention.h"
 #include "models/model_loader.h"
 
@@ -210,6 +211,7 @@ class LlamaForCausalLM : public Model {
   const std::vector<TensorSpec>& inputs() const override { return inputs_; }
   const std::vector<TensorSpec>& outputs() const override { return outputs_; }
   Module& root() override { return root_; }
+  casting::Device device() const override { return device_; }
 
  protected:
   absl::Status ValidateInputs(const NamedTensors& inputs) const override;
@@ -217,13 +219,16 @@ class LlamaForCausalLM : public Model {
                            const NamedTensors& inputs) const override;
 
  private:
-  LlamaForCausalLM(const LlamaConfig& config, at::ScalarType compute_dtype);
+  LlamaForCausalLM(const LlamaConfig& config, at::ScalarType compute_dtype,
+                   casting::Device device);
   absl::Status Build(const WeightFactory& weights);
   at::Tensor Logits(ForwardContext& ctx, const at::Tensor& input_ids,
                     const at::Tensor& attention_mask) const;
 
   const LlamaConfig config_;
   const at::ScalarType compute_dtype_;
+  const casting::Device device_;
+  // On device_.
   const at::Tensor inv_freq_;
   const std::vector<TensorSpec> inputs_;
   const std::vector<TensorSpec> outputs_;
@@ -237,10 +242,12 @@ class LlamaForCausalLM : public Model {
 };
 
 LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& config,
-                                   at::ScalarType compute_dtype)
+                                   at::ScalarType compute_dtype,
+                                   casting::Device device)
     : config_(config),
       compute_dtype_(compute_dtype),
-      inv_freq_(RopeInverseFrequencies(config.rope)),
+      device_(device),
+      inv_freq_(casting::ToDevice(RopeInverseFrequencies(config.rope), device)),
       inputs_({{"input_ids", at::kLong, {-1, -1}},
                {"attention_mask", at::kLong, {-1, -1}, /*optional=*/true}}),
       outputs_({{"logits", at::kFloat, {-1, -1, config.vocab_size}}}),
@@ -278,8 +285,8 @@ absl::StatusOr<std::unique_ptr<Model>> LlamaForCausalLM::Create(
     const LlamaConfig& config, const WeightFactory& weights) {
   absl::Status rope = config.rope.Validate();
   if (!rope.ok()) return rope;
-  auto model = std::unique_ptr<LlamaForCausalLM>(
-      new LlamaForCausalLM(config, weights.compute_scalar_type()));
+  auto model = std::unique_ptr<LlamaForCausalLM>(new LlamaForCausalLM(
+      config, weights.compute_scalar_type(), weights.options().device));
   absl::Status built = model->Build(weights);
   if (!built.ok()) return built;
   return model;
@@ -330,12 +337,14 @@ at::Tensor LlamaForCausalLM::Logits(ForwardContext& ctx,
   {
     ModuleCall backbone_call(*backbone_, ctx);
     hidden = embed_->Forward(ctx, input_ids).to(compute_dtype_);
-    at::Tensor positions = at::arange(seq, at::kLong).expand({batch, seq});
+    at::Tensor positions = at::arange(seq, input_ids.options().dtype(at::kLong))
+                               .expand({batch, seq});
     RopeTables rope = RopeCosSin(inv_freq_, positions);
     DecoderInputs inputs{
         {rope.cos.to(compute_dtype_), rope.sin.to(compute_dtype_)},
         MakeAttentionBias(attention_mask, batch, seq, seq, /*causal=*/true,
-                          compute_dtype_, config_.sliding_window)};
+                          input_ids.options().dtype(compute_dtype_),
+                          config_.sliding_window)};
     for (const DecoderLayer* layer : layers_) {
       hidden = layer->Forward(ctx, hidden, inputs);
     }

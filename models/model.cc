@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "c10/core/InferenceMode.h"
 #include "c10/util/Exception.h"
+#include "casting/device_codec.h"
 
 namespace castserve::models {
 namespace {
@@ -76,6 +77,25 @@ bool IsOutOfMemory(absl::string_view message) {
          absl::StrContains(message, "can't allocate memory");
 }
 
+NamedTensors OnDevice(const NamedTensors& tensors,
+                      const casting::Device& device) {
+  if (device.is_cpu()) return tensors;
+  NamedTensors moved;
+  for (const auto& [name, tensor] : tensors) {
+    moved.emplace(name, casting::ToDevice(tensor, device));
+  }
+  return moved;
+}
+
+// Outputs computed elsewhere, copied back (this waits for the forward's
+// stream); CPU outputs as they are.
+NamedTensors ToHost(NamedTensors tensors) {
+  for (auto& [name, tensor] : tensors) {
+    if (!tensor.is_cpu()) tensor = tensor.cpu();
+  }
+  return tensors;
+}
+
 }  // namespace
 
 absl::Status StatusFromTorchError(const c10::Error& error) {
@@ -104,7 +124,7 @@ absl::StatusOr<NamedTensors> Model::Forward(
       CatchExceptions([&]() -> absl::StatusOr<NamedTensors> {
         c10::InferenceMode inference_mode;
         ForwardContext context(cancellation);
-        return ForwardImpl(context, inputs);
+        return ToHost(ForwardImpl(context, OnDevice(inputs, device())));
       });
   if (absl::IsResourceExhausted(outputs.status())) {
     return absl::ResourceExhaustedError(

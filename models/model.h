@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "c10/util/Exception.h"
+#include "casting/device.h"
 #include "models/casting_hooks.h"
 #include "models/module.h"
 
@@ -63,10 +64,18 @@ class Model {
   virtual const std::vector<TensorSpec>& outputs() const = 0;
   virtual Module& root() = 0;
 
+  // Where the model's weights, buffers and forward live (the weight policy's
+  // device, models/weight_policy.h). Architectures built on another device
+  // than the CPU override it.
+  virtual casting::Device device() const { return casting::Device::Cpu(); }
+
   // Checks `inputs` against the signature and the model's limits (dtype,
   // rank, dimensions, token ids outside the vocabulary, sequences longer
   // than the position table): InvalidArgument naming the input. Then runs
-  // one forward under at::InferenceMode and returns every output.
+  // one forward under at::InferenceMode and returns every output. Inputs
+  // are copied to device() (on the calling thread's current stream: the one
+  // place a model's forward is ordered, and the hook for attributing its
+  // device work) and outputs come back in host memory.
   //
   // The one place where c10::Error becomes a Status: out of memory ->
   // RESOURCE_EXHAUSTED, bad value/type/index -> INVALID_ARGUMENT, not

@@ -43,6 +43,7 @@ class HookedModel final : public Model {
     return model_->outputs();
   }
   Module& root() override { return model_->root(); }
+  casting::Device device() const override { return model_->device(); }
   PrefetchCounts prefetch_counts() const override {
     return hooks_->prefetch_counts();
   }
@@ -158,6 +159,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
   if (!NeedsCastingHooks(options)) return model;
   CastingHooks::Options hook_options;
   hook_options.prefetch = options.prefetch;
+  hook_options.device = options.device;
   return std::make_unique<HookedModel>(*std::move(model), hook_options);
 }
 

@@ -350,7 +350,10 @@ class PatchEmbeddings : public Module {
     ModuleCall call(*this, ctx);
     at::Tensor patches =
         patch_->Forward(ctx, pixels).flatten(2).transpose(1, 2);
-    at::Tensor ids = at::arange(num_patches_, at::kLong).unsqueeze(0);
+    at::Tensor ids =
+        at::arange(num_patches_,
+                   at::TensorOptions(at::kLong).device(pixels.device()))
+            .unsqueeze(0);
     return patches + position_->Forward(ctx, ids).to(patches.scalar_type());
   }
 
@@ -366,8 +369,10 @@ class PatchEmbeddings : public Module {
 VisionTowerModel::VisionTowerModel(std::string architecture,
                                    std::string root_kind,
                                    const VisionTowerConfig& config,
-                                   at::ScalarType compute_dtype)
+                                   at::ScalarType compute_dtype,
+                                   casting::Device device)
     : compute_dtype_(compute_dtype),
+      device_(device),
       root_("", std::move(root_kind)),
       architecture_(std::move(architecture)),
       inputs_(
@@ -389,9 +394,9 @@ namespace {
 class SiglipVisionTower : public VisionTowerModel {
  public:
   SiglipVisionTower(const VisionTowerConfig& config,
-                    at::ScalarType compute_dtype)
+                    at::ScalarType compute_dtype, casting::Device device)
       : VisionTowerModel("siglip_vision_model", "SiglipVisionModel", config,
-                         compute_dtype),
+                         compute_dtype, device),
         config_(config) {
     outputs_.push_back({"last_hidden_state",
                         at::kFloat,
@@ -460,7 +465,7 @@ const ArchitectureRegistration kSiglipVision("siglip_vision_model",
 absl::StatusOr<std::unique_ptr<Model>> CreateSiglipVisionTower(
     const VisionTowerConfig& config, const WeightFactory& weights) {
   auto model = std::make_unique<SiglipVisionTower>(
-      config, weights.compute_scalar_type());
+      config, weights.compute_scalar_type(), weights.options().device);
   absl::Status built = model->Build(weights);
   if (!built.ok()) return built;
   return model;

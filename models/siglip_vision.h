@@ -144,15 +144,17 @@ class VisionTowerModel : public Model {
   const std::vector<TensorSpec>& inputs() const override { return inputs_; }
   const std::vector<TensorSpec>& outputs() const override { return outputs_; }
   Module& root() override { return root_; }
+  casting::Device device() const override { return device_; }
 
  protected:
   VisionTowerModel(std::string architecture, std::string root_kind,
                    const VisionTowerConfig& config,
-                   at::ScalarType compute_dtype);
+                   at::ScalarType compute_dtype, casting::Device device);
 
   absl::Status ValidateInputs(const NamedTensors& inputs) const override;
 
   const at::ScalarType compute_dtype_;
+  const casting::Device device_;
   std::vector<TensorSpec> outputs_;
   Module root_;
 

@@ -16,6 +16,8 @@ casting::WeightOptions WeightOptionsFor(const WeightPolicyOptions& options,
   weight.storage = casting::StorageFormat::Plain(weight.compute_dtype);
   weight.compute_copy = options.compute_copy;
   weight.codec = options.codec;
+  weight.device = options.device;
+  weight.storage_on_host = options.storage_on_host;
   if (options.casting.has_value()) {
     casting::WeightDecision decision =
         options.casting->Decide(module_name, kind);
@@ -30,7 +32,7 @@ casting::WeightOptions WeightOptionsFor(const WeightPolicyOptions& options,
 
 bool UsesBufferPool(const WeightPolicyOptions& options) {
   return options.compute_copy == casting::ComputeCopyPolicy::kTransient &&
-         options.reuse_transient_buffers;
+         options.reuse_transient_buffers && options.device.is_cpu();
 }
 
 bool NeedsCastingHooks(const WeightPolicyOptions& options) {

@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "casting/casting_policy.h"
 #include "casting/codec.h"
+#include "casting/device.h"
 #include "casting/storage_format.h"
 #include "casting/weight.h"
 
@@ -46,6 +47,14 @@ struct WeightPolicyOptions {
   // memory between forwards for speed.
   bool reuse_transient_buffers = false;
   casting::CodecOptions codec;
+  // The model's device: its weights' compute copies, its buffers and its
+  // forward live there (server: instance_group kind; placement is checked
+  // there with casting/device_probe.h).
+  casting::Device device;
+  // On CUDA: resident storage in pinned host memory, streamed to the device
+  // per compute copy, for models larger than the GPU. Mapped storage is in
+  // host memory anyway.
+  bool storage_on_host = false;
 };
 
 // The dtype layers compute in under `options`: the casting policy's when
@@ -56,14 +65,14 @@ casting::ElementType EffectiveComputeDtype(const WeightPolicyOptions& options);
 // is kept: a weight the casting policy casts is resident in the policy's
 // storage format (a mapped file cannot hold another format); any other is
 // stored plain in the compute dtype with options.residency. Compute-copy
-// policy and codec options apply to all. Leaves buffer_pool and
+// policy, codec options and the device apply to all. Leaves buffer_pool and
 // pass_through_integers at their defaults: they are the caller's.
 casting::WeightOptions WeightOptionsFor(const WeightPolicyOptions& options,
                                         absl::string_view module_name,
                                         absl::string_view kind);
 
 // True when transient compute copies should reuse freed ones' memory: one
-// buffer pool per model.
+// buffer pool per model. Never on CUDA, whose caching allocator does that.
 bool UsesBufferPool(const WeightPolicyOptions& options);
 
 // True when the model needs casting hooks (models/casting_hooks.h): with

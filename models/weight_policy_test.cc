@@ -70,6 +70,28 @@ TEST(WeightPolicyTest, BufferPoolOnlyForReusedTransientCopies) {
   EXPECT_FALSE(UsesBufferPool(options));
 }
 
+TEST(WeightPolicyTest, EveryWeightGetsTheModelsDevice) {
+  WeightPolicyOptions options = Fp8PerRowBf16(Residency::kMapped);
+  options.device = casting::Device::Cuda(1);
+  options.storage_on_host = true;
+  for (const char* kind : {"Linear", "LayerNorm"}) {
+    const casting::WeightOptions weight =
+        WeightOptionsFor(options, "encoder.layer.0", kind);
+    EXPECT_EQ(weight.device, casting::Device::Cuda(1)) << kind;
+    EXPECT_TRUE(weight.storage_on_host) << kind;
+  }
+  EXPECT_EQ(WeightOptionsFor(WeightPolicyOptions(), "x", "Linear").device,
+            casting::Device::Cpu());
+}
+
+TEST(WeightPolicyTest, NoBufferPoolOnCudaWhoseAllocatorCaches) {
+  WeightPolicyOptions options;
+  options.reuse_transient_buffers = true;
+  options.compute_copy = ComputeCopyPolicy::kTransient;
+  options.device = casting::Device::Cuda(0);
+  EXPECT_FALSE(UsesBufferPool(options));
+}
+
 TEST(WeightPolicyTest, HooksForTransientCopiesOrPrefetch) {
   WeightPolicyOptions options;
   EXPECT_FALSE(NeedsCastingHooks(options));
