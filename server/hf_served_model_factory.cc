@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "casting/casting_policy.h"
+#include "casting/device_probe.h"
 #include "casting/file_system.h"
 #include "casting/storage_format.h"
 #include "casting/tracking_allocator.h"
@@ -367,16 +368,6 @@ absl::Status CheckInsideRepository(const std::string& model_directory,
   return inside;
 }
 
-absl::Status CheckDevice(const inference::ModelConfig& config) {
-  for (const inference::ModelInstanceGroup& group : config.instance_group()) {
-    if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
-      return absl::UnimplementedError(
-          "instance_group kind KIND_GPU: this build serves models on the CPU");
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status WithContext(const absl::Status& status, absl::string_view prefix) {
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
 }
@@ -400,6 +391,36 @@ absl::Status CheckConfigLimits(const inference::ModelConfig& config,
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<casting::Device> DeviceFromConfig(
+    const inference::ModelConfig& config) {
+  std::vector<casting::Device> devices;
+  for (const inference::ModelInstanceGroup& group : config.instance_group()) {
+    if (group.kind() != inference::ModelInstanceGroup::KIND_GPU) {
+      devices.push_back(casting::Device::Cpu());
+      continue;
+    }
+    if (group.gpus().empty()) devices.push_back(casting::Device::Cuda(0));
+    for (int32_t gpu : group.gpus()) {
+      if (gpu < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("instance_group KIND_GPU lists GPU ", gpu,
+                         ": not a device ordinal"));
+      }
+      devices.push_back(casting::Device::Cuda(gpu));
+    }
+  }
+  if (devices.empty()) return casting::Device::Cpu();
+  for (const casting::Device& device : devices) {
+    if (device != devices.front()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "instance_group places the model on ", devices.front().name(),
+          " and ", device.name(),
+          ": a model's instances share one set of weights on one device"));
+    }
+  }
+  return devices.front();
 }
 
 absl::StatusOr<models::WeightPolicyOptions> WeightPolicyFromConfig(
@@ -575,7 +596,12 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Create(
 absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
     const std::string& model_directory, const inference::ModelConfig& config,
     std::shared_ptr<const models::Cancellation> cancellation) {
-  if (absl::Status valid = CheckDevice(config); !valid.ok()) return valid;
+  absl::StatusOr<casting::Device> device = DeviceFromConfig(config);
+  if (!device.ok()) return device.status();
+  if (absl::Status available = casting::CheckDeviceAvailable(*device);
+      !available.ok()) {
+    return available;
+  }
   if (absl::Status valid = CheckConfigLimits(config, options_); !valid.ok()) {
     return valid;
   }
@@ -595,6 +621,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
   absl::StatusOr<models::WeightPolicyOptions> options =
       WeightPolicyFromConfig(config.weights());
   if (!options.ok()) return options.status();
+  options->device = *device;
   std::unique_ptr<TrackedModelId> tracked_id =
       TrackedModelId::Register(config.name());
   absl::StatusOr<std::unique_ptr<models::Model>> model;

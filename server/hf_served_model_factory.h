@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "casting/device.h"
 #include "models/model.h"
 #include "models/weight_factory.h"
 #include "proto/model_config.pb.h"
@@ -48,8 +49,10 @@ struct FactoryOptions {
   absl::Duration max_warmup_duration = absl::Minutes(5);
 };
 
-// Thread-safe: Create may run for several models at once. Serves on the CPU;
-// a config asking for KIND_GPU instances is UNIMPLEMENTED. Create never
+// Thread-safe: Create may run for several models at once. Serves on the
+// device DeviceFromConfig names; a KIND_GPU model where no such CUDA device
+// is visible (or castserve was built without CUDA) is UNAVAILABLE with "no
+// CUDA device" in the reason. Create never
 // throws: whatever LibTorch throws during a load or a warmup fails that load.
 class HfServedModelFactory final : public ServedModelFactory {
  public:
@@ -81,6 +84,14 @@ class HfServedModelFactory final : public ServedModelFactory {
 // the limit.
 absl::Status CheckConfigLimits(const inference::ModelConfig& config,
                                const FactoryOptions& options);
+
+// The device `config`'s instance_group places the model on: cuda:N for
+// KIND_GPU with gpus [N] (cuda:0 when gpus is empty), the CPU for KIND_CPU,
+// KIND_AUTO and KIND_MODEL groups or none. INVALID_ARGUMENT for a negative
+// ordinal; UNIMPLEMENTED for more than one device (instances share one set
+// of weights). Does not check that the device exists (casting/device_probe.h).
+absl::StatusOr<casting::Device> DeviceFromConfig(
+    const inference::ModelConfig& config);
 
 // The weight policy of `weights`: residency, compute copy, eager
 // materialization, prefetch, and a casting policy when a storage dtype is

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "casting/casting_policy.h"
+#include "casting/device_probe.h"
 #include "casting/tracking_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -440,12 +441,80 @@ TEST(IntraOpThreadsForTest, ParameterThenFlagThenCoresPerInstance) {
   }
 }
 
-TEST(HfServedModelFactoryTest, GpuInstancesAreUnimplementedOnThisBuild) {
+TEST(HfServedModelFactoryTest, GpuModelWithoutACudaDeviceIsUnavailable) {
+  if (casting::CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device exists";
+  HfServedModelFactory factory(RunfilesOptions());
+  inference::ModelConfig config = BertConfig();
+  inference::ModelInstanceGroup* group = config.add_instance_group();
+  group->set_kind(inference::ModelInstanceGroup::KIND_GPU);
+  group->add_gpus(0);
+  const absl::Status status =
+      factory.Create(kBertDirectory, config, nullptr).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr("no CUDA device"));
+  if (!casting::BuiltWithCuda()) {
+    EXPECT_THAT(
+        std::string(status.message()),
+        ::testing::HasSubstr("built without CUDA: bazel build --config=cuda"));
+  }
+}
+
+TEST(HfServedModelFactoryTest, GpuModelServesOnCuda0) {
+  if (casting::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   HfServedModelFactory factory(RunfilesOptions());
   inference::ModelConfig config = BertConfig();
   config.add_instance_group()->set_kind(
       inference::ModelInstanceGroup::KIND_GPU);
-  EXPECT_EQ(factory.Create(kBertDirectory, config, nullptr).status().code(),
+  absl::StatusOr<std::shared_ptr<ServedModel>> served =
+      factory.Create(kBertDirectory, config, nullptr);
+  EXPECT_TRUE(served.ok()) << served.status();
+}
+
+TEST(DeviceFromConfigTest, KindGpuSelectsItsCudaDevice) {
+  inference::ModelConfig config;
+  EXPECT_EQ(*DeviceFromConfig(config), casting::Device::Cpu());
+  inference::ModelInstanceGroup* group = config.add_instance_group();
+  group->set_kind(inference::ModelInstanceGroup::KIND_GPU);
+  EXPECT_EQ(*DeviceFromConfig(config), casting::Device::Cuda(0));
+  group->add_gpus(3);
+  EXPECT_EQ(*DeviceFromConfig(config), casting::Device::Cuda(3));
+  // Two groups on one device.
+  inference::ModelInstanceGroup* second = config.add_instance_group();
+  second->set_kind(inference::ModelInstanceGroup::KIND_GPU);
+  second->add_gpus(3);
+  second->set_count(2);
+  EXPECT_EQ(*DeviceFromConfig(config), casting::Device::Cuda(3));
+}
+
+TEST(DeviceFromConfigTest, CpuAutoAndModelKindsStayOnTheCpu) {
+  for (auto kind : {inference::ModelInstanceGroup::KIND_CPU,
+                    inference::ModelInstanceGroup::KIND_AUTO,
+                    inference::ModelInstanceGroup::KIND_MODEL}) {
+    inference::ModelConfig config;
+    config.add_instance_group()->set_kind(kind);
+    EXPECT_EQ(*DeviceFromConfig(config), casting::Device::Cpu()) << kind;
+  }
+}
+
+TEST(DeviceFromConfigTest, RejectsNegativeOrdinalsAndSeveralDevices) {
+  inference::ModelConfig config;
+  inference::ModelInstanceGroup* group = config.add_instance_group();
+  group->set_kind(inference::ModelInstanceGroup::KIND_GPU);
+  group->add_gpus(-1);
+  EXPECT_EQ(DeviceFromConfig(config).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  group->clear_gpus();
+  group->add_gpus(0);
+  group->add_gpus(1);
+  absl::Status status = DeviceFromConfig(config).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr("cuda:0 and cuda:1"));
+  inference::ModelConfig mixed;
+  mixed.add_instance_group()->set_kind(inference::ModelInstanceGroup::KIND_CPU);
+  mixed.add_instance_group()->set_kind(inference::ModelInstanceGroup::KIND_GPU);
+  EXPECT_EQ(DeviceFromConfig(mixed).status().code(),
             absl::StatusCode::kUnimplemented);
 }
 
