@@ -36,5 +36,11 @@ if ((${#missing[@]} > 0)); then
 fi
 
 # LibTorch 2.11.0 (PyPI's torch wheel holds the C++ distribution, with MKL and
-# oneDNN inside libtorch_cpu): Debian's libtorch-dev is 1.13.
-"$(dirname "$0")/fetch_libtorch.sh" >/dev/null
+# oneDNN inside libtorch_cpu): Debian's libtorch-dev is 1.13. Where nvcc is
+# present, also the CUDA runtime wheels `bazel build --config=cuda` links
+# against (about 2.6 GB, once).
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  "$(dirname "$0")/fetch_libtorch.sh" --cuda >/dev/null
+else
+  "$(dirname "$0")/fetch_libtorch.sh" >/dev/null
+fi
