@@ -16,6 +16,9 @@ class Server;
 }
 
 namespace castserve {
+namespace casting {
+class Executor;
+}
 
 class InferenceService;
 class MetricsExporter;
@@ -88,12 +91,15 @@ class Server {
  private:
   Server();
 
-  absl::Status ScanRepository();
   absl::Status StartModels(const ServerOptions& options);
   absl::Status StartGrpc(const ServerOptions& options);
 
   std::atomic<bool> ready_{false};
   std::atomic<bool> shut_down_{false};
+  // Runs the work that must not hold a gRPC thread (first-request loads,
+  // repository loads and unloads) and the shutdown's canceller; Shutdown
+  // drains it. Destroyed last.
+  std::unique_ptr<casting::Executor> executor_;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<ServedModelFactory> factory_;
   // Destroyed before the factory and the repository it points to.
