@@ -107,8 +107,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
                             options.allow_symlinks_outside_repository);
   if (!repository.ok()) return repository.status();
   server->repository_ = *std::move(repository);
-  server->factory_ =
-      std::make_unique<HfServedModelFactory>(FactoryOptionsFrom(options));
+  if (options.model_factory != nullptr) {
+    server->factory_ = options.model_factory;
+  } else {
+    server->owned_factory_ =
+        std::make_unique<HfServedModelFactory>(FactoryOptionsFrom(options));
+    server->factory_ = server->owned_factory_.get();
+  }
 
   // Scrapes start before the models load: the manager is published once it
   // exists, and the exporter stops before the manager goes (Shutdown).
@@ -150,7 +155,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
 absl::Status Server::StartModels(const ServerOptions& options) {
   ModelManagerOptions manager_options;
   manager_options.repository = repository_.get();
-  manager_options.factory = factory_.get();
+  manager_options.factory = factory_;
   manager_options.memory_budget_bytes = options.memory_budget_bytes;
   manager_options.stop = options.stop;
   manager_options.executor = executor_.get();

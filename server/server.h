@@ -60,6 +60,9 @@ struct ServerOptions {
   // Set by the caller to stop at once (a stop signal during startup):
   // cancels every load and forward. May be null.
   std::shared_ptr<const models::Cancellation> stop;
+  // Makes the models (not owned; outlives the server). Null: an
+  // HfServedModelFactory from the options above. Tests pass fakes.
+  ServedModelFactory* model_factory = nullptr;
 };
 
 // The running daemon: the gRPC server (KServe v2 service and
@@ -101,7 +104,8 @@ class Server {
   // drains it. Destroyed last.
   std::unique_ptr<casting::Executor> executor_;
   std::unique_ptr<ModelRepository> repository_;
-  std::unique_ptr<ServedModelFactory> factory_;
+  std::unique_ptr<ServedModelFactory> owned_factory_;
+  ServedModelFactory* factory_ = nullptr;  // owned_factory_ or the options'.
   // Destroyed before the factory and the repository it points to.
   std::unique_ptr<ModelManager> manager_;
   std::unique_ptr<InferenceService> service_;
