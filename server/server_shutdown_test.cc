@@ -233,9 +233,9 @@ TEST_F(ServerShutdownTest, ShutdownUnderLoadEndsEverythingItStarted) {
     options.model_factory = &factory;
     absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
     ASSERT_TRUE(server.ok()) << server.status();
-    auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", (*server)->grpc_port()),
-        grpc::InsecureChannelCredentials()));
+    auto stub = inference::GRPCInferenceService::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->grpc_port()),
+                            grpc::InsecureChannelCredentials()));
 
     auto infer = [&](const std::string& model) {
       calls.push_back(std::make_unique<Call>());
