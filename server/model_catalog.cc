@@ -1,7 +1,6 @@
 #include "server/model_catalog.h"
 
 #include <filesystem>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -52,8 +51,7 @@ absl::Status ModelCatalog::ValidateName(const std::string& name) {
 }
 
 bool ModelCatalog::Contains(const std::string& name) const {
-  std::error_code error;
-  return fs::is_directory(DirectoryOf(name), error);
+  return repository_.Contains(name);
 }
 
 std::string ModelCatalog::DirectoryOf(const std::string& name) const {
