@@ -42,7 +42,8 @@ std::unique_ptr<CastingHooks> CastingHooks::Attach(Module& root,
   }
   if (options.prefetch) {
     self->side_stream_ = std::make_unique<casting::SideStream>(options.device);
-    self->prefetch_thread_ = std::thread([self] { self->PrefetchLoop(); });
+    self->prefetch_thread_ = casting::Executor::Default().StartThread(
+        [self] { self->PrefetchLoop(); });
   }
   return hooks;
 }
@@ -59,7 +60,7 @@ void CastingHooks::Remove() {
     stopping_ = true;
     pending_.clear();
   }
-  if (prefetch_thread_.joinable()) prefetch_thread_.join();
+  if (prefetch_thread_ != nullptr) prefetch_thread_->Join();
   DropUnclaimedPrefetches();
 }
 

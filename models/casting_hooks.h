@@ -41,7 +41,6 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -50,6 +49,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "casting/device.h"
+#include "casting/executor.h"
 #include "casting/side_stream.h"
 #include "models/module.h"
 
@@ -155,7 +155,7 @@ class CastingHooks {
   PrefetchCounts prefetch_counts_ ABSL_GUARDED_BY(prefetch_mu_);
   // With prefetch: the stream prefetches are enqueued on.
   std::unique_ptr<casting::SideStream> side_stream_;
-  std::thread prefetch_thread_;
+  std::unique_ptr<casting::Thread> prefetch_thread_;
 };
 
 }  // namespace castserve::models

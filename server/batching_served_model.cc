@@ -7,7 +7,6 @@
 #include <atomic>
 #include <deque>
 #include <limits>
-#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -16,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "casting/executor.h"
 #include "casting/tracking_allocator.h"
 
 namespace castserve {
@@ -252,8 +252,9 @@ class BatchingServedModel::Impl {
 
   // Starts the instance threads and the reaper; each holds `self`.
   void Start(const std::shared_ptr<Impl>& self);
-  // Fails the queued requests, then joins the threads (detaching the
-  // calling one if it is a worker: it exits once its callback returns).
+  // Fails the queued requests, then joins the threads (handing the calling
+  // one, if it is a worker, to the executor, which joins it once its
+  // callback returns).
   void Stop();
 
   void Infer(InferenceRequest request,
@@ -317,7 +318,7 @@ class BatchingServedModel::Impl {
   int64_t running_requests_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Written by Start and Stop only, which never run concurrently.
-  std::vector<std::thread> threads_;
+  std::vector<std::unique_ptr<casting::Thread>> threads_;
 
   mutable absl::Mutex stats_mu_;
   ServedModelStatistics stats_ ABSL_GUARDED_BY(stats_mu_);
@@ -327,9 +328,11 @@ class BatchingServedModel::Impl {
 
 void BatchingServedModel::Impl::Start(const std::shared_ptr<Impl>& self) {
   for (int i = 0; i < settings_.instance_count; ++i) {
-    threads_.emplace_back([self] { self->InstanceLoop(); });
+    threads_.push_back(casting::Executor::Default().StartThread(
+        [self] { self->InstanceLoop(); }));
   }
-  threads_.emplace_back([self] { self->ReaperLoop(); });
+  threads_.push_back(
+      casting::Executor::Default().StartThread([self] { self->ReaperLoop(); }));
 }
 
 void BatchingServedModel::Impl::Stop() {
@@ -346,13 +349,14 @@ void BatchingServedModel::Impl::Stop() {
     ++queue_generation_;
   }
   Reject(std::move(queued));
-  for (std::thread& thread : threads_) {
-    if (thread.get_id() == std::this_thread::get_id()) {
-      thread.detach();
-    } else if (thread.joinable()) {
-      thread.join();
+  for (std::unique_ptr<casting::Thread>& thread : threads_) {
+    if (thread->IsCurrent()) {
+      casting::Executor::Default().JoinLater(std::move(thread));
+    } else {
+      thread->Join();
     }
   }
+  threads_.clear();
 }
 
 void BatchingServedModel::Impl::Infer(
