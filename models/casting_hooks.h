@@ -41,19 +41,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "models/module.h"
+#include "models/prefetch_counts.h"
 
 namespace castserve::models {
-
-// How the prefetches of a model's forwards turned out, counted per module
-// whose weights were prefetched (cumulative).
-struct PrefetchCounts {
-  // The module's compute copies were ready when its forward began.
-  int64_t hits = 0;
-  // The forward reached the module first: its prefetch was still queued
-  // (dropped; the module decoded its own weights) or still running (the
-  // forward waited for it).
-  int64_t misses = 0;
-};
 
 class CastingHooks {
  public:
