@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/base/internal/raw_logging.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "casting/tracking_allocator.h"
+#include "casting/weight.h"
+#include "server/tensor_conversion.h"
 
 namespace castserve {
 namespace {
@@ -67,7 +70,7 @@ BatchSettings SettingsFromConfig(const inference::ModelConfig& config,
 
 // A request waiting in the queue or running.
 struct Pending {
-  InferenceRequest request;
+  std::unique_ptr<InferenceRequest> request;
   std::function<void(InferenceResult)> done;
   absl::Time enqueue_time;
   // The request's deadline, or earlier by the queue timeout.
@@ -90,31 +93,6 @@ struct BatchPlan {
   bool ready = false;
 };
 
-// The batch size of `inputs` (their common first dimension), or
-// InvalidArgument.
-absl::StatusOr<int64_t> BatchSizeOf(const models::NamedTensors& inputs,
-                                    int64_t max_batch_size) {
-  if (max_batch_size <= 0) return 1;
-  int64_t batch_size = -1;
-  for (const auto& [name, tensor] : inputs) {
-    if (!tensor.defined() || tensor.dim() < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input ", name, " has no batch dimension"));
-    }
-    if (batch_size >= 0 && tensor.size(0) != batch_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("inputs disagree on the batch size: ", name, " has ",
-                       tensor.size(0), ", another input ", batch_size));
-    }
-    batch_size = tensor.size(0);
-  }
-  if (batch_size < 1 || batch_size > max_batch_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch size ", batch_size, " is outside [1, ", max_batch_size, "]"));
-  }
-  return batch_size;
-}
-
 // Names, dtypes and non-batch dimensions: what must match for requests to
 // join.
 std::string BatchKeyOf(const models::NamedTensors& inputs) {
@@ -129,35 +107,17 @@ std::string BatchKeyOf(const models::NamedTensors& inputs) {
   return key;
 }
 
-absl::Status CheckRequestedOutputs(
-    const std::vector<std::string>& requested,
-    const std::vector<models::TensorSpec>& specs) {
-  for (const std::string& name : requested) {
-    const bool known = std::any_of(
-        specs.begin(), specs.end(),
-        [&](const models::TensorSpec& s) { return s.name == name; });
-    if (!known) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown output ", name, " requested"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<models::NamedTensors> Concatenate(
+absl::StatusOr<models::CheckedInputs> Concatenate(
     const std::vector<PendingPtr>& batch) {
-  return models::CatchExceptions([&]() -> absl::StatusOr<models::NamedTensors> {
-    models::NamedTensors joined;
-    for (const auto& [name, unused] : batch.front()->request.inputs) {
-      std::vector<at::Tensor> parts;
-      parts.reserve(batch.size());
-      for (const PendingPtr& pending : batch) {
-        parts.push_back(pending->request.inputs.at(name));
-      }
-      joined[name] = at::cat(parts, 0);
-    }
-    return joined;
-  });
+  return models::CatchExceptions(
+      [&]() -> absl::StatusOr<models::CheckedInputs> {
+        std::vector<const models::CheckedInputs*> parts;
+        parts.reserve(batch.size());
+        for (const PendingPtr& pending : batch) {
+          parts.push_back(&pending->request->inputs);
+        }
+        return models::CheckedInputs::Join(parts);
+      });
 }
 
 // The outputs of one request: rows [offset, offset + size) of the batch's
@@ -256,24 +216,20 @@ class BatchingServedModel::Impl {
   // calling one if it is a worker: it exits once its callback returns).
   void Stop();
 
-  void Infer(InferenceRequest request,
-             std::function<void(InferenceResult)> done);
-  absl::Status Warmup(const InferenceRequest& request) const;
-  void RecordRejection(absl::StatusCode code);
+  void Enqueue(InferenceRequest request,
+               std::function<void(InferenceResult)> done);
+  void Infer(InferenceCall call, std::function<void(absl::Status)> done);
+  absl::Status Warmup(const models::NamedTensors& inputs) const;
 
   const inference::ModelConfig& config() const { return config_; }
   const models::Model& model() const { return *model_; }
   int64_t pending_requests() const;
   ServedModelStatistics statistics() const;
   casting::Footprint footprint() const;
-  casting::WeightActivity weight_activity() const;
+  ServedModelActivity activity() const;
   int64_t tracked_bytes() const {
     return tracked_id_ ? tracked_id_->live_bytes() : 0;
   }
-  int64_t peak_tracked_bytes() const {
-    return tracked_id_ ? tracked_id_->peak_bytes() : 0;
-  }
-  const ModelMetrics& serving_metrics() const { return metrics_; }
 
  private:
   void InstanceLoop();
@@ -319,10 +275,7 @@ class BatchingServedModel::Impl {
   // Written by Start and Stop only, which never run concurrently.
   std::vector<std::thread> threads_;
 
-  mutable absl::Mutex stats_mu_;
-  ServedModelStatistics stats_ ABSL_GUARDED_BY(stats_mu_);
-  // Histograms and failures by code for the metrics port.
-  ModelMetrics metrics_;
+  ModelStatisticsRecorder recorder_;
 };
 
 void BatchingServedModel::Impl::Start(const std::shared_ptr<Impl>& self) {
@@ -355,31 +308,34 @@ void BatchingServedModel::Impl::Stop() {
   }
 }
 
-void BatchingServedModel::Impl::Infer(
+void BatchingServedModel::Impl::Enqueue(
     InferenceRequest request, std::function<void(InferenceResult)> done) {
+  // Checked where the request entered (Infer, or the caller's CheckInputs).
+  ABSL_RAW_CHECK(&request.inputs.model() == model_.get(),
+                 "inputs checked by another model");
+  ABSL_RAW_CHECK(request.batch_size >= 1 &&
+                     (settings_.max_batch_size <= 0 ||
+                      request.batch_size <= settings_.max_batch_size),
+                 "batch size outside [1, max_batch_size]");
   auto pending = std::make_unique<Pending>();
   pending->enqueue_time = absl::Now();
   pending->queue_deadline = std::min(
       request.deadline, pending->enqueue_time + settings_.queue_timeout);
   pending->done = std::move(done);
-  absl::Status valid =
-      CheckRequestedOutputs(request.requested_outputs, model_->outputs());
-  absl::StatusOr<int64_t> batch_size =
-      BatchSizeOf(request.inputs, settings_.max_batch_size);
-  if (valid.ok() && !batch_size.ok()) valid = batch_size.status();
-  if (valid.ok()) {
-    pending->batch_size = *batch_size;
-    if (settings_.joins) pending->batch_key = BatchKeyOf(request.inputs);
+  pending->batch_size = request.batch_size;
+  if (settings_.joins) {
+    pending->batch_key = BatchKeyOf(request.inputs.tensors());
   }
-  pending->request = std::move(request);
-  if (valid.ok()) {
+  pending->request = std::make_unique<InferenceRequest>(std::move(request));
+  absl::Status refused;
+  {
     absl::MutexLock lock(&mu_);
     if (stopping_) {
-      valid = absl::UnavailableError(
+      refused = absl::UnavailableError(
           absl::StrCat("model ", config_.name(), " is unloading"));
     } else if (static_cast<int64_t>(queue_.size()) >=
                settings_.max_queue_size) {
-      valid = absl::ResourceExhaustedError(
+      refused = absl::ResourceExhaustedError(
           absl::StrCat("the queue of model ", config_.name(), " is full (",
                        settings_.max_queue_size, " requests)"));
     } else {
@@ -389,8 +345,46 @@ void BatchingServedModel::Impl::Infer(
     }
   }
   std::vector<Rejection> rejected;
-  rejected.push_back({std::move(pending), std::move(valid)});
+  rejected.push_back({std::move(pending), std::move(refused)});
   Reject(std::move(rejected));
+}
+
+void BatchingServedModel::Impl::Infer(InferenceCall call,
+                                      std::function<void(absl::Status)> done) {
+  const inference::ModelInferRequest* wire = call.request;
+  absl::StatusOr<DecodedRequest> decoded =
+      DecodeRequest(*wire, model_->inputs(), settings_.max_batch_size);
+  absl::StatusOr<models::CheckedInputs> checked =
+      decoded.ok() ? model_->CheckLimits(std::move(decoded->inputs))
+                   : decoded.status();
+  if (!checked.ok()) {
+    // Refused before it was queued: counted once, with no durations.
+    recorder_.RecordRequest({checked.status().code()}, absl::Now());
+    return done(checked.status());
+  }
+  InferenceRequest request(*std::move(checked));
+  request.batch_size = decoded->batch_size;
+  request.requested_outputs = decoded->requested_outputs;
+  request.deadline = call.deadline;
+  request.is_cancelled = std::move(call.is_cancelled);
+  request.write_response =
+      [this, wire, response = call.response,
+       max_bytes = call.max_response_bytes,
+       requested = std::move(decoded->requested_outputs)](
+          const models::NamedTensors& outputs) {
+        absl::Status written = FillResponse(*wire, model_->outputs(),
+                                            requested, outputs, response);
+        const size_t bytes = response->ByteSizeLong();
+        if (written.ok() && bytes > static_cast<size_t>(max_bytes)) {
+          written = absl::ResourceExhaustedError(absl::StrCat(
+              "the response is ", bytes, " bytes, above the limit of ",
+              max_bytes, " bytes (--max-message-bytes)"));
+        }
+        return written;
+      };
+  Enqueue(std::move(request), [done = std::move(done)](InferenceResult result) {
+    done(result.outputs.status());
+  });
 }
 
 void BatchingServedModel::Impl::InstanceLoop() {
@@ -520,10 +514,10 @@ void BatchingServedModel::Impl::DropExpiredLocked(
     absl::Status status;
     if (now >= pending.queue_deadline) {
       status = absl::DeadlineExceededError(
-          pending.queue_deadline < pending.request.deadline
+          pending.queue_deadline < pending.request->deadline
               ? "the request's queue timeout passed while it was queued"
               : "the request's deadline passed while it was queued");
-    } else if (pending.request.is_cancelled && pending.request.is_cancelled()) {
+    } else if (pending.request->is_cancelled && pending.request->is_cancelled()) {
       status = absl::CancelledError("the request was cancelled while queued");
     }
     if (status.ok()) {
@@ -572,7 +566,7 @@ void BatchingServedModel::Impl::Execute(std::vector<PendingPtr> batch) {
     if (outputs.ok()) {
       result.outputs =
           SliceOutputs(*outputs, batch.size() == 1, offset, pending->batch_size,
-                       items, pending->request.requested_outputs);
+                       items, pending->request->requested_outputs);
     } else {
       result.outputs = outputs.status();
     }
@@ -587,11 +581,10 @@ absl::StatusOr<models::NamedTensors> BatchingServedModel::Impl::RunBatch(
   casting::PeakScope peak;
   absl::StatusOr<models::NamedTensors> outputs;
   if (batch.size() == 1) {
-    outputs =
-        model_->Forward(batch.front()->request.inputs, cancellation_.get());
+    outputs = model_->Run(batch.front()->request->inputs, cancellation_.get());
   } else {
-    absl::StatusOr<models::NamedTensors> joined = Concatenate(batch);
-    outputs = joined.ok() ? model_->Forward(*joined, cancellation_.get())
+    absl::StatusOr<models::CheckedInputs> joined = Concatenate(batch);
+    outputs = joined.ok() ? model_->Run(*joined, cancellation_.get())
                           : joined.status();
   }
   peak.Stop();
@@ -600,9 +593,9 @@ absl::StatusOr<models::NamedTensors> BatchingServedModel::Impl::RunBatch(
 }
 
 absl::Status BatchingServedModel::Impl::Warmup(
-    const InferenceRequest& request) const {
+    const models::NamedTensors& inputs) const {
   casting::ScopedModelTag tag(tracked_id_ ? tracked_id_->id() : "");
-  return model_->Forward(request.inputs, cancellation_.get()).status();
+  return model_->Forward(inputs, cancellation_.get()).status();
 }
 
 void BatchingServedModel::Impl::Reject(std::vector<Rejection> rejections) {
@@ -616,40 +609,19 @@ void BatchingServedModel::Impl::Reject(std::vector<Rejection> rejections) {
   }
 }
 
-void BatchingServedModel::Impl::RecordRejection(absl::StatusCode code) {
-  {
-    absl::MutexLock lock(&stats_mu_);
-    ++stats_.fail_count;
-  }
-  metrics_.RecordRequest(code, absl::ZeroDuration(), absl::ZeroDuration(),
-                         absl::ZeroDuration());
-}
-
 void BatchingServedModel::Impl::Complete(PendingPtr pending,
                                          InferenceResult result,
                                          bool was_running) {
-  if (result.outputs.ok() && pending->request.write_response) {
-    absl::Status written = pending->request.write_response(*result.outputs);
+  if (result.outputs.ok() && pending->request->write_response) {
+    absl::Status written = pending->request->write_response(*result.outputs);
     if (!written.ok()) result.outputs = std::move(written);
   }
   const absl::Time now = absl::Now();
-  {
-    absl::MutexLock lock(&stats_mu_);
-    const absl::Duration total = now - pending->enqueue_time;
-    if (result.outputs.ok()) {
-      ++stats_.success_count;
-      stats_.success_duration += total;
-      stats_.inference_count += pending->batch_size;
-      stats_.queue_duration += result.queue_duration;
-      stats_.compute_duration += result.compute_duration;
-      stats_.last_inference_ms = absl::ToUnixMillis(now);
-    } else {
-      ++stats_.fail_count;
-      stats_.fail_duration += total;
-    }
-  }
-  metrics_.RecordRequest(result.outputs.status().code(), result.queue_duration,
-                         result.compute_duration, now - pending->enqueue_time);
+  recorder_.RecordRequest(
+      {result.outputs.status().code(), pending->batch_size,
+       result.queue_duration, result.compute_duration,
+       now - pending->enqueue_time},
+      now);
   // `done` may drop the last reference to the served model; `this` stays
   // alive through the calling thread's own reference.
   std::function<void(InferenceResult)> done = std::move(pending->done);
@@ -668,12 +640,7 @@ void BatchingServedModel::Impl::Complete(PendingPtr pending,
 void BatchingServedModel::Impl::RecordExecution(int64_t items,
                                                 absl::Duration compute_duration,
                                                 int64_t peak_increase_bytes) {
-  metrics_.RecordBatch(items, peak_increase_bytes);
-  absl::MutexLock lock(&stats_mu_);
-  ++stats_.execution_count;
-  auto& [count, duration] = stats_.batches[items];
-  ++count;
-  duration += compute_duration;
+  recorder_.RecordBatch(items, compute_duration, peak_increase_bytes);
 }
 
 int64_t BatchingServedModel::Impl::pending_requests() const {
@@ -682,8 +649,7 @@ int64_t BatchingServedModel::Impl::pending_requests() const {
 }
 
 ServedModelStatistics BatchingServedModel::Impl::statistics() const {
-  absl::MutexLock lock(&stats_mu_);
-  return stats_;
+  return recorder_.snapshot();
 }
 
 casting::Footprint BatchingServedModel::Impl::footprint() const {
@@ -692,10 +658,20 @@ casting::Footprint BatchingServedModel::Impl::footprint() const {
       [](const casting::Weight& weight) { return weight.footprint(); });
 }
 
-casting::WeightActivity BatchingServedModel::Impl::weight_activity() const {
-  return SumOverWeights<casting::WeightActivity>(
-      model_->root(),
-      [](const casting::Weight& weight) { return weight.activity(); });
+ServedModelActivity BatchingServedModel::Impl::activity() const {
+  const casting::WeightActivity weights =
+      SumOverWeights<casting::WeightActivity>(
+          model_->root(),
+          [](const casting::Weight& weight) { return weight.activity(); });
+  ServedModelActivity activity;
+  activity.storage = {weights.storage_materializations, weights.storage_bytes,
+                      weights.storage_time};
+  activity.compute = {weights.compute_materializations, weights.compute_bytes,
+                      weights.compute_time};
+  activity.transient_compute_bytes = weights.transient_compute_bytes;
+  activity.prefetch = model_->prefetch_counts();
+  activity.peak_tracked_bytes = tracked_id_ ? tracked_id_->peak_bytes() : 0;
+  return activity;
 }
 
 // ---------------------------------------------------------------------------
@@ -729,41 +705,57 @@ BatchingServedModel::Create(
           absl::StrCat("instance_group count ", group.count(), " is negative"));
     }
   }
+  absl::StatusOr<std::vector<TensorSpec>> wire_inputs =
+      WireSpecs(model->inputs());
+  if (!wire_inputs.ok()) return wire_inputs.status();
+  absl::StatusOr<std::vector<TensorSpec>> wire_outputs =
+      WireSpecs(model->outputs());
+  if (!wire_outputs.ok()) return wire_outputs.status();
   auto impl = std::make_shared<Impl>(std::move(config), std::move(model),
                                      std::move(tracked_id), intra_op_threads,
                                      std::move(cancellation));
   impl->Start(impl);
-  return absl::WrapUnique(new BatchingServedModel(std::move(impl)));
+  return absl::WrapUnique(new BatchingServedModel(
+      std::move(impl), *std::move(wire_inputs), *std::move(wire_outputs)));
 }
 
-BatchingServedModel::BatchingServedModel(std::shared_ptr<Impl> impl)
-    : impl_(std::move(impl)) {}
+BatchingServedModel::BatchingServedModel(std::shared_ptr<Impl> impl,
+                                         std::vector<TensorSpec> wire_inputs,
+                                         std::vector<TensorSpec> wire_outputs)
+    : impl_(std::move(impl)),
+      wire_inputs_(std::move(wire_inputs)),
+      wire_outputs_(std::move(wire_outputs)) {}
 
 BatchingServedModel::~BatchingServedModel() { impl_->Stop(); }
 
-absl::Status BatchingServedModel::Warmup(const InferenceRequest& request) {
-  return impl_->Warmup(request);
+absl::Status BatchingServedModel::Warmup(const models::NamedTensors& inputs) {
+  return impl_->Warmup(inputs);
+}
+
+const models::Model& BatchingServedModel::model() const {
+  return impl_->model();
+}
+
+void BatchingServedModel::Enqueue(InferenceRequest request,
+                                  std::function<void(InferenceResult)> done) {
+  impl_->Enqueue(std::move(request), std::move(done));
 }
 
 const inference::ModelConfig& BatchingServedModel::config() const {
   return impl_->config();
 }
 
-const std::vector<models::TensorSpec>& BatchingServedModel::inputs() const {
-  return impl_->model().inputs();
+const std::vector<TensorSpec>& BatchingServedModel::inputs() const {
+  return wire_inputs_;
 }
 
-const std::vector<models::TensorSpec>& BatchingServedModel::outputs() const {
-  return impl_->model().outputs();
+const std::vector<TensorSpec>& BatchingServedModel::outputs() const {
+  return wire_outputs_;
 }
 
-void BatchingServedModel::Infer(InferenceRequest request,
-                                std::function<void(InferenceResult)> done) {
-  impl_->Infer(std::move(request), std::move(done));
-}
-
-void BatchingServedModel::RecordRejection(absl::StatusCode code) {
-  impl_->RecordRejection(code);
+void BatchingServedModel::Infer(InferenceCall call,
+                                std::function<void(absl::Status)> done) {
+  impl_->Infer(std::move(call), std::move(done));
 }
 
 int64_t BatchingServedModel::pending_requests() const {
@@ -782,20 +774,8 @@ int64_t BatchingServedModel::tracked_bytes() const {
   return impl_->tracked_bytes();
 }
 
-const ModelMetrics& BatchingServedModel::serving_metrics() const {
-  return impl_->serving_metrics();
-}
-
-int64_t BatchingServedModel::peak_tracked_bytes() const {
-  return impl_->peak_tracked_bytes();
-}
-
-casting::WeightActivity BatchingServedModel::weight_activity() const {
-  return impl_->weight_activity();
-}
-
-models::PrefetchCounts BatchingServedModel::prefetch_counts() const {
-  return impl_->model().prefetch_counts();
+ServedModelActivity BatchingServedModel::activity() const {
+  return impl_->activity();
 }
 
 }  // namespace castserve

@@ -38,10 +38,43 @@
 #include "models/cancellation.h"
 #include "models/model.h"
 #include "proto/model_config.pb.h"
+#include "server/model_statistics_recorder.h"
 #include "server/served_model.h"
-#include "server/serving_metrics.h"
 
 namespace castserve {
+
+// One request below the servable interface: inputs the model checked, the
+// wire request's other settings decoded.
+struct InferenceRequest {
+  explicit InferenceRequest(models::CheckedInputs checked)
+      : inputs(std::move(checked)) {}
+
+  models::CheckedInputs inputs;
+  // With max_batch_size > 0 the common first dimension of the inputs, at
+  // most max_batch_size; else 1.
+  int64_t batch_size = 1;
+  // Outputs to return, each one of the model's; empty means all.
+  std::vector<std::string> requested_outputs;
+  // The request fails with DEADLINE_EXCEEDED, also while queued, after this.
+  absl::Time deadline = absl::InfiniteFuture();
+  // Polled while queued and before running; true drops the request with
+  // CANCELLED. May be null.
+  std::function<bool()> is_cancelled;
+  // Called with the request's outputs (the requested ones) after a
+  // successful forward and before the request is counted: writes the
+  // response and returns its status, so that a response that cannot be
+  // sent (too large) counts as the failure the client sees. May be null.
+  std::function<absl::Status(const models::NamedTensors&)> write_response;
+};
+
+// Durations are what Triton's statistics call queue and compute_infer.
+struct InferenceResult {
+  absl::StatusOr<models::NamedTensors> outputs;
+  absl::Duration queue_duration;
+  absl::Duration compute_duration;
+  // Items in the batch the request ran in (1 without batching).
+  int64_t executed_batch_size = 0;
+};
 
 // How many instances `config` asks for: the sum of its instance groups'
 // counts (a group counts at least 1), 1 without groups.
@@ -78,8 +111,7 @@ class TrackedModelId {
 // waits for running forwards; it may be destroyed from inside a `done`
 // callback (the last reference dropped on a worker thread). Each executed
 // batch's peak memory is measured with a casting::PeakScope around it.
-class BatchingServedModel final : public ServedModel,
-                                  public ModelMetricsSource {
+class BatchingServedModel final : public ServedModel {
  public:
   // `config` is the effective configuration (signature filled in);
   // `model` runs the forwards; `tracked_id` (may be null) tags them and is
@@ -94,35 +126,45 @@ class BatchingServedModel final : public ServedModel,
       std::shared_ptr<const models::Cancellation> cancellation = nullptr);
   ~BatchingServedModel() override;
 
-  // Runs `request` alone on the calling thread, outside the queue and the
-  // statistics: what warmup requests use before the model is served.
-  absl::Status Warmup(const InferenceRequest& request);
+  // Runs `inputs` alone on the calling thread, outside the queue and the
+  // statistics, checked by models::Model::CheckInputs: what warmup requests
+  // use before the model is served.
+  absl::Status Warmup(const models::NamedTensors& inputs);
 
-  // ServedModel.
+  // The model that checks and runs the inputs of Enqueue.
+  const models::Model& model() const;
+
+  // Queues `request`, whose inputs this model() checked (asserted, as are
+  // its batch size and requested outputs); `done` runs exactly once, as for
+  // Infer. What Infer does once the wire request is decoded.
+  void Enqueue(InferenceRequest request,
+               std::function<void(InferenceResult)> done);
+
+  // ServedModel. Infer decodes the wire request (DecodeRequest in
+  // tensor_conversion.h, then the model's CheckLimits) and Enqueues it.
   const inference::ModelConfig& config() const override;
-  const std::vector<models::TensorSpec>& inputs() const override;
-  const std::vector<models::TensorSpec>& outputs() const override;
-  void Infer(InferenceRequest request,
-             std::function<void(InferenceResult)> done) override;
-  void RecordRejection(absl::StatusCode code) override;
+  const std::vector<TensorSpec>& inputs() const override;
+  const std::vector<TensorSpec>& outputs() const override;
+  void Infer(InferenceCall call,
+             std::function<void(absl::Status)> done) override;
   int64_t pending_requests() const override;
   ServedModelStatistics statistics() const override;
   casting::Footprint footprint() const override;
   int64_t tracked_bytes() const override;
-
-  // ModelMetricsSource.
-  const ModelMetrics& serving_metrics() const override;
-  int64_t peak_tracked_bytes() const override;
-  casting::WeightActivity weight_activity() const override;
-  models::PrefetchCounts prefetch_counts() const override;
+  ServedModelActivity activity() const override;
 
  private:
   class Impl;
-  explicit BatchingServedModel(std::shared_ptr<Impl> impl);
+  BatchingServedModel(std::shared_ptr<Impl> impl,
+                      std::vector<TensorSpec> wire_inputs,
+                      std::vector<TensorSpec> wire_outputs);
 
   // Shared with the worker threads, which may outlive this object by the
   // time it takes them to notice it is gone.
   std::shared_ptr<Impl> impl_;
+  // The model's signature in wire terms.
+  const std::vector<TensorSpec> wire_inputs_;
+  const std::vector<TensorSpec> wire_outputs_;
 };
 
 }  // namespace castserve

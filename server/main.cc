@@ -22,6 +22,7 @@
 #include "server/pem_file.h"
 #include "server/server.h"
 #include "server/server_flags.h"
+#include "server/libtorch_version.h"
 #include "server/version.h"
 
 namespace castserve {

@@ -433,6 +433,40 @@ absl::StatusOr<std::vector<std::string>> RequestedOutputs(
   return names;
 }
 
+absl::StatusOr<DecodedRequest> DecodeRequest(
+    const inference::ModelInferRequest& request,
+    const std::vector<models::TensorSpec>& specs, int64_t max_batch_size) {
+  DecodedRequest decoded;
+  absl::StatusOr<std::vector<std::string>> requested =
+      RequestedOutputs(request, specs);
+  if (!requested.ok()) return requested.status();
+  decoded.requested_outputs = *std::move(requested);
+  absl::StatusOr<models::NamedTensors> inputs =
+      InputsFromRequest(request, specs, max_batch_size);
+  if (!inputs.ok()) return inputs.status();
+  decoded.inputs = *std::move(inputs);
+  if (max_batch_size > 0) {
+    // InputsFromRequest checked that every input has the same batch size.
+    if (decoded.inputs.empty()) {
+      return absl::InvalidArgumentError(
+          "the request has no input to take the batch size from");
+    }
+    decoded.batch_size = decoded.inputs.begin()->second.size(0);
+  }
+  return decoded;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> WireSpecs(
+    const std::vector<models::TensorSpec>& specs) {
+  std::vector<TensorSpec> wire;
+  for (const models::TensorSpec& spec : specs) {
+    absl::StatusOr<std::string> datatype = DatatypeName(spec.dtype);
+    if (!datatype.ok()) return datatype.status();
+    wire.push_back({spec.name, *datatype, spec.shape, spec.optional});
+  }
+  return wire;
+}
+
 namespace {
 
 absl::Status WriteResponse(const inference::ModelInferRequest& request,

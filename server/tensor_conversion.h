@@ -17,6 +17,7 @@
 #include "models/model.h"
 #include "proto/inference.pb.h"
 #include "proto/model_config.pb.h"
+#include "server/served_model.h"
 
 namespace castserve {
 
@@ -47,6 +48,30 @@ absl::StatusOr<models::NamedTensors> InputsFromRequest(
 // requested twice.
 absl::StatusOr<std::vector<std::string>> RequestedOutputs(
     const inference::ModelInferRequest& request,
+    const std::vector<models::TensorSpec>& specs);
+
+// A wire request that passed every check of the request edge: names,
+// datatypes, shapes against the signature, the batch limit, byte sizes and
+// the requested outputs.
+struct DecodedRequest {
+  models::NamedTensors inputs;
+  // Empty means all.
+  std::vector<std::string> requested_outputs;
+  // The common first dimension with max_batch_size > 0, else 1.
+  int64_t batch_size = 1;
+};
+
+// The one validation of a wire request (RequestedOutputs, then
+// InputsFromRequest): what the served model checks where a request enters,
+// before anything is queued. The model's own limits (vocabulary, position
+// table) follow in models::Model::CheckLimits.
+absl::StatusOr<DecodedRequest> DecodeRequest(
+    const inference::ModelInferRequest& request,
+    const std::vector<models::TensorSpec>& specs, int64_t max_batch_size);
+
+// The signature `specs` in wire terms (datatype strings), as the servable
+// interface shows it. INTERNAL for a dtype the protocol has no name for.
+absl::StatusOr<std::vector<TensorSpec>> WireSpecs(
     const std::vector<models::TensorSpec>& specs);
 
 // Fills `response` (model name, version "1", request id, one output entry
