@@ -353,7 +353,8 @@ void BatchingServedModel::Impl::Infer(InferenceCall call,
                                       std::function<void(absl::Status)> done) {
   const inference::ModelInferRequest* wire = call.request;
   absl::StatusOr<DecodedRequest> decoded =
-      DecodeRequest(*wire, model_->inputs(), settings_.max_batch_size);
+      DecodeRequest(*wire, model_->inputs(), model_->outputs(),
+                    settings_.max_batch_size);
   absl::StatusOr<models::CheckedInputs> checked =
       decoded.ok() ? model_->CheckLimits(std::move(decoded->inputs))
                    : decoded.status();
@@ -372,15 +373,8 @@ void BatchingServedModel::Impl::Infer(InferenceCall call,
        max_bytes = call.max_response_bytes,
        requested = std::move(decoded->requested_outputs)](
           const models::NamedTensors& outputs) {
-        absl::Status written = FillResponse(*wire, model_->outputs(),
-                                            requested, outputs, response);
-        const size_t bytes = response->ByteSizeLong();
-        if (written.ok() && bytes > static_cast<size_t>(max_bytes)) {
-          written = absl::ResourceExhaustedError(absl::StrCat(
-              "the response is ", bytes, " bytes, above the limit of ",
-              max_bytes, " bytes (--max-message-bytes)"));
-        }
-        return written;
+        return FillResponseWithin(*wire, model_->outputs(), requested,
+                                  outputs, max_bytes, response);
       };
   Enqueue(std::move(request), [done = std::move(done)](InferenceResult result) {
     done(result.outputs.status());

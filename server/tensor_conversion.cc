@@ -435,14 +435,16 @@ absl::StatusOr<std::vector<std::string>> RequestedOutputs(
 
 absl::StatusOr<DecodedRequest> DecodeRequest(
     const inference::ModelInferRequest& request,
-    const std::vector<models::TensorSpec>& specs, int64_t max_batch_size) {
+    const std::vector<models::TensorSpec>& input_specs,
+    const std::vector<models::TensorSpec>& output_specs,
+    int64_t max_batch_size) {
   DecodedRequest decoded;
   absl::StatusOr<std::vector<std::string>> requested =
-      RequestedOutputs(request, specs);
+      RequestedOutputs(request, output_specs);
   if (!requested.ok()) return requested.status();
   decoded.requested_outputs = *std::move(requested);
   absl::StatusOr<models::NamedTensors> inputs =
-      InputsFromRequest(request, specs, max_batch_size);
+      InputsFromRequest(request, input_specs, max_batch_size);
   if (!inputs.ok()) return inputs.status();
   decoded.inputs = *std::move(inputs);
   if (max_batch_size > 0) {
@@ -516,6 +518,23 @@ absl::Status FillResponse(const inference::ModelInferRequest& request,
   return models::CatchExceptions([&] {
     return WriteResponse(request, specs, requested, outputs, response);
   });
+}
+
+absl::Status FillResponseWithin(const inference::ModelInferRequest& request,
+                                const std::vector<models::TensorSpec>& specs,
+                                const std::vector<std::string>& requested,
+                                const models::NamedTensors& outputs,
+                                int64_t max_response_bytes,
+                                inference::ModelInferResponse* response) {
+  absl::Status written =
+      FillResponse(request, specs, requested, outputs, response);
+  const size_t bytes = response->ByteSizeLong();
+  if (written.ok() && bytes > static_cast<size_t>(max_response_bytes)) {
+    written = absl::ResourceExhaustedError(absl::StrCat(
+        "the response is ", bytes, " bytes, above the limit of ",
+        max_response_bytes, " bytes (--max-message-bytes)"));
+  }
+  return written;
 }
 
 }  // namespace castserve

@@ -67,7 +67,9 @@ struct DecodedRequest {
 // table) follow in models::Model::CheckLimits.
 absl::StatusOr<DecodedRequest> DecodeRequest(
     const inference::ModelInferRequest& request,
-    const std::vector<models::TensorSpec>& specs, int64_t max_batch_size);
+    const std::vector<models::TensorSpec>& input_specs,
+    const std::vector<models::TensorSpec>& output_specs,
+    int64_t max_batch_size);
 
 // The signature `specs` in wire terms (datatype strings), as the servable
 // interface shows it. INTERNAL for a dtype the protocol has no name for.
@@ -84,6 +86,16 @@ absl::Status FillResponse(const inference::ModelInferRequest& request,
                           const std::vector<std::string>& requested,
                           const models::NamedTensors& outputs,
                           inference::ModelInferResponse* response);
+
+// FillResponse, then RESOURCE_EXHAUSTED when the response is larger than
+// `max_response_bytes` (--max-message-bytes): the response a served model
+// writes for an InferenceCall.
+absl::Status FillResponseWithin(const inference::ModelInferRequest& request,
+                                const std::vector<models::TensorSpec>& specs,
+                                const std::vector<std::string>& requested,
+                                const models::NamedTensors& outputs,
+                                int64_t max_response_bytes,
+                                inference::ModelInferResponse* response);
 
 }  // namespace castserve
 

@@ -221,18 +221,19 @@ void CheckResponse(const inference::ModelInferResponse& response) {
 void RunRequest(const models::Model& model,
                 const inference::ModelInferRequest& request,
                 int64_t max_batch_size) {
-  absl::StatusOr<std::vector<std::string>> requested =
-      RequestedOutputs(request, model.outputs());
-  absl::StatusOr<models::NamedTensors> inputs =
-      InputsFromRequest(request, model.inputs(), max_batch_size);
-  TrapUnless(inputs.ok() || absl::IsInvalidArgument(inputs.status()),
-             inputs.status(), "a request is refused as INVALID_ARGUMENT");
-  if (!requested.ok() || !inputs.ok()) return;
-  std::optional<models::NamedTensors> outputs = ForwardIfSmall(model, *inputs);
+  // The served model's one validation of a wire request.
+  absl::StatusOr<DecodedRequest> decoded =
+      DecodeRequest(request, model.inputs(), model.outputs(), max_batch_size);
+  TrapUnless(decoded.ok() || absl::IsInvalidArgument(decoded.status()),
+             decoded.status(), "a request is refused as INVALID_ARGUMENT");
+  if (!decoded.ok()) return;
+  std::optional<models::NamedTensors> outputs =
+      ForwardIfSmall(model, decoded->inputs);
   if (!outputs.has_value()) return;
   inference::ModelInferResponse response;
-  absl::Status written =
-      FillResponse(request, model.outputs(), *requested, *outputs, &response);
+  absl::Status written = FillResponse(request, model.outputs(),
+                                      decoded->requested_outputs, *outputs,
+                                      &response);
   TrapUnless(written.ok(), written, "a forward's outputs fill a response");
   CheckResponse(response);
 }
