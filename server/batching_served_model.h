@@ -39,73 +39,15 @@
 #include "models/model.h"
 #include "proto/model_config.pb.h"
 #include "server/model_statistics_recorder.h"
+#include "server/queued_request.h"
 #include "server/served_model.h"
+#include "server/tracked_model_id.h"
 
 namespace castserve {
-
-// One request below the servable interface: inputs the model checked, the
-// wire request's other settings decoded.
-struct InferenceRequest {
-  explicit InferenceRequest(models::CheckedInputs checked)
-      : inputs(std::move(checked)) {}
-
-  models::CheckedInputs inputs;
-  // With max_batch_size > 0 the common first dimension of the inputs, at
-  // most max_batch_size; else 1.
-  int64_t batch_size = 1;
-  // Outputs to return, each one of the model's; empty means all.
-  std::vector<std::string> requested_outputs;
-  // The request fails with DEADLINE_EXCEEDED, also while queued, after this.
-  absl::Time deadline = absl::InfiniteFuture();
-  // Polled while queued and before running; true drops the request with
-  // CANCELLED. May be null.
-  std::function<bool()> is_cancelled;
-  // Called with the request's outputs (the requested ones) after a
-  // successful forward and before the request is counted: writes the
-  // response and returns its status, so that a response that cannot be
-  // sent (too large) counts as the failure the client sees. May be null.
-  std::function<absl::Status(const models::NamedTensors&)> write_response;
-};
-
-// Durations are what Triton's statistics call queue and compute_infer.
-struct InferenceResult {
-  absl::StatusOr<models::NamedTensors> outputs;
-  absl::Duration queue_duration;
-  absl::Duration compute_duration;
-  // Items in the batch the request ran in (1 without batching).
-  int64_t executed_batch_size = 0;
-};
 
 // How many instances `config` asks for: the sum of its instance groups'
 // counts (a group counts at least 1), 1 without groups.
 int InstanceCount(const inference::ModelConfig& config);
-
-// A model id registered with the process's tracking allocator while the
-// object lives, so that allocations made under casting::ScopedModelTag(id())
-// count for the model. Ids are unique per object ("<name>#<n>"): a reload's
-// new model is measured apart from the old one. Without an installed
-// tracking allocator nothing is registered and live_bytes() is 0.
-// Thread-safe.
-class TrackedModelId {
- public:
-  static std::unique_ptr<TrackedModelId> Register(absl::string_view name);
-  ~TrackedModelId();
-  TrackedModelId(const TrackedModelId&) = delete;
-  TrackedModelId& operator=(const TrackedModelId&) = delete;
-
-  const std::string& id() const { return id_; }
-  // Bytes the tracking allocator attributes to the id now.
-  int64_t live_bytes() const;
-  // The id's highest live bytes since registration.
-  int64_t peak_bytes() const;
-
- private:
-  TrackedModelId(std::string id, bool registered)
-      : id_(std::move(id)), registered_(registered) {}
-
-  const std::string id_;
-  const bool registered_;
-};
 
 // Thread-safe. Destroying it fails the queued requests with UNAVAILABLE and
 // waits for running forwards; it may be destroyed from inside a `done`
