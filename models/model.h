@@ -7,10 +7,10 @@
 
 #include <exception>
 #include <map>
-#include <utility>
 #include <memory>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"

@@ -78,8 +78,7 @@ TEST(BatchPlannerTest, OptionsFromConfigKeepOnlyUsablePreferredSizes) {
   batching->add_preferred_batch_size(4);
   batching->add_preferred_batch_size(16);
   batching->set_max_queue_delay_microseconds(250);
-  const BatchPlanner::Options options =
-      BatchPlanner::OptionsFromConfig(config);
+  const BatchPlanner::Options options = BatchPlanner::OptionsFromConfig(config);
   EXPECT_TRUE(options.joins);
   EXPECT_THAT(options.preferred_batch_sizes, ElementsAre(4));
   EXPECT_EQ(options.max_queue_delay, absl::Microseconds(250));

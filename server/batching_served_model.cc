@@ -134,9 +134,10 @@ void BatchingServedModel::Impl::Enqueue(
   ABSL_RAW_CHECK(&request.inputs.model() == model_.get(),
                  "inputs checked by another model");
   const int64_t max_batch_size = planner_.options().max_batch_size;
-  ABSL_RAW_CHECK(request.batch_size >= 1 &&
-                     (max_batch_size <= 0 || request.batch_size <= max_batch_size),
-                 "batch size outside [1, max_batch_size]");
+  ABSL_RAW_CHECK(
+      request.batch_size >= 1 &&
+          (max_batch_size <= 0 || request.batch_size <= max_batch_size),
+      "batch size outside [1, max_batch_size]");
   auto queued = std::make_unique<QueuedRequest>();
   queued->done = std::move(done);
   queued->deadline = request.deadline;
@@ -172,14 +173,13 @@ void BatchingServedModel::Impl::Infer(InferenceCall call,
   request.requested_outputs = decoded->requested_outputs;
   request.deadline = call.deadline;
   request.is_cancelled = std::move(call.is_cancelled);
-  request.write_response =
-      [this, wire, response = call.response,
-       max_bytes = call.max_response_bytes,
-       requested = std::move(decoded->requested_outputs)](
-          const models::NamedTensors& outputs) {
-        return FillResponseWithin(*wire, model_->outputs(), requested,
-                                  outputs, max_bytes, response);
-      };
+  request.write_response = [this, wire, response = call.response,
+                            max_bytes = call.max_response_bytes,
+                            requested = std::move(decoded->requested_outputs)](
+                               const models::NamedTensors& outputs) {
+    return FillResponseWithin(*wire, model_->outputs(), requested, outputs,
+                              max_bytes, response);
+  };
   Enqueue(std::move(request), [done = std::move(done)](InferenceResult result) {
     done(result.outputs.status());
   });
@@ -193,11 +193,10 @@ void BatchingServedModel::Impl::Complete(QueuedPtr queued,
     if (!written.ok()) result.outputs = std::move(written);
   }
   const absl::Time now = absl::Now();
-  recorder_.RecordRequest(
-      {result.outputs.status().code(), queued->batch_size,
-       result.queue_duration, result.compute_duration,
-       now - queued->enqueue_time},
-      now);
+  recorder_.RecordRequest({result.outputs.status().code(), queued->batch_size,
+                           result.queue_duration, result.compute_duration,
+                           now - queued->enqueue_time},
+                          now);
   // `done` may drop the last reference to the served model; `this` stays
   // alive through the calling thread's own reference.
   std::function<void(InferenceResult)> done = std::move(queued->done);

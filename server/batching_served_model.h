@@ -1,5 +1,15 @@
 // The ServedModel around a models::Model: one queue, a dynamic batcher and N
-// instance threads running forwards on one shared set of weights.
+// instance threads running forwards on one shared set of weights. It is the
+// composition of a RequestQueue (request_queue.h), a BatchPlanner
+// (batch_planner.h), an InstanceRunner (instance_runner.h) and a
+// ModelStatisticsRecorder (model_statistics_recorder.h).
+//
+// Validate once, at the edge: Infer decodes and checks the wire request
+// completely (DecodeRequest in tensor_conversion.h: names, datatypes, shapes,
+// the batch limit, byte sizes, requested outputs; then the model's limits,
+// models::Model::CheckLimits) before it is queued, and counts a refused one
+// once. What runs below is a checked InferenceRequest; the queue and the
+// forward assert its invariants instead of checking them again.
 //
 // Batching (config.dynamic_batching present and max_batch_size > 0): queued
 // requests whose inputs have the same names, dtypes and non-batch dimensions
@@ -16,8 +26,8 @@
 // Infer answers RESOURCE_EXHAUSTED at once. default_timeout_microseconds
 // bounds the time in the queue.
 //
-// If a batched forward fails with INVALID_ARGUMENT (one request's token id
-// outside the vocabulary, say), each of its requests runs again alone so that
+// If a batched forward fails with INVALID_ARGUMENT (one request's bad value
+// that LibTorch rejects), each of its requests runs again alone so that
 // only the bad one fails.
 //
 // Memory: every forward (and the concatenation and split around it) runs

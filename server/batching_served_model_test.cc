@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "c10/util/Exception.h"
 #include "absl/time/clock.h"
+#include "c10/util/Exception.h"
 #include "casting/tracking_allocator.h"
 #include "gtest/gtest.h"
 #include "models/model.h"
@@ -186,16 +186,17 @@ TEST(BatchingServedModelTest, JoinsRequestsThatArriveTogether) {
 TEST(BatchingServedModelTest, SplitsOutputsOfMultiItemRequestsBack) {
   auto served =
       Serve(BatchingConfig(6, 2'000'000), std::make_shared<FakeModel>());
-  std::future<InferenceResult> one = Send(*served, RowsRequest(*served, 1, 3, 0));
-  std::future<InferenceResult> two = Send(*served, RowsRequest(*served, 2, 3, 100));
-  std::future<InferenceResult> three = Send(*served, RowsRequest(*served, 3, 3, 200));
+  std::future<InferenceResult> one =
+      Send(*served, RowsRequest(*served, 1, 3, 0));
+  std::future<InferenceResult> two =
+      Send(*served, RowsRequest(*served, 2, 3, 100));
+  std::future<InferenceResult> three =
+      Send(*served, RowsRequest(*served, 3, 3, 200));
   InferenceResult a = one.get(), b = two.get(), c = three.get();
   ASSERT_TRUE(a.outputs.ok() && b.outputs.ok() && c.outputs.ok());
   EXPECT_EQ(c.executed_batch_size, 6);
-  EXPECT_TRUE(at::equal(b.outputs->at("doubled"),
-                        Rows(2, 3, 100) * 2));
-  EXPECT_TRUE(at::equal(c.outputs->at("row_sum"),
-                        Rows(3, 3, 200).sum(1)));
+  EXPECT_TRUE(at::equal(b.outputs->at("doubled"), Rows(2, 3, 100) * 2));
+  EXPECT_TRUE(at::equal(c.outputs->at("row_sum"), Rows(3, 3, 200).sum(1)));
   EXPECT_EQ(a.outputs->at("doubled").size(0), 1);
 }
 
@@ -210,7 +211,8 @@ TEST(BatchingServedModelTest, ConcurrentClientsEachGetTheirOwnOutputs) {
       for (int i = 0; i < 50; ++i) {
         const int rows = 1 + (i % 3);
         const int width = 3 + (client % 2);
-        InferenceRequest request = RowsRequest(*served, rows, width, 1000 * client + i);
+        InferenceRequest request =
+            RowsRequest(*served, rows, width, 1000 * client + i);
         const at::Tensor expected = request.inputs.tensors().at("x") * 2;
         InferenceResult result = Send(*served, std::move(request)).get();
         if (!result.outputs.ok() ||
@@ -230,8 +232,10 @@ TEST(BatchingServedModelTest, ConcurrentClientsEachGetTheirOwnOutputs) {
 TEST(BatchingServedModelTest, RequestsOfDifferentShapesNeverJoin) {
   auto served =
       Serve(BatchingConfig(8, 100'000), std::make_shared<FakeModel>());
-  std::future<InferenceResult> narrow = Send(*served, RowsRequest(*served, 1, 4, 1));
-  std::future<InferenceResult> wide = Send(*served, RowsRequest(*served, 1, 5, 1));
+  std::future<InferenceResult> narrow =
+      Send(*served, RowsRequest(*served, 1, 4, 1));
+  std::future<InferenceResult> wide =
+      Send(*served, RowsRequest(*served, 1, 5, 1));
   EXPECT_EQ(narrow.get().executed_batch_size, 1);
   EXPECT_EQ(wide.get().executed_batch_size, 1);
   EXPECT_EQ(served->statistics().batches.at(1).first, 2u);
@@ -242,8 +246,10 @@ TEST(BatchingServedModelTest, PreferredBatchSizeRunsWithoutWaiting) {
   config.mutable_dynamic_batching()->add_preferred_batch_size(2);
   auto served = Serve(config, std::make_shared<FakeModel>());
   const absl::Time start = absl::Now();
-  std::future<InferenceResult> first = Send(*served, RowsRequest(*served, 1, 2, 1));
-  std::future<InferenceResult> second = Send(*served, RowsRequest(*served, 1, 2, 2));
+  std::future<InferenceResult> first =
+      Send(*served, RowsRequest(*served, 1, 2, 1));
+  std::future<InferenceResult> second =
+      Send(*served, RowsRequest(*served, 1, 2, 2));
   EXPECT_EQ(second.get().executed_batch_size, 2);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // Not the 10 s delay.
   EXPECT_TRUE(first.get().outputs.ok());
@@ -265,7 +271,8 @@ TEST(BatchingServedModelTest, QueuedRequestFailsAtItsDeadline) {
   inference::ModelConfig config;
   config.set_max_batch_size(4);
   auto served = Serve(config, model);
-  std::future<InferenceResult> busy = Send(*served, RowsRequest(*served, 1, 2, 0));
+  std::future<InferenceResult> busy =
+      Send(*served, RowsRequest(*served, 1, 2, 0));
   WaitUntil([&] { return model->forwards_started() == 1; });
   InferenceRequest late = RowsRequest(*served, 1, 2, 0);
   late.deadline = absl::Now() + absl::Milliseconds(30);
@@ -282,7 +289,8 @@ TEST(BatchingServedModelTest, QueuedRequestFailsAtItsDeadline) {
 TEST(BatchingServedModelTest, QueuedRequestIsDroppedWhenCancelled) {
   auto model = std::make_shared<FakeModel>(absl::Milliseconds(800));
   auto served = Serve(inference::ModelConfig(), model);
-  std::future<InferenceResult> busy = Send(*served, RowsRequest(*served, 1, 2, 0));
+  std::future<InferenceResult> busy =
+      Send(*served, RowsRequest(*served, 1, 2, 0));
   WaitUntil([&] { return model->forwards_started() == 1; });
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
   InferenceRequest request = RowsRequest(*served, 1, 2, 0);
@@ -304,11 +312,15 @@ TEST(BatchingServedModelTest, FullQueueRejectsWithResourceExhausted) {
       ->mutable_default_queue_policy()
       ->set_max_queue_size(2);
   auto served = Serve(config, model);
-  std::future<InferenceResult> running = Send(*served, RowsRequest(*served, 1, 2, 0));
+  std::future<InferenceResult> running =
+      Send(*served, RowsRequest(*served, 1, 2, 0));
   WaitUntil([&] { return model->forwards_started() == 1; });
-  std::future<InferenceResult> queued1 = Send(*served, RowsRequest(*served, 1, 2, 0));
-  std::future<InferenceResult> queued2 = Send(*served, RowsRequest(*served, 1, 2, 0));
-  std::future<InferenceResult> rejected = Send(*served, RowsRequest(*served, 1, 2, 0));
+  std::future<InferenceResult> queued1 =
+      Send(*served, RowsRequest(*served, 1, 2, 0));
+  std::future<InferenceResult> queued2 =
+      Send(*served, RowsRequest(*served, 1, 2, 0));
+  std::future<InferenceResult> rejected =
+      Send(*served, RowsRequest(*served, 1, 2, 0));
   // Rejected inline: the answer is there before Infer returned.
   ASSERT_EQ(rejected.wait_for(std::chrono::seconds(0)),
             std::future_status::ready);
@@ -340,8 +352,12 @@ TEST(BatchingServedModelTest, EachModelsForwardsRunOnItsOwnThreadCount) {
   auto served_three = Serve(inference::ModelConfig(), three, nullptr, 3);
   auto served_one = Serve(inference::ModelConfig(), one, nullptr, 1);
   for (int round = 0; round < 2; ++round) {
-    ASSERT_TRUE(Send(*served_three, RowsRequest(*served_three, 1, 2, 0)).get().outputs.ok());
-    ASSERT_TRUE(Send(*served_one, RowsRequest(*served_one, 1, 2, 0)).get().outputs.ok());
+    ASSERT_TRUE(Send(*served_three, RowsRequest(*served_three, 1, 2, 0))
+                    .get()
+                    .outputs.ok());
+    ASSERT_TRUE(Send(*served_one, RowsRequest(*served_one, 1, 2, 0))
+                    .get()
+                    .outputs.ok());
     EXPECT_EQ(three->last_intra_op_threads(), 3);
     EXPECT_EQ(one->last_intra_op_threads(), 1);
   }
@@ -352,7 +368,8 @@ TEST(BatchingServedModelTest, OneBadRequestFailsAloneInsideABatch) {
       Serve(BatchingConfig(4, 2'000'000), std::make_shared<FakeModel>());
   std::vector<std::future<InferenceResult>> futures;
   for (int i = 0; i < 4; ++i) {
-    futures.push_back(Send(*served, RowsRequest(*served, 1, 2, i == 2 ? -5.0f : i)));
+    futures.push_back(
+        Send(*served, RowsRequest(*served, 1, 2, i == 2 ? -5.0f : i)));
   }
   for (int i = 0; i < 4; ++i) {
     InferenceResult result = futures[i].get();
@@ -397,9 +414,11 @@ TEST(BatchingServedModelTest, BatchAboveMaxBatchSizeIsInvalid) {
 TEST(BatchingServedModelTest, DestructionFailsQueuedRequestsWithUnavailable) {
   auto model = std::make_shared<FakeModel>(absl::Milliseconds(300));
   auto served = Serve(inference::ModelConfig(), model);
-  std::future<InferenceResult> running = Send(*served, RowsRequest(*served, 1, 2, 0));
+  std::future<InferenceResult> running =
+      Send(*served, RowsRequest(*served, 1, 2, 0));
   WaitUntil([&] { return model->forwards_started() == 1; });
-  std::future<InferenceResult> queued = Send(*served, RowsRequest(*served, 1, 2, 0));
+  std::future<InferenceResult> queued =
+      Send(*served, RowsRequest(*served, 1, 2, 0));
   served.reset();  // Waits for the running forward.
   EXPECT_TRUE(running.get().outputs.ok());
   EXPECT_EQ(queued.get().outputs.status().code(),
@@ -413,10 +432,10 @@ TEST(BatchingServedModelTest, MayBeDestroyedFromItsOwnCallback) {
   absl::Notification finished;
   BatchingServedModel* raw = served.get();
   raw->Enqueue(RowsRequest(*raw, 1, 2, 0),
-             [owner = std::move(served), &finished](InferenceResult) mutable {
-               owner.reset();  // The last reference, on a worker thread.
-               finished.Notify();
-             });
+               [owner = std::move(served), &finished](InferenceResult) mutable {
+                 owner.reset();  // The last reference, on a worker thread.
+                 finished.Notify();
+               });
   ASSERT_TRUE(finished.WaitForNotificationWithTimeout(absl::Seconds(10)));
   WaitUntil([&] { return watch.expired(); });
 }
@@ -426,7 +445,8 @@ TEST(BatchingServedModelTest, AttributesForwardAllocationsToTheModel) {
   auto served = Serve(inference::ModelConfig(), std::make_shared<FakeModel>(),
                       TrackedModelId::Register("fake"));
   constexpr int kWidth = 1 << 18;  // 1 MiB of f32 per output row.
-  InferenceResult result = Send(*served, RowsRequest(*served, 1, kWidth, 1)).get();
+  InferenceResult result =
+      Send(*served, RowsRequest(*served, 1, kWidth, 1)).get();
   ASSERT_TRUE(result.outputs.ok());
   EXPECT_GE(served->tracked_bytes(), int64_t{kWidth} * 4);
   result = InferenceResult();  // Frees the outputs made by the forward,

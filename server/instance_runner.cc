@@ -70,9 +70,8 @@ void InstanceRunner::Start(RequestQueue* queue, const BatchPlanner* planner,
   complete_ = std::move(complete);
   record_batch_ = std::move(record_batch);
   for (int i = 0; i < options_.instance_count; ++i) {
-    threads_.emplace_back([this, queue, planner, keep_alive] {
-      InstanceLoop(queue, planner);
-    });
+    threads_.emplace_back(
+        [this, queue, planner, keep_alive] { InstanceLoop(queue, planner); });
   }
   threads_.emplace_back([this, queue, keep_alive] { ReaperLoop(queue); });
 }

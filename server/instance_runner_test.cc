@@ -45,8 +45,8 @@ class PlusOneModel : public models::Model {
  private:
   models::Module root_;
   const std::vector<models::TensorSpec> inputs_ = {{"x", at::kFloat, {-1, 2}}};
-  const std::vector<models::TensorSpec> outputs_ = {
-      {"y", at::kFloat, {-1, 2}}, {"sum", at::kFloat, {-1}}};
+  const std::vector<models::TensorSpec> outputs_ = {{"y", at::kFloat, {-1, 2}},
+                                                    {"sum", at::kFloat, {-1}}};
   mutable std::atomic<int> forwards_{0};
 };
 

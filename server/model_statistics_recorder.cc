@@ -84,8 +84,7 @@ void ModelStatisticsRecorder::RecordRequest(const CompletedRequest& request,
   }
 }
 
-void ModelStatisticsRecorder::RecordBatch(int64_t items,
-                                          absl::Duration compute,
+void ModelStatisticsRecorder::RecordBatch(int64_t items, absl::Duration compute,
                                           int64_t peak_increase_bytes) {
   absl::MutexLock lock(&mu_);
   data_.batch_size.Observe(static_cast<double>(items));

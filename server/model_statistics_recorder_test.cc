@@ -24,10 +24,10 @@ TEST(ModelStatisticsRecorderTest, OneRecordFeedsCountersCodesAndHistograms) {
   recorder.RecordRequest({absl::StatusCode::kOk, 3, absl::Milliseconds(2),
                           absl::Milliseconds(3), absl::Milliseconds(5)},
                          now);
-  recorder.RecordRequest({absl::StatusCode::kInvalidArgument, 0,
-                          absl::ZeroDuration(), absl::ZeroDuration(),
-                          absl::Milliseconds(1)},
-                         now + absl::Seconds(1));
+  recorder.RecordRequest(
+      {absl::StatusCode::kInvalidArgument, 0, absl::ZeroDuration(),
+       absl::ZeroDuration(), absl::Milliseconds(1)},
+      now + absl::Seconds(1));
   recorder.RecordBatch(3, absl::Milliseconds(3), 1 << 20);
   const ServedModelStatistics stats = recorder.snapshot();
   // What the ModelStatistics RPC reads.

@@ -59,8 +59,7 @@ class RequestQueue {
   // Waits until a queued request's deadline passes or a poll interval ends,
   // then takes out expired and cancelled requests into `dropped`. False
   // once stopped.
-  bool WaitForExpired(std::vector<Rejection>* dropped)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  bool WaitForExpired(std::vector<Rejection>* dropped) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Refuses every later Push, wakes every waiter and returns the queued
   // requests, each with UNAVAILABLE.

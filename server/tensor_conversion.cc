@@ -530,9 +530,9 @@ absl::Status FillResponseWithin(const inference::ModelInferRequest& request,
       FillResponse(request, specs, requested, outputs, response);
   const size_t bytes = response->ByteSizeLong();
   if (written.ok() && bytes > static_cast<size_t>(max_response_bytes)) {
-    written = absl::ResourceExhaustedError(absl::StrCat(
-        "the response is ", bytes, " bytes, above the limit of ",
-        max_response_bytes, " bytes (--max-message-bytes)"));
+    written = absl::ResourceExhaustedError(
+        absl::StrCat("the response is ", bytes, " bytes, above the limit of ",
+                     max_response_bytes, " bytes (--max-message-bytes)"));
   }
   return written;
 }

@@ -9,7 +9,6 @@
 
 namespace castserve {
 
-
 std::unique_ptr<TrackedModelId> TrackedModelId::Register(
     absl::string_view name) {
   static std::atomic<uint64_t> next_serial{1};

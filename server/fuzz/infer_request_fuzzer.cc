@@ -1,6 +1,6 @@
 // libFuzzer target: a ModelInferRequest against the BERT fixture, along the
-// path ModelInfer takes (server/inference_service.cc): RequestedOutputs,
-// InputsFromRequest, Model::Forward (signature and vocabulary checks, then
+// path a served model takes (server/batching_served_model.cc): DecodeRequest
+// (the request edge's one validation), Model::Forward (its CheckInputs, then
 // the forward when the inputs pass and are small), FillResponse. Built by
 // tools/run_fuzzers.sh; run from the repository root.
 //
@@ -231,9 +231,9 @@ void RunRequest(const models::Model& model,
       ForwardIfSmall(model, decoded->inputs);
   if (!outputs.has_value()) return;
   inference::ModelInferResponse response;
-  absl::Status written = FillResponse(request, model.outputs(),
-                                      decoded->requested_outputs, *outputs,
-                                      &response);
+  absl::Status written =
+      FillResponse(request, model.outputs(), decoded->requested_outputs,
+                   *outputs, &response);
   TrapUnless(written.ok(), written, "a forward's outputs fill a response");
   CheckResponse(response);
 }

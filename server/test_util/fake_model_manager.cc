@@ -47,10 +47,10 @@ void FakeServedModel::Infer(InferenceCall call,
       at::Tensor y = inputs.at("x") * 2;
       auto scale = inputs.find("scale");
       if (scale != inputs.end()) y = y * scale->second;
-      status = FillResponseWithin(
-          *call.request, outputs_, decoded.requested_outputs,
-          {{"y", y}, {"sum", y.sum(1)}}, call.max_response_bytes,
-          call.response);
+      status =
+          FillResponseWithin(*call.request, outputs_, decoded.requested_outputs,
+                             {{"y", y}, {"sum", y.sum(1)}},
+                             call.max_response_bytes, call.response);
     }
     const absl::Duration compute = absl::Microseconds(5);
     recorder_.RecordBatch(decoded.batch_size, compute, 0);

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "server/model_manager.h"
 #include "models/model.h"
+#include "server/model_manager.h"
 #include "server/served_model.h"
 
 namespace castserve::testing {
