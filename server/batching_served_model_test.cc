@@ -126,6 +126,11 @@ std::future<InferenceResult> Send(BatchingServedModel& model,
   return future;
 }
 
+std::future<InferenceResult> SendRows(BatchingServedModel& served, int rows,
+                                      int width, float base) {
+  return Send(served, RowsRequest(served, rows, width, base));
+}
+
 // One wire request "x" of `rows` x `width` FP32 zeros through Infer.
 absl::Status InferWire(ServedModel& model, int rows, int width,
                        const std::vector<std::string>& requested = {},
@@ -163,7 +168,7 @@ TEST(BatchingServedModelTest, JoinsRequestsThatArriveTogether) {
   auto served = Serve(BatchingConfig(8, 2'000'000), model);
   std::vector<std::future<InferenceResult>> futures;
   for (int i = 0; i < 8; ++i) {
-    futures.push_back(Send(*served, RowsRequest(*served, 1, 4, 10.0f * i)));
+    futures.push_back(SendRows(*served, 1, 4, 10.0f * i)));
   }
   for (int i = 0; i < 8; ++i) {
     InferenceResult result = futures[i].get();
@@ -187,11 +192,11 @@ TEST(BatchingServedModelTest, SplitsOutputsOfMultiItemRequestsBack) {
   auto served =
       Serve(BatchingConfig(6, 2'000'000), std::make_shared<FakeModel>());
   std::future<InferenceResult> one =
-      Send(*served, RowsRequest(*served, 1, 3, 0));
+      SendRows(*served, 1, 3, 0));
   std::future<InferenceResult> two =
-      Send(*served, RowsRequest(*served, 2, 3, 100));
+      SendRows(*served, 2, 3, 100));
   std::future<InferenceResult> three =
-      Send(*served, RowsRequest(*served, 3, 3, 200));
+      SendRows(*served, 3, 3, 200));
   InferenceResult a = one.get(), b = two.get(), c = three.get();
   ASSERT_TRUE(a.outputs.ok() && b.outputs.ok() && c.outputs.ok());
   EXPECT_EQ(c.executed_batch_size, 6);
@@ -233,9 +238,9 @@ TEST(BatchingServedModelTest, RequestsOfDifferentShapesNeverJoin) {
   auto served =
       Serve(BatchingConfig(8, 100'000), std::make_shared<FakeModel>());
   std::future<InferenceResult> narrow =
-      Send(*served, RowsRequest(*served, 1, 4, 1));
+      SendRows(*served, 1, 4, 1));
   std::future<InferenceResult> wide =
-      Send(*served, RowsRequest(*served, 1, 5, 1));
+      SendRows(*served, 1, 5, 1));
   EXPECT_EQ(narrow.get().executed_batch_size, 1);
   EXPECT_EQ(wide.get().executed_batch_size, 1);
   EXPECT_EQ(served->statistics().batches.at(1).first, 2u);
@@ -247,9 +252,9 @@ TEST(BatchingServedModelTest, PreferredBatchSizeRunsWithoutWaiting) {
   auto served = Serve(config, std::make_shared<FakeModel>());
   const absl::Time start = absl::Now();
   std::future<InferenceResult> first =
-      Send(*served, RowsRequest(*served, 1, 2, 1));
+      SendRows(*served, 1, 2, 1));
   std::future<InferenceResult> second =
-      Send(*served, RowsRequest(*served, 1, 2, 2));
+      SendRows(*served, 1, 2, 2));
   EXPECT_EQ(second.get().executed_batch_size, 2);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // Not the 10 s delay.
   EXPECT_TRUE(first.get().outputs.ok());
@@ -261,7 +266,7 @@ TEST(BatchingServedModelTest, WithoutDynamicBatchingEachRequestRunsAlone) {
   auto served = Serve(config, std::make_shared<FakeModel>());
   std::vector<std::future<InferenceResult>> futures;
   for (int i = 0; i < 4; ++i)
-    futures.push_back(Send(*served, RowsRequest(*served, 1, 2, i)));
+    futures.push_back(SendRows(*served, 1, 2, i)));
   for (auto& future : futures) EXPECT_EQ(future.get().executed_batch_size, 1);
   EXPECT_EQ(served->statistics().execution_count, 4u);
 }
@@ -272,7 +277,7 @@ TEST(BatchingServedModelTest, QueuedRequestFailsAtItsDeadline) {
   config.set_max_batch_size(4);
   auto served = Serve(config, model);
   std::future<InferenceResult> busy =
-      Send(*served, RowsRequest(*served, 1, 2, 0));
+      SendRows(*served, 1, 2, 0));
   WaitUntil([&] { return model->forwards_started() == 1; });
   InferenceRequest late = RowsRequest(*served, 1, 2, 0);
   late.deadline = absl::Now() + absl::Milliseconds(30);
@@ -290,7 +295,7 @@ TEST(BatchingServedModelTest, QueuedRequestIsDroppedWhenCancelled) {
   auto model = std::make_shared<FakeModel>(absl::Milliseconds(800));
   auto served = Serve(inference::ModelConfig(), model);
   std::future<InferenceResult> busy =
-      Send(*served, RowsRequest(*served, 1, 2, 0));
+      SendRows(*served, 1, 2, 0));
   WaitUntil([&] { return model->forwards_started() == 1; });
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
   InferenceRequest request = RowsRequest(*served, 1, 2, 0);
@@ -313,14 +318,14 @@ TEST(BatchingServedModelTest, FullQueueRejectsWithResourceExhausted) {
       ->set_max_queue_size(2);
   auto served = Serve(config, model);
   std::future<InferenceResult> running =
-      Send(*served, RowsRequest(*served, 1, 2, 0));
+      SendRows(*served, 1, 2, 0));
   WaitUntil([&] { return model->forwards_started() == 1; });
   std::future<InferenceResult> queued1 =
-      Send(*served, RowsRequest(*served, 1, 2, 0));
+      SendRows(*served, 1, 2, 0));
   std::future<InferenceResult> queued2 =
-      Send(*served, RowsRequest(*served, 1, 2, 0));
+      SendRows(*served, 1, 2, 0));
   std::future<InferenceResult> rejected =
-      Send(*served, RowsRequest(*served, 1, 2, 0));
+      SendRows(*served, 1, 2, 0));
   // Rejected inline: the answer is there before Infer returned.
   ASSERT_EQ(rejected.wait_for(std::chrono::seconds(0)),
             std::future_status::ready);
@@ -340,7 +345,7 @@ TEST(BatchingServedModelTest, InstancesRunForwardsConcurrently) {
   auto served = Serve(config, model);
   std::vector<std::future<InferenceResult>> futures;
   for (int i = 0; i < 3; ++i)
-    futures.push_back(Send(*served, RowsRequest(*served, 1, 2, i)));
+    futures.push_back(SendRows(*served, 1, 2, i)));
   for (auto& future : futures) EXPECT_TRUE(future.get().outputs.ok());
   EXPECT_EQ(model->max_concurrent_forwards(), 3);
 }
@@ -352,10 +357,10 @@ TEST(BatchingServedModelTest, EachModelsForwardsRunOnItsOwnThreadCount) {
   auto served_three = Serve(inference::ModelConfig(), three, nullptr, 3);
   auto served_one = Serve(inference::ModelConfig(), one, nullptr, 1);
   for (int round = 0; round < 2; ++round) {
-    ASSERT_TRUE(Send(*served_three, RowsRequest(*served_three, 1, 2, 0))
+    ASSERT_TRUE(SendRows(*served_three, 1, 2, 0))
                     .get()
                     .outputs.ok());
-    ASSERT_TRUE(Send(*served_one, RowsRequest(*served_one, 1, 2, 0))
+    ASSERT_TRUE(SendRows(*served_one, 1, 2, 0))
                     .get()
                     .outputs.ok());
     EXPECT_EQ(three->last_intra_op_threads(), 3);
@@ -369,7 +374,7 @@ TEST(BatchingServedModelTest, OneBadRequestFailsAloneInsideABatch) {
   std::vector<std::future<InferenceResult>> futures;
   for (int i = 0; i < 4; ++i) {
     futures.push_back(
-        Send(*served, RowsRequest(*served, 1, 2, i == 2 ? -5.0f : i)));
+        SendRows(*served, 1, 2, i == 2 ? -5.0f : i)));
   }
   for (int i = 0; i < 4; ++i) {
     InferenceResult result = futures[i].get();
@@ -415,10 +420,10 @@ TEST(BatchingServedModelTest, DestructionFailsQueuedRequestsWithUnavailable) {
   auto model = std::make_shared<FakeModel>(absl::Milliseconds(300));
   auto served = Serve(inference::ModelConfig(), model);
   std::future<InferenceResult> running =
-      Send(*served, RowsRequest(*served, 1, 2, 0));
+      SendRows(*served, 1, 2, 0));
   WaitUntil([&] { return model->forwards_started() == 1; });
   std::future<InferenceResult> queued =
-      Send(*served, RowsRequest(*served, 1, 2, 0));
+      SendRows(*served, 1, 2, 0));
   served.reset();  // Waits for the running forward.
   EXPECT_TRUE(running.get().outputs.ok());
   EXPECT_EQ(queued.get().outputs.status().code(),
@@ -446,7 +451,7 @@ TEST(BatchingServedModelTest, AttributesForwardAllocationsToTheModel) {
                       TrackedModelId::Register("fake"));
   constexpr int kWidth = 1 << 18;  // 1 MiB of f32 per output row.
   InferenceResult result =
-      Send(*served, RowsRequest(*served, 1, kWidth, 1)).get();
+      SendRows(*served, 1, kWidth, 1)).get();
   ASSERT_TRUE(result.outputs.ok());
   EXPECT_GE(served->tracked_bytes(), int64_t{kWidth} * 4);
   result = InferenceResult();  // Frees the outputs made by the forward,

@@ -83,19 +83,25 @@ struct Completions {
   }
 };
 
-TEST(InstanceRunnerTest, SplitsABatchsOutputsBackPerRequest) {
-  auto model = std::make_shared<PlusOneModel>();
-  InstanceRunner runner(model, {});
-  Completions done;
+// Runs `batch` on a started runner of `model`, then stops it.
+void ExecuteOnce(std::shared_ptr<PlusOneModel> model,
+                 std::vector<QueuedPtr> batch, Completions& done) {
+  InstanceRunner runner(std::move(model), {});
   RequestQueue queue{RequestQueue::Options()};
   BatchPlanner planner{BatchPlanner::Options()};
   runner.Start(&queue, &planner, done.complete(), done.record_batch(), nullptr);
-  std::vector<QueuedPtr> batch;
-  batch.push_back(Entry(*model, at::full({1, 2}, 1.0f)));
-  batch.push_back(Entry(*model, at::full({2, 2}, 10.0f), {"sum"}));
   runner.Execute(std::move(batch));
   queue.Stop();
   runner.Join();
+}
+
+TEST(InstanceRunnerTest, SplitsABatchsOutputsBackPerRequest) {
+  auto model = std::make_shared<PlusOneModel>();
+  Completions done;
+  std::vector<QueuedPtr> batch;
+  batch.push_back(Entry(*model, at::full({1, 2}, 1.0f)));
+  batch.push_back(Entry(*model, at::full({2, 2}, 10.0f), {"sum"}));
+  ExecuteOnce(model, std::move(batch), done);
 
   EXPECT_EQ(model->forwards(), 1);
   EXPECT_EQ(done.batch_items, std::vector<int64_t>({3}));
@@ -111,18 +117,12 @@ TEST(InstanceRunnerTest, SplitsABatchsOutputsBackPerRequest) {
 
 TEST(InstanceRunnerTest, ABadValueFailsOnlyItsOwnRequest) {
   auto model = std::make_shared<PlusOneModel>();
-  InstanceRunner runner(model, {});
   Completions done;
-  RequestQueue queue{RequestQueue::Options()};
-  BatchPlanner planner{BatchPlanner::Options()};
-  runner.Start(&queue, &planner, done.complete(), done.record_batch(), nullptr);
   std::vector<QueuedPtr> batch;
   batch.push_back(Entry(*model, at::full({1, 2}, 1.0f)));
   batch.push_back(Entry(*model, at::full({1, 2}, -1.0f)));
   batch.push_back(Entry(*model, at::full({1, 2}, 2.0f)));
-  runner.Execute(std::move(batch));
-  queue.Stop();
-  runner.Join();
+  ExecuteOnce(model, std::move(batch), done);
 
   // The joined forward, then each request alone.
   EXPECT_EQ(model->forwards(), 4);
