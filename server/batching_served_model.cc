@@ -262,18 +262,14 @@ BatchingServedModel::Create(
           absl::StrCat("instance_group count ", group.count(), " is negative"));
     }
   }
-  absl::StatusOr<std::vector<TensorSpec>> wire_inputs =
-      WireSpecs(model->inputs());
-  if (!wire_inputs.ok()) return wire_inputs.status();
-  absl::StatusOr<std::vector<TensorSpec>> wire_outputs =
-      WireSpecs(model->outputs());
-  if (!wire_outputs.ok()) return wire_outputs.status();
+  std::vector<TensorSpec> wire_inputs = WireSpecs(model->inputs());
+  std::vector<TensorSpec> wire_outputs = WireSpecs(model->outputs());
   auto impl = std::make_shared<Impl>(std::move(config), std::move(model),
                                      std::move(tracked_id), intra_op_threads,
                                      std::move(cancellation));
   impl->Start(impl);
   return absl::WrapUnique(new BatchingServedModel(
-      std::move(impl), *std::move(wire_inputs), *std::move(wire_outputs)));
+      std::move(impl), std::move(wire_inputs), std::move(wire_outputs)));
 }
 
 BatchingServedModel::BatchingServedModel(std::shared_ptr<Impl> impl,

@@ -168,7 +168,7 @@ TEST(BatchingServedModelTest, JoinsRequestsThatArriveTogether) {
   auto served = Serve(BatchingConfig(8, 2'000'000), model);
   std::vector<std::future<InferenceResult>> futures;
   for (int i = 0; i < 8; ++i) {
-    futures.push_back(SendRows(*served, 1, 4, 10.0f * i)));
+    futures.push_back(SendRows(*served, 1, 4, 10.0f * i));
   }
   for (int i = 0; i < 8; ++i) {
     InferenceResult result = futures[i].get();
@@ -191,12 +191,9 @@ TEST(BatchingServedModelTest, JoinsRequestsThatArriveTogether) {
 TEST(BatchingServedModelTest, SplitsOutputsOfMultiItemRequestsBack) {
   auto served =
       Serve(BatchingConfig(6, 2'000'000), std::make_shared<FakeModel>());
-  std::future<InferenceResult> one =
-      SendRows(*served, 1, 3, 0));
-  std::future<InferenceResult> two =
-      SendRows(*served, 2, 3, 100));
-  std::future<InferenceResult> three =
-      SendRows(*served, 3, 3, 200));
+  std::future<InferenceResult> one = SendRows(*served, 1, 3, 0);
+  std::future<InferenceResult> two = SendRows(*served, 2, 3, 100);
+  std::future<InferenceResult> three = SendRows(*served, 3, 3, 200);
   InferenceResult a = one.get(), b = two.get(), c = three.get();
   ASSERT_TRUE(a.outputs.ok() && b.outputs.ok() && c.outputs.ok());
   EXPECT_EQ(c.executed_batch_size, 6);
@@ -237,10 +234,8 @@ TEST(BatchingServedModelTest, ConcurrentClientsEachGetTheirOwnOutputs) {
 TEST(BatchingServedModelTest, RequestsOfDifferentShapesNeverJoin) {
   auto served =
       Serve(BatchingConfig(8, 100'000), std::make_shared<FakeModel>());
-  std::future<InferenceResult> narrow =
-      SendRows(*served, 1, 4, 1));
-  std::future<InferenceResult> wide =
-      SendRows(*served, 1, 5, 1));
+  std::future<InferenceResult> narrow = SendRows(*served, 1, 4, 1);
+  std::future<InferenceResult> wide = SendRows(*served, 1, 5, 1);
   EXPECT_EQ(narrow.get().executed_batch_size, 1);
   EXPECT_EQ(wide.get().executed_batch_size, 1);
   EXPECT_EQ(served->statistics().batches.at(1).first, 2u);
@@ -251,10 +246,8 @@ TEST(BatchingServedModelTest, PreferredBatchSizeRunsWithoutWaiting) {
   config.mutable_dynamic_batching()->add_preferred_batch_size(2);
   auto served = Serve(config, std::make_shared<FakeModel>());
   const absl::Time start = absl::Now();
-  std::future<InferenceResult> first =
-      SendRows(*served, 1, 2, 1));
-  std::future<InferenceResult> second =
-      SendRows(*served, 1, 2, 2));
+  std::future<InferenceResult> first = SendRows(*served, 1, 2, 1);
+  std::future<InferenceResult> second = SendRows(*served, 1, 2, 2);
   EXPECT_EQ(second.get().executed_batch_size, 2);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // Not the 10 s delay.
   EXPECT_TRUE(first.get().outputs.ok());
@@ -265,8 +258,7 @@ TEST(BatchingServedModelTest, WithoutDynamicBatchingEachRequestRunsAlone) {
   config.set_max_batch_size(8);
   auto served = Serve(config, std::make_shared<FakeModel>());
   std::vector<std::future<InferenceResult>> futures;
-  for (int i = 0; i < 4; ++i)
-    futures.push_back(SendRows(*served, 1, 2, i)));
+  for (int i = 0; i < 4; ++i) futures.push_back(SendRows(*served, 1, 2, i));
   for (auto& future : futures) EXPECT_EQ(future.get().executed_batch_size, 1);
   EXPECT_EQ(served->statistics().execution_count, 4u);
 }
@@ -276,8 +268,7 @@ TEST(BatchingServedModelTest, QueuedRequestFailsAtItsDeadline) {
   inference::ModelConfig config;
   config.set_max_batch_size(4);
   auto served = Serve(config, model);
-  std::future<InferenceResult> busy =
-      SendRows(*served, 1, 2, 0));
+  std::future<InferenceResult> busy = SendRows(*served, 1, 2, 0);
   WaitUntil([&] { return model->forwards_started() == 1; });
   InferenceRequest late = RowsRequest(*served, 1, 2, 0);
   late.deadline = absl::Now() + absl::Milliseconds(30);
@@ -294,8 +285,7 @@ TEST(BatchingServedModelTest, QueuedRequestFailsAtItsDeadline) {
 TEST(BatchingServedModelTest, QueuedRequestIsDroppedWhenCancelled) {
   auto model = std::make_shared<FakeModel>(absl::Milliseconds(800));
   auto served = Serve(inference::ModelConfig(), model);
-  std::future<InferenceResult> busy =
-      SendRows(*served, 1, 2, 0));
+  std::future<InferenceResult> busy = SendRows(*served, 1, 2, 0);
   WaitUntil([&] { return model->forwards_started() == 1; });
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
   InferenceRequest request = RowsRequest(*served, 1, 2, 0);
@@ -317,15 +307,11 @@ TEST(BatchingServedModelTest, FullQueueRejectsWithResourceExhausted) {
       ->mutable_default_queue_policy()
       ->set_max_queue_size(2);
   auto served = Serve(config, model);
-  std::future<InferenceResult> running =
-      SendRows(*served, 1, 2, 0));
+  std::future<InferenceResult> running = SendRows(*served, 1, 2, 0);
   WaitUntil([&] { return model->forwards_started() == 1; });
-  std::future<InferenceResult> queued1 =
-      SendRows(*served, 1, 2, 0));
-  std::future<InferenceResult> queued2 =
-      SendRows(*served, 1, 2, 0));
-  std::future<InferenceResult> rejected =
-      SendRows(*served, 1, 2, 0));
+  std::future<InferenceResult> queued1 = SendRows(*served, 1, 2, 0);
+  std::future<InferenceResult> queued2 = SendRows(*served, 1, 2, 0);
+  std::future<InferenceResult> rejected = SendRows(*served, 1, 2, 0);
   // Rejected inline: the answer is there before Infer returned.
   ASSERT_EQ(rejected.wait_for(std::chrono::seconds(0)),
             std::future_status::ready);
@@ -344,8 +330,7 @@ TEST(BatchingServedModelTest, InstancesRunForwardsConcurrently) {
   config.add_instance_group()->set_count(3);
   auto served = Serve(config, model);
   std::vector<std::future<InferenceResult>> futures;
-  for (int i = 0; i < 3; ++i)
-    futures.push_back(SendRows(*served, 1, 2, i)));
+  for (int i = 0; i < 3; ++i) futures.push_back(SendRows(*served, 1, 2, i));
   for (auto& future : futures) EXPECT_TRUE(future.get().outputs.ok());
   EXPECT_EQ(model->max_concurrent_forwards(), 3);
 }
@@ -357,12 +342,8 @@ TEST(BatchingServedModelTest, EachModelsForwardsRunOnItsOwnThreadCount) {
   auto served_three = Serve(inference::ModelConfig(), three, nullptr, 3);
   auto served_one = Serve(inference::ModelConfig(), one, nullptr, 1);
   for (int round = 0; round < 2; ++round) {
-    ASSERT_TRUE(SendRows(*served_three, 1, 2, 0))
-                    .get()
-                    .outputs.ok());
-    ASSERT_TRUE(SendRows(*served_one, 1, 2, 0))
-                    .get()
-                    .outputs.ok());
+    ASSERT_TRUE(SendRows(*served_three, 1, 2, 0).get().outputs.ok());
+    ASSERT_TRUE(SendRows(*served_one, 1, 2, 0).get().outputs.ok());
     EXPECT_EQ(three->last_intra_op_threads(), 3);
     EXPECT_EQ(one->last_intra_op_threads(), 1);
   }
@@ -373,8 +354,7 @@ TEST(BatchingServedModelTest, OneBadRequestFailsAloneInsideABatch) {
       Serve(BatchingConfig(4, 2'000'000), std::make_shared<FakeModel>());
   std::vector<std::future<InferenceResult>> futures;
   for (int i = 0; i < 4; ++i) {
-    futures.push_back(
-        SendRows(*served, 1, 2, i == 2 ? -5.0f : i)));
+    futures.push_back(SendRows(*served, 1, 2, i == 2 ? -5.0f : i));
   }
   for (int i = 0; i < 4; ++i) {
     InferenceResult result = futures[i].get();
@@ -419,11 +399,9 @@ TEST(BatchingServedModelTest, BatchAboveMaxBatchSizeIsInvalid) {
 TEST(BatchingServedModelTest, DestructionFailsQueuedRequestsWithUnavailable) {
   auto model = std::make_shared<FakeModel>(absl::Milliseconds(300));
   auto served = Serve(inference::ModelConfig(), model);
-  std::future<InferenceResult> running =
-      SendRows(*served, 1, 2, 0));
+  std::future<InferenceResult> running = SendRows(*served, 1, 2, 0);
   WaitUntil([&] { return model->forwards_started() == 1; });
-  std::future<InferenceResult> queued =
-      SendRows(*served, 1, 2, 0));
+  std::future<InferenceResult> queued = SendRows(*served, 1, 2, 0);
   served.reset();  // Waits for the running forward.
   EXPECT_TRUE(running.get().outputs.ok());
   EXPECT_EQ(queued.get().outputs.status().code(),
@@ -450,8 +428,7 @@ TEST(BatchingServedModelTest, AttributesForwardAllocationsToTheModel) {
   auto served = Serve(inference::ModelConfig(), std::make_shared<FakeModel>(),
                       TrackedModelId::Register("fake"));
   constexpr int kWidth = 1 << 18;  // 1 MiB of f32 per output row.
-  InferenceResult result =
-      SendRows(*served, 1, kWidth, 1)).get();
+  InferenceResult result = SendRows(*served, 1, kWidth, 1).get();
   ASSERT_TRUE(result.outputs.ok());
   EXPECT_GE(served->tracked_bytes(), int64_t{kWidth} * 4);
   result = InferenceResult();  // Frees the outputs made by the forward,

@@ -458,13 +458,12 @@ absl::StatusOr<DecodedRequest> DecodeRequest(
   return decoded;
 }
 
-absl::StatusOr<std::vector<TensorSpec>> WireSpecs(
+std::vector<TensorSpec> WireSpecs(
     const std::vector<models::TensorSpec>& specs) {
   std::vector<TensorSpec> wire;
   for (const models::TensorSpec& spec : specs) {
-    absl::StatusOr<std::string> datatype = DatatypeName(spec.dtype);
-    if (!datatype.ok()) return datatype.status();
-    wire.push_back({spec.name, *datatype, spec.shape, spec.optional});
+    wire.push_back({spec.name, DatatypeName(spec.dtype).value_or(""),
+                    spec.shape, spec.optional});
   }
   return wire;
 }

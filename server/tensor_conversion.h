@@ -72,9 +72,8 @@ absl::StatusOr<DecodedRequest> DecodeRequest(
     int64_t max_batch_size);
 
 // The signature `specs` in wire terms (datatype strings), as the servable
-// interface shows it. INTERNAL for a dtype the protocol has no name for.
-absl::StatusOr<std::vector<TensorSpec>> WireSpecs(
-    const std::vector<models::TensorSpec>& specs);
+// interface shows it; "" for a dtype the protocol has no name for.
+std::vector<TensorSpec> WireSpecs(const std::vector<models::TensorSpec>& specs);
 
 // Fills `response` (model name, version "1", request id, one output entry
 // and one raw_output_contents entry per tensor) from `outputs`. With

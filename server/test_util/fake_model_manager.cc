@@ -18,8 +18,8 @@ FakeServedModel::FakeServedModel(const std::string& name) {
   inputs_ = {{"x", at::kFloat, {-1, 2}},
              {"scale", at::kFloat, {-1, 1}, /*optional=*/true}};
   outputs_ = {{"y", at::kFloat, {-1, 2}}, {"sum", at::kFloat, {-1}}};
-  wire_inputs_ = WireSpecs(inputs_).value();
-  wire_outputs_ = WireSpecs(outputs_).value();
+  wire_inputs_ = WireSpecs(inputs_);
+  wire_outputs_ = WireSpecs(outputs_);
 }
 
 void FakeServedModel::Infer(InferenceCall call,
