@@ -18,7 +18,7 @@ namespace {
 
 absl::Status ErrnoError(const std::string& what, const std::string& path) {
   const int err = errno;
-  std::string message = absl::StrCat(what, " ", path, ": ", strerror(err));
+  std::string message = absl::StrCat(path, ": ", what, ": ", strerror(err));
   if (err == ENOENT) return absl::NotFoundError(message);
   if (err == EACCES || err == EPERM) {
     return absl::PermissionDeniedError(message);
@@ -77,8 +77,8 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(
   struct stat st;
   if (fstat(impl->fd, &st) != 0) return ErrnoError("cannot stat", path);
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a regular file: ", path));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": not a regular file"));
   }
   impl->size_bytes = static_cast<uint64_t>(st.st_size);
   if (impl->size_bytes > 0) {

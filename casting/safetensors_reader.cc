@@ -180,16 +180,13 @@ void AppendEntries(const SafetensorsHeader& header, int file_index,
   }
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(path);
-  if (!file.ok()) return file.status();
-  if ((*file)->size_bytes() > kMaxSafetensorsHeaderBytes) {
+absl::StatusOr<std::string> ReadIndexFile(const std::string& path,
+                                          FileSystem& file_system) {
+  absl::StatusOr<std::string> text =
+      file_system.ReadFile(path, kMaxSafetensorsHeaderBytes);
+  if (text.status().code() == absl::StatusCode::kOutOfRange) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": index larger than ", kMaxSafetensorsHeaderBytes, " bytes"));
-  }
-  std::string text((*file)->size_bytes(), '\0');
-  if (absl::Status s = (*file)->ReadAt(0, text.size(), text.data()); !s.ok()) {
-    return s;
   }
   return text;
 }
@@ -200,8 +197,9 @@ struct ShardIndex {
   std::map<std::string, std::string> metadata;
 };
 
-absl::StatusOr<ShardIndex> ParseIndex(const std::string& index_path) {
-  absl::StatusOr<std::string> text = ReadWholeFile(index_path);
+absl::StatusOr<ShardIndex> ParseIndex(const std::string& index_path,
+                                      FileSystem& file_system) {
+  absl::StatusOr<std::string> text = ReadIndexFile(index_path, file_system);
   if (!text.ok()) return text.status();
   absl::StatusOr<JsonValue> json = ParseJson(*text);
   if (!json.ok()) {
@@ -286,8 +284,9 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(
 }
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensors(
-    const std::string& path) {
-  absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(path);
+    const std::string& path, FileSystem* file_system) {
+  absl::StatusOr<std::unique_ptr<MappedFile>> file =
+      file_system->OpenMapped(path);
   if (!file.ok()) return file.status();
   absl::StatusOr<SafetensorsHeader> header = ReadHeader(**file);
   if (!header.ok()) return header.status();
@@ -300,8 +299,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensors(
 }
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensorsIndex(
-    const std::string& index_path) {
-  absl::StatusOr<ShardIndex> index = ParseIndex(index_path);
+    const std::string& index_path, FileSystem* file_system) {
+  absl::StatusOr<ShardIndex> index = ParseIndex(index_path, *file_system);
   if (!index.ok()) return index.status();
   const std::filesystem::path folder =
       std::filesystem::path(index_path).parent_path();
@@ -311,7 +310,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensorsIndex(
   for (const std::string& shard : index->shard_files) {
     const std::string shard_path = (folder / shard).string();
     absl::StatusOr<std::unique_ptr<MappedFile>> file =
-        MappedFile::Open(shard_path);
+        file_system->OpenMapped(shard_path);
     if (!file.ok()) {
       return absl::NotFoundError(
           absl::StrCat(index_path, ": shard ", shard,

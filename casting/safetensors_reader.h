@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "casting/checkpoint.h"
+#include "casting/file_system.h"
 
 namespace castserve::casting {
 
@@ -44,18 +45,21 @@ struct SafetensorsHeader {
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(
     absl::string_view json, absl::string_view file_label);
 
-// Opens one `.safetensors` file.
+// Opens one `.safetensors` file, mapped through `file_system`.
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensors(
-    const std::string& path);
+    const std::string& path, FileSystem* file_system = FileSystem::Default());
 
 // Opens a sharded set from its `model.safetensors.index.json`: every shard
 // named in `weight_map` (plain file names in the index's folder) is opened;
 // each listed tensor must be in its listed shard, each tensor of a shard must
 // be listed for that shard, and no tensor may appear twice. Index `metadata`
 // values are exposed as strings (numbers keep their JSON text), merged with
-// the first shard's `__metadata__`.
+// the first shard's `__metadata__`. The index and the shards are read
+// through `file_system`; a shard that cannot be opened is NotFound naming the
+// index, the shard and the reason.
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensorsIndex(
-    const std::string& index_path);
+    const std::string& index_path,
+    FileSystem* file_system = FileSystem::Default());
 
 }  // namespace castserve::casting
 

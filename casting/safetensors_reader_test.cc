@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "casting/test_util/checkpoint_expectations.h"
+#include "casting/test_util/fake_file_system.h"
 #include "casting/test_util/safetensors_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -250,6 +251,20 @@ TEST(SafetensorsReaderTest, MissingShardIsNamed) {
           .ok());
   ExpectError(OpenSafetensorsIndex(index).status(), absl::StatusCode::kNotFound,
               {index, "shard nowhere.safetensors cannot be opened"});
+}
+
+// The index and the shards are read through the FileSystem given: here an
+// in-memory index whose shard cannot be read.
+TEST(SafetensorsReaderTest, UnreadableShardIsNamedWithTheReason) {
+  FakeFileSystem file_system;
+  const std::string index = "/ckpt/model.safetensors.index.json";
+  file_system.AddFile(index, "{\"weight_map\":{\"x\":\"a.safetensors\"}}");
+  file_system.FailOn("/ckpt/a.safetensors", absl::StatusCode::kPermissionDenied,
+                     "cannot open: Permission denied");
+  ExpectError(OpenSafetensorsIndex(index, &file_system).status(),
+              absl::StatusCode::kNotFound,
+              {index, "shard a.safetensors cannot be opened",
+               "/ckpt/a.safetensors: cannot open: Permission denied"});
 }
 
 TEST(SafetensorsReaderTest, TensorInTwoShardsIsAnError) {

@@ -359,8 +359,9 @@ absl::StatusOr<std::vector<TensorEntry>> UnpickleEntries(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenTorchZip(
-    const std::string& path) {
-  absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(path);
+    const std::string& path, FileSystem* file_system) {
+  absl::StatusOr<std::unique_ptr<MappedFile>> file =
+      file_system->OpenMapped(path);
   if (!file.ok()) return file.status();
   Archive archive;
   archive.file = file->get();

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "casting/checkpoint.h"
+#include "casting/file_system.h"
 
 namespace castserve::casting {
 
@@ -29,9 +30,11 @@ namespace castserve::casting {
 // structures) is an InvalidArgument error naming the file and, where there
 // is one, the tensor or record.
 //
+// The file is mapped through `file_system`.
+//
 // Thread safety: independent calls may run concurrently.
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenTorchZip(
-    const std::string& path);
+    const std::string& path, FileSystem* file_system = FileSystem::Default());
 
 }  // namespace castserve::casting
 

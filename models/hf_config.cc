@@ -1,10 +1,6 @@
 #include "models/hf_config.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -17,19 +13,19 @@ namespace castserve::models {
 
 using casting::JsonValue;
 
-absl::StatusOr<HfConfig> HfConfig::Load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int error = errno;
-    std::string message =
-        absl::StrCat("cannot open ", path, ": ", std::strerror(error));
-    return error == ENOENT ? absl::NotFoundError(message)
-                           : absl::FailedPreconditionError(message);
+absl::StatusOr<HfConfig> HfConfig::Load(const std::string& path,
+                                        casting::FileSystem* file_system) {
+  absl::StatusOr<std::string> text =
+      file_system->ReadFile(path, kMaxHfConfigBytes);
+  if (!text.ok()) {
+    const absl::StatusCode code = text.status().code();
+    if (code == absl::StatusCode::kNotFound ||
+        code == absl::StatusCode::kDataLoss) {
+      return text.status();
+    }
+    return absl::FailedPreconditionError(text.status().message());
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return Parse(text.str(), path);
+  return Parse(*text, path);
 }
 
 absl::StatusOr<HfConfig> HfConfig::Parse(absl::string_view json,

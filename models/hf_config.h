@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "casting/file_system.h"
 
 namespace castserve::casting {
 struct JsonValue;
@@ -57,11 +58,18 @@ inline constexpr ConfigSizeLimit kConfigSizeLimits[] = {
     {"patch_size", 1, 4096},
 };
 
+// The largest config.json read (Hugging Face's are a few kilobytes).
+inline constexpr uint64_t kMaxHfConfigBytes = uint64_t{16} << 20;
+
 class HfConfig {
  public:
-  // Reads and parses `path`. NotFound if it does not exist; InvalidArgument
-  // if it is not a JSON object.
-  static absl::StatusOr<HfConfig> Load(const std::string& path);
+  // Reads `path` through `file_system` and parses it. NotFound if it does not
+  // exist; FailedPrecondition naming the path and the reason if it cannot be
+  // read or holds more than kMaxHfConfigBytes; InvalidArgument if it is not
+  // a JSON object.
+  static absl::StatusOr<HfConfig> Load(
+      const std::string& path,
+      casting::FileSystem* file_system = casting::FileSystem::Default());
   // Parses `json`; `label` (a file name) prefixes error messages.
   static absl::StatusOr<HfConfig> Parse(absl::string_view json,
                                         absl::string_view label);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "casting/test_util/fake_file_system.h"
+
 namespace castserve::models {
 namespace {
 
@@ -99,6 +101,33 @@ TEST(HfConfigTest, RejectsNonObjectsAndBadJson) {
   EXPECT_NE(bad.message().find("c.json"), std::string::npos);
   EXPECT_EQ(HfConfig::Load("/nonexistent/config.json").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST(HfConfigTest, LoadsThroughTheFileSystem) {
+  casting::FakeFileSystem file_system;
+  file_system.AddFile("/model/config.json", kConfig);
+  absl::StatusOr<HfConfig> config =
+      HfConfig::Load("/model/config.json", &file_system);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model_type(), "bert");
+  EXPECT_EQ(config->label(), "/model/config.json");
+}
+
+TEST(HfConfigTest, UnreadableOrOversizedFileIsAPreciseError) {
+  casting::FakeFileSystem file_system;
+  file_system.AddFile("/model/config.json", kConfig);
+  file_system.FailOn("/model/config.json", absl::StatusCode::kPermissionDenied,
+                     "cannot open: Permission denied");
+  absl::Status denied =
+      HfConfig::Load("/model/config.json", &file_system).status();
+  EXPECT_EQ(denied.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(denied.message(),
+            "/model/config.json: cannot open: Permission denied");
+  file_system.AddFile("/big/config.json",
+                      std::string(kMaxHfConfigBytes + 1, ' '));
+  absl::Status big = HfConfig::Load("/big/config.json", &file_system).status();
+  EXPECT_EQ(big.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(big.message().find("above the limit"), std::string::npos);
 }
 
 }  // namespace

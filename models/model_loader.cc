@@ -1,7 +1,5 @@
 #include "models/model_loader.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -27,11 +25,6 @@ struct Registry {
 Registry& GetRegistry() {
   static Registry* const registry = new Registry();
   return *registry;
-}
-
-bool FileExists(const std::string& path) {
-  struct stat info;
-  return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
 // A model with casting hooks attached to its tree: the hooks are declared
@@ -103,13 +96,19 @@ std::vector<std::string> RegisteredArchitectures() {
 }
 
 absl::StatusOr<std::unique_ptr<casting::Checkpoint>> OpenHfCheckpoint(
-    const std::string& folder) {
+    const std::string& folder, casting::FileSystem* file_system) {
   const std::string safetensors = folder + "/model.safetensors";
-  if (FileExists(safetensors)) return casting::OpenSafetensors(safetensors);
+  if (file_system->IsRegularFile(safetensors)) {
+    return casting::OpenSafetensors(safetensors, file_system);
+  }
   const std::string index = folder + "/model.safetensors.index.json";
-  if (FileExists(index)) return casting::OpenSafetensorsIndex(index);
+  if (file_system->IsRegularFile(index)) {
+    return casting::OpenSafetensorsIndex(index, file_system);
+  }
   const std::string torch_zip = folder + "/pytorch_model.bin";
-  if (FileExists(torch_zip)) return casting::OpenTorchZip(torch_zip);
+  if (file_system->IsRegularFile(torch_zip)) {
+    return casting::OpenTorchZip(torch_zip, file_system);
+  }
   return absl::NotFoundError(
       absl::StrCat(folder,
                    " has no checkpoint: tried model.safetensors, "
@@ -136,8 +135,9 @@ absl::StatusOr<ArchitectureFactory> FindArchitecture(
 
 absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
     const std::string& folder, const WeightPolicyOptions& options,
-    absl::string_view architecture_override) {
-  absl::StatusOr<HfConfig> config = HfConfig::Load(folder + "/config.json");
+    absl::string_view architecture_override, casting::FileSystem* file_system) {
+  absl::StatusOr<HfConfig> config =
+      HfConfig::Load(folder + "/config.json", file_system);
   if (!config.ok()) return config.status();
   const std::string model_type = architecture_override.empty()
                                      ? config->model_type()
@@ -146,7 +146,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
       FindArchitecture(model_type, config->label());
   if (!factory.ok()) return factory.status();
   absl::StatusOr<std::unique_ptr<casting::Checkpoint>> checkpoint =
-      OpenHfCheckpoint(folder);
+      OpenHfCheckpoint(folder, file_system);
   if (!checkpoint.ok()) return checkpoint.status();
   absl::StatusOr<std::unique_ptr<Model>> model =
       (*factory)(*config, std::move(*checkpoint), options);

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "casting/checkpoint.h"
+#include "casting/file_system.h"
 #include "models/hf_config.h"
 #include "models/model.h"
 #include "models/weight_factory.h"
@@ -51,20 +52,23 @@ class ArchitectureRegistration {
 // The registered model types, sorted.
 std::vector<std::string> RegisteredArchitectures();
 
-// Opens the checkpoint of `folder` (headers only). NotFound listing the
-// file names tried when there is none.
+// Opens the checkpoint of `folder` (headers only) through `file_system`.
+// NotFound listing the file names tried when there is none.
 absl::StatusOr<std::unique_ptr<casting::Checkpoint>> OpenHfCheckpoint(
-    const std::string& folder);
+    const std::string& folder,
+    casting::FileSystem* file_system = casting::FileSystem::Default());
 
 // Loads `folder` as a Model under `options`. `architecture_override`, if not
 // empty, replaces config.json's model_type. An unknown architecture is
 // InvalidArgument listing the registered ones. With transient compute copies
 // or options.prefetch the model comes with casting hooks attached (prefetch
 // if options.prefetch), so that only the running module holds transient
-// compute copies and the next module's are decoded while it runs.
+// compute copies and the next module's are decoded while it runs. Files are
+// read through `file_system`.
 absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
     const std::string& folder, const WeightPolicyOptions& options,
-    absl::string_view architecture_override = "");
+    absl::string_view architecture_override = "",
+    casting::FileSystem* file_system = casting::FileSystem::Default());
 
 }  // namespace castserve::models
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "casting/safetensors_reader.h"
+#include "casting/test_util/fake_file_system.h"
 #include "casting/test_util/safetensors_writer.h"
 #include "casting/tracking_allocator.h"
 #include "models/test_util/tensor_files.h"
@@ -188,6 +189,21 @@ TEST_F(ModelLoaderTest, MissingFilesAreNotFound) {
   absl::Status status = LoadHfModel(empty, {}).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(status.message().find("pytorch_model.bin"), std::string::npos);
+}
+
+// Every file of a load (config.json, the checkpoint) goes through the
+// FileSystem given: a folder that exists only as the fake's symlink loads.
+TEST_F(ModelLoaderTest, LoadsThroughTheFileSystem) {
+  absl::StatusOr<std::string> real =
+      casting::FileSystem::Default()->RealPath(kBert);
+  ASSERT_TRUE(real.ok()) << real.status();
+  casting::FakeFileSystem file_system(casting::FileSystem::Default());
+  file_system.AddSymlink("/virtual/bert", *real);
+  auto model = LoadHfModel("/virtual/bert", {}, "", &file_system);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->architecture(), "bert");
+  EXPECT_EQ(LoadHfModel("/virtual/bert", {}).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(ModelLoaderTest, OpensShardedIndexAndTorchZip) {

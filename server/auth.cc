@@ -1,12 +1,6 @@
 #include "server/auth.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -19,7 +13,7 @@ namespace {
 
 constexpr size_t kMinTokenLength = 16;
 constexpr size_t kMaxTokenLength = 4096;
-constexpr int64_t kMaxTokenFileBytes = int64_t{1} << 20;
+constexpr uint64_t kMaxTokenFileBytes = uint64_t{1} << 20;
 constexpr absl::Duration kRecheckInterval = absl::Seconds(1);
 
 bool IsTokenCharacter(char c) { return c > ' ' && c < 127; }
@@ -49,19 +43,22 @@ struct FileState {
   int64_t size = -1;
 };
 
-absl::StatusOr<FileState> StatFile(const std::string& path) {
-  struct stat info;
-  if (::stat(path.c_str(), &info) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "token file ", path, ": cannot open: ", std::strerror(errno)));
-  }
-  if (!S_ISREG(info.st_mode)) {
+// A file system error (its message starts with the path) as the token
+// file's.
+absl::Status TokenFileError(const absl::Status& status) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("token file ", status.message()));
+}
+
+absl::StatusOr<FileState> StatFile(casting::FileSystem& file_system,
+                                   const std::string& path) {
+  absl::StatusOr<casting::FileSystem::FileInfo> info = file_system.Stat(path);
+  if (!info.ok()) return TokenFileError(info.status());
+  if (info->type != casting::FileSystem::FileType::kRegular) {
     return absl::InvalidArgumentError(
         absl::StrCat("token file ", path, " is not a regular file"));
   }
-  return FileState{
-      int64_t{info.st_mtim.tv_sec} * 1000000000 + info.st_mtim.tv_nsec,
-      static_cast<int64_t>(info.st_size)};
+  return FileState{info->mtime_ns, static_cast<int64_t>(info->size_bytes)};
 }
 
 }  // namespace
@@ -131,9 +128,9 @@ absl::StatusOr<std::vector<TokenGrant>> ParseTokenFile(
 }
 
 absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::Open(
-    const std::string& path) {
+    const std::string& path, casting::FileSystem* file_system) {
   std::unique_ptr<TokenAuthenticator> authenticator(
-      new TokenAuthenticator(path));
+      new TokenAuthenticator(path, file_system));
   if (absl::Status loaded = authenticator->Load(); !loaded.ok()) {
     return loaded;
   }
@@ -141,22 +138,13 @@ absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::Open(
 }
 
 absl::Status TokenAuthenticator::Load() {
-  absl::StatusOr<FileState> state = StatFile(path_);
+  absl::StatusOr<FileState> state = StatFile(*file_system_, path_);
   if (!state.ok()) return state.status();
-  if (state->size > kMaxTokenFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("token file ", path_, " is larger than ",
-                     kMaxTokenFileBytes, " bytes"));
-  }
-  std::ifstream file(path_, std::ios::binary);
-  std::stringstream text;
-  text << file.rdbuf();
-  if (!file) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("token file ", path_, ": cannot read"));
-  }
+  absl::StatusOr<std::string> text =
+      file_system_->ReadFile(path_, kMaxTokenFileBytes);
+  if (!text.ok()) return TokenFileError(text.status());
   absl::StatusOr<std::vector<TokenGrant>> grants =
-      ParseTokenFile(text.str(), absl::StrCat("token file ", path_));
+      ParseTokenFile(*text, absl::StrCat("token file ", path_));
   if (!grants.ok()) return grants.status();
   absl::MutexLock lock(&mu_);
   grants_ = *std::move(grants);
@@ -171,7 +159,7 @@ void TokenAuthenticator::Refresh() {
     const absl::Time now = absl::Now();
     if (now - last_check_ < kRecheckInterval) return;
     last_check_ = now;
-    absl::StatusOr<FileState> state = StatFile(path_);
+    absl::StatusOr<FileState> state = StatFile(*file_system_, path_);
     if (state.ok() && state->mtime_ns == file_mtime_ns_ &&
         state->size == file_size_) {
       return;

@@ -30,6 +30,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "casting/file_system.h"
 
 namespace castserve {
 
@@ -52,9 +53,12 @@ absl::StatusOr<std::vector<TokenGrant>> ParseTokenFile(
 // Thread-safe.
 class TokenAuthenticator {
  public:
-  // Reads `path`; its errors are ParseTokenFile's or the file's.
+  // Reads `path` through `file_system` (not owned; it must outlive the
+  // authenticator, which re-reads the file when it changes); its errors are
+  // ParseTokenFile's or the file's (InvalidArgument naming the path).
   static absl::StatusOr<std::unique_ptr<TokenAuthenticator>> Open(
-      const std::string& path);
+      const std::string& path,
+      casting::FileSystem* file_system = casting::FileSystem::Default());
 
   // OK when `authorization` ("Bearer <token>") names a token that grants
   // `scope` and has not expired. UNAUTHENTICATED when the header is
@@ -63,13 +67,15 @@ class TokenAuthenticator {
   absl::Status Authorize(absl::string_view authorization, Scope scope);
 
  private:
-  explicit TokenAuthenticator(std::string path) : path_(std::move(path)) {}
+  TokenAuthenticator(std::string path, casting::FileSystem* file_system)
+      : path_(std::move(path)), file_system_(file_system) {}
   // Re-reads the file if it changed since the last look (at most once a
   // second).
   void Refresh() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string path_;
+  casting::FileSystem* const file_system_;
   absl::Mutex mu_;
   std::vector<TokenGrant> grants_ ABSL_GUARDED_BY(mu_);
   absl::Time last_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

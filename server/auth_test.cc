@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "casting/test_util/fake_file_system.h"
 
 namespace castserve {
 namespace {
@@ -82,6 +83,23 @@ TEST_F(TokenFileTest, RewritingTheFileRotatesTheTokens) {
   Write("garbage\n");
   absl::SleepFor(absl::Milliseconds(1100));
   EXPECT_TRUE((*auth)->Authorize(Bearer(kAdmin), Scope::kInfer).ok());
+}
+
+// The token file is read through the FileSystem given; an unreadable one is
+// refused with its path and the reason.
+TEST(TokenAuthenticatorTest, ReadsTheTokenFileThroughTheFileSystem) {
+  casting::FakeFileSystem file_system;
+  file_system.AddFile("/etc/tokens", absl::StrCat(kInfer, " infer\n"));
+  auto auth = TokenAuthenticator::Open("/etc/tokens", &file_system);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  EXPECT_TRUE((*auth)->Authorize(Bearer(kInfer), Scope::kInfer).ok());
+  file_system.FailOn("/etc/locked", absl::StatusCode::kPermissionDenied,
+                     "cannot stat: Permission denied");
+  absl::Status locked =
+      TokenAuthenticator::Open("/etc/locked", &file_system).status();
+  EXPECT_EQ(locked.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(locked.message(),
+            "token file /etc/locked: cannot stat: Permission denied");
 }
 
 TEST(ParseTokenFileTest, ErrorsNameTheLineNotTheToken) {

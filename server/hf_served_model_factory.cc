@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <thread>
 #include <utility>
@@ -15,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "casting/casting_policy.h"
+#include "casting/file_system.h"
 #include "casting/storage_format.h"
 #include "casting/tracking_allocator.h"
 #include "models/model_loader.h"
@@ -289,27 +289,18 @@ int64_t BytesWithin(const std::vector<int64_t>& shape, int64_t element_bytes,
 // (a device such as /dev/zero is not a regular file).
 absl::StatusOr<std::string> ReadFileBytes(const fs::path& path,
                                           int64_t max_bytes) {
-  std::error_code error;
-  const fs::file_status status = fs::status(path, error);
-  if (error || !fs::is_regular_file(status)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "warmup data file ", path.string(), " is not a readable regular file"));
-  }
-  const uintmax_t size_bytes = fs::file_size(path, error);
-  if (!error && size_bytes > static_cast<uintmax_t>(max_bytes)) {
+  absl::StatusOr<std::string> bytes = casting::FileSystem::Default()->ReadFile(
+      path.string(), static_cast<uint64_t>(max_bytes));
+  if (bytes.status().code() == absl::StatusCode::kOutOfRange) {
     return absl::InvalidArgumentError(
         absl::StrCat("warmup data file ", path.string(), " holds more than ",
                      max_bytes, " bytes, the size of the input"));
   }
-  std::ifstream file(path, std::ios::binary);
-  if (error || !file) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read warmup data file ", path.string()));
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "warmup data file ", path.string(), " is not a readable regular file (",
+        bytes.status().message(), ")"));
   }
-  // Read at most the size checked, even if the file grew since.
-  std::string bytes(static_cast<size_t>(size_bytes), '\0');
-  file.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  bytes.resize(static_cast<size_t>(file.gcount()));
   return bytes;
 }
 
@@ -396,14 +387,15 @@ absl::Status CheckInsideRepository(const std::string& model_directory,
   if (inside.ok()) {
     inside = boundary.Check(checkpoint_folder, "checkpoint folder");
   }
-  std::error_code error;
-  for (fs::directory_iterator it(checkpoint_folder, error), end;
-       inside.ok() && !error && it != end; it.increment(error)) {
-    const std::string name = it->path().filename().string();
+  absl::StatusOr<std::vector<casting::FileSystem::DirectoryEntry>> entries =
+      boundary.file_system->ListDirectory(checkpoint_folder);
+  for (size_t i = 0; inside.ok() && entries.ok() && i < entries->size(); ++i) {
+    const std::string& name = (*entries)[i].name;
     if (name == "config.json" || name == "pytorch_model.bin" ||
         absl::EndsWith(name, ".safetensors") ||
         absl::EndsWith(name, ".safetensors.index.json")) {
-      inside = boundary.Check(it->path().string(), "checkpoint file");
+      inside = boundary.Check((fs::path(checkpoint_folder) / name).string(),
+                              "checkpoint file");
     }
   }
   for (const inference::ModelWarmup& warmup : config.model_warmup()) {

@@ -1,10 +1,5 @@
 #include "server/model_config_loader.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -112,21 +107,23 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text,
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir,
-                                            absl::string_view model_name) {
+                                            absl::string_view model_name,
+                                            casting::FileSystem* file_system) {
   const std::string path = absl::StrCat(model_dir, "/", kModelConfigFileName);
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    const int error = errno;
-    const std::string message =
-        absl::StrCat("model '", model_name, "': cannot read ", path, ": ",
-                     std::strerror(error));
-    if (error == ENOENT) return absl::NotFoundError(message);
-    if (error == EACCES) return absl::PermissionDeniedError(message);
-    return absl::InternalError(message);
+  absl::StatusOr<std::string> text =
+      file_system->ReadFile(path, kMaxModelConfigBytes);
+  if (!text.ok()) {
+    absl::StatusCode code = text.status().code();
+    if (code == absl::StatusCode::kOutOfRange) {
+      code = absl::StatusCode::kInvalidArgument;
+    } else if (code != absl::StatusCode::kNotFound &&
+               code != absl::StatusCode::kPermissionDenied) {
+      code = absl::StatusCode::kInternal;
+    }
+    return absl::Status(code, absl::StrCat("model '", model_name,
+                                           "': ", text.status().message()));
   }
-  std::stringstream contents;
-  contents << file.rdbuf();
-  return ParseModelConfig(contents.str(), model_name, path);
+  return ParseModelConfig(*text, model_name, path);
 }
 
 }  // namespace castserve

@@ -1,16 +1,20 @@
 #ifndef CASTSERVE_SERVER_MODEL_CONFIG_LOADER_H_
 #define CASTSERVE_SERVER_MODEL_CONFIG_LOADER_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "casting/file_system.h"
 #include "proto/model_config.pb.h"
 
 namespace castserve {
 
 // The file name of a model's configuration inside its directory.
 inline constexpr char kModelConfigFileName[] = "config.pbtxt";
+// The largest config.pbtxt read.
+inline constexpr uint64_t kMaxModelConfigBytes = uint64_t{16} << 20;
 
 // Parses `text` (protobuf text format of inference.ModelConfig) and checks it.
 // `model_name` is the model's directory name: an empty `name` is set to it, a
@@ -20,10 +24,13 @@ absl::StatusOr<inference::ModelConfig> ParseModelConfig(
     absl::string_view text, absl::string_view model_name,
     absl::string_view source_name = kModelConfigFileName);
 
-// Reads and parses `<model_dir>/config.pbtxt`. NotFound if the file is
-// missing, PermissionDenied/Internal if unreadable.
+// Reads `<model_dir>/config.pbtxt` through `file_system` and parses it.
+// NotFound if the file is missing, PermissionDenied/Internal if unreadable,
+// InvalidArgument if it holds more than kMaxModelConfigBytes; the message
+// names the model, the path and the reason.
 absl::StatusOr<inference::ModelConfig> LoadModelConfig(
-    const std::string& model_dir, absl::string_view model_name);
+    const std::string& model_dir, absl::string_view model_name,
+    casting::FileSystem* file_system = casting::FileSystem::Default());
 
 // Semantic checks that text format cannot express (ranges, combinations).
 absl::Status ValidateModelConfig(const inference::ModelConfig& config);

@@ -165,8 +165,7 @@ ModelManagerImpl::~ModelManagerImpl() {
 }
 
 bool ModelManagerImpl::InRepository(const std::string& name) const {
-  std::error_code error;
-  return fs::is_directory(DirectoryOf(name), error);
+  return repository_.Contains(name);
 }
 
 ModelStatus ModelManagerImpl::UnloadedStatus(

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "casting/test_util/fake_file_system.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -59,6 +60,46 @@ TEST_F(ModelRepositoryTest, ScanFindsModelsSortedWithReasonsForBadOnes) {
   ASSERT_TRUE((*models)[3].config.ok());
   EXPECT_EQ((*models)[3].config->name(), "zeta");
   EXPECT_EQ((*models)[3].config->max_batch_size(), 2);
+}
+
+// The repository reads through the FileSystem given: an in-memory tree with
+// an unreadable config and a model folder that is a symlink leaving it.
+TEST(ModelRepositoryFileSystemTest, ScansAnInMemoryTree) {
+  casting::FakeFileSystem file_system;
+  file_system.AddFile("/repo/alpha/config.pbtxt", "max_batch_size: 2");
+  file_system.AddFile("/repo/locked/config.pbtxt", "");
+  file_system.FailOn("/repo/locked/config.pbtxt",
+                     absl::StatusCode::kPermissionDenied,
+                     "cannot open: Permission denied");
+  file_system.AddFile("/elsewhere/model/config.pbtxt", "");
+  file_system.AddSymlink("/repo/linked", "/elsewhere/model");
+  file_system.AddFile("/repo/README.md", "not a model");
+  file_system.AddDirectory("/repo/.hidden");
+
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
+      ModelRepository::Open("/repo", false, &file_system);
+  ASSERT_TRUE(repository.ok()) << repository.status();
+  absl::StatusOr<std::vector<ModelEntry>> models = (*repository)->Scan();
+  ASSERT_TRUE(models.ok()) << models.status();
+  ASSERT_EQ(models->size(), 3u);
+  EXPECT_EQ((*models)[0].name, "alpha");
+  ASSERT_TRUE((*models)[0].config.ok()) << (*models)[0].config.status();
+  EXPECT_EQ((*models)[0].config->max_batch_size(), 2);
+  EXPECT_EQ((*models)[1].name, "linked");
+  EXPECT_THAT((*models)[1].config.status().message(),
+              HasSubstr("outside the model repository"));
+  EXPECT_EQ((*models)[2].name, "locked");
+  EXPECT_EQ((*models)[2].config.status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*models)[2].config.status().message(),
+            "model 'locked': /repo/locked/config.pbtxt: cannot open: "
+            "Permission denied");
+  EXPECT_TRUE((*repository)->Contains("alpha"));
+  EXPECT_FALSE((*repository)->Contains("README.md"));
+  EXPECT_EQ(ModelRepository::Open("/repo/README.md", false, &file_system)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(ModelRepositoryTest, EmptyRepositoryIsValid) {

@@ -1,13 +1,5 @@
 #include "server/pem_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -51,36 +43,16 @@ absl::Status CheckBlock(absl::string_view what, const std::string& path,
 }  // namespace
 
 absl::StatusOr<std::string> ReadPemFile(absl::string_view what,
-                                        const std::string& path, PemKind kind) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return Problem(what, path,
-                   absl::StrCat("cannot open: ", std::strerror(errno)));
+                                        const std::string& path, PemKind kind,
+                                        casting::FileSystem* file_system) {
+  absl::StatusOr<std::string> text =
+      file_system->ReadFile(path, kMaxPemFileBytes);
+  if (!text.ok()) {
+    // The message starts with the path: "--cert=<path>: <problem>".
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "=", text.status().message()));
   }
-  absl::Cleanup close_fd = [fd] { close(fd); };
-  struct stat info {};
-  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    return Problem(what, path, "not a regular file");
-  }
-  if (info.st_size > kMaxPemFileBytes) {
-    return Problem(what, path,
-                   absl::StrCat(info.st_size, " bytes, above the limit of ",
-                                kMaxPemFileBytes));
-  }
-  std::string text(info.st_size, '\0');
-  size_t read_bytes = 0;
-  while (read_bytes < text.size()) {
-    const ssize_t n =
-        read(fd, text.data() + read_bytes, text.size() - read_bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return Problem(what, path,
-                     absl::StrCat("cannot read: ", n < 0 ? std::strerror(errno)
-                                                         : "file shrank"));
-    }
-    read_bytes += n;
-  }
-  if (absl::Status status = CheckBlock(what, path, text, kind); !status.ok()) {
+  if (absl::Status status = CheckBlock(what, path, *text, kind); !status.ok()) {
     return status;
   }
   return text;

@@ -6,12 +6,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "casting/file_system.h"
 
 namespace castserve {
 
 // The largest PEM file read: a certificate chain or a CA bundle is far
 // smaller.
-inline constexpr int64_t kMaxPemFileBytes = int64_t{1} << 20;
+inline constexpr uint64_t kMaxPemFileBytes = uint64_t{1} << 20;
 
 enum class PemKind {
   // At least one "-----BEGIN CERTIFICATE-----" block.
@@ -25,9 +26,11 @@ enum class PemKind {
 // kMaxPemFileBytes holding a `kind` block. InvalidArgument otherwise, its
 // message starting with `what` (a flag name, say) and the path, and naming
 // the problem: cannot be opened (with the system's reason), not a regular
-// file, too large, no block of that kind, an encrypted key.
-absl::StatusOr<std::string> ReadPemFile(absl::string_view what,
-                                        const std::string& path, PemKind kind);
+// file, too large, no block of that kind, an encrypted key. The file is read
+// through `file_system`.
+absl::StatusOr<std::string> ReadPemFile(
+    absl::string_view what, const std::string& path, PemKind kind,
+    casting::FileSystem* file_system = casting::FileSystem::Default());
 
 }  // namespace castserve
 

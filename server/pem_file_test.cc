@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "casting/test_util/fake_file_system.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -80,6 +81,19 @@ TEST(PemFileTest, RefusesEncryptedKeysDirectoriesAndHugeFiles) {
       ReadPemFile("--cert", huge_path, PemKind::kCertificate);
   ASSERT_FALSE(huge.ok());
   EXPECT_THAT(huge.status().message(), HasSubstr("above the limit of"));
+}
+
+TEST(PemFileTest, UnreadableFileNamesTheFlagThePathAndTheReason) {
+  casting::FakeFileSystem file_system;
+  file_system.AddFile("/etc/castserve/key.pem", kKey);
+  file_system.FailOn("/etc/castserve/key.pem",
+                     absl::StatusCode::kPermissionDenied,
+                     "cannot open: Permission denied");
+  absl::StatusOr<std::string> text = ReadPemFile(
+      "--key", "/etc/castserve/key.pem", PemKind::kPrivateKey, &file_system);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(text.status().message(),
+            "--key=/etc/castserve/key.pem: cannot open: Permission denied");
 }
 
 }  // namespace

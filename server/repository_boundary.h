@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "casting/file_system.h"
 
 namespace castserve {
 
@@ -19,6 +20,8 @@ struct RepositoryBoundary {
   std::string root;
   // Symlinks may lead outside `root`: every check passes.
   bool allow_symlinks_outside = false;
+  // Where real paths are resolved; not owned.
+  casting::FileSystem* file_system = casting::FileSystem::Default();
 
   // OK when `path` resolves (symlinks followed) to a place inside `root`'s
   // real path, or does not exist (its opener reports that). Otherwise

@@ -17,7 +17,7 @@ Python: the forward). Each round runs one process per side, alternating
 which goes first, with the page cache warm (every shard read before each
 process). Ratios are per round, then the median.
 
-The checkpoint is made by tools/bench/gen_llama_checkpoint.py (2.5 GB under
+The checkpoint is made by benchmarks/drivers/gen_llama_checkpoint.py (2.5 GB under
 /tmp/castserve-bench/) unless it exists.
 """
 
@@ -34,7 +34,7 @@ import common
 
 MODEL = "llama"
 # The lazy upcast: the checkpoint's mapped bf16 pages are the storage, each
-# weight's f32 copy is made at first use and kept (models/lazy_load_benchmark's
+# weight's f32 copy is made at first use and kept (benchmarks/lazy_load_benchmark's
 # lazy_cached mode). No casting block: the storage stays the checkpoint's
 # dtype and the compute dtype defaults to f32 (castserve refuses a casting
 # block without storage_dtype).
@@ -53,7 +53,7 @@ EXPLICIT_CASTING = """  casting {
     compute_dtype: COMPUTE_DTYPE_F32
   }
 """
-GENERATOR = os.path.join(common.REPO_ROOT, "tools", "bench",
+GENERATOR = os.path.join(common.REPO_ROOT, "benchmarks", "drivers",
                          "gen_llama_checkpoint.py")
 
 

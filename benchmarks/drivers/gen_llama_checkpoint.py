@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Writes a Llama-shaped bf16 checkpoint folder for the lazy-load benchmarks.
 
-    python3 tools/bench/gen_llama_checkpoint.py --shape 1b --out /tmp/castserve-bench/llama-1b
-    python3 tools/bench/gen_llama_checkpoint.py --shape 8b --out /tmp/castserve-bench/llama-8b
+    python3 benchmarks/drivers/gen_llama_checkpoint.py --shape 1b --out /tmp/castserve-bench/llama-1b
+    python3 benchmarks/drivers/gen_llama_checkpoint.py --shape 8b --out /tmp/castserve-bench/llama-8b
 
 The folder looks like a Hugging Face one: config.json (LlamaConfig keys),
 model-0000N-of-0000M.safetensors and model.safetensors.index.json. Shards are

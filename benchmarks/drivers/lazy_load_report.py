@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Prints the Markdown tables of experiments 2 and 4 (BENCHMARKS.md) from
 benchmarks/results/experiment2.json and experiment4.json, as written by
-tools/bench/run_lazy_load.py.
+benchmarks/drivers/run_lazy_load.py.
 
-    python3 tools/bench/lazy_load_report.py [results_dir]
+    python3 benchmarks/drivers/lazy_load_report.py [results_dir]
 """
 
 import json

@@ -2,7 +2,7 @@
 // reads headers only, so the time should track the tensor count, not the
 // bytes. Files are sparse (ftruncate), so the data is never written or read.
 //
-//   bazel run //casting:checkpoint_open_benchmark -- [scratch_dir] [repeats]
+//   bazel run //benchmarks:checkpoint_open_benchmark -- [scratch_dir] [repeats]
 //
 // Prints one row per checkpoint: size, tensor and file counts, the first open
 // after dropping the files' cached pages (posix_fadvise DONTNEED), the median

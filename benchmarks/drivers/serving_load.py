@@ -15,7 +15,7 @@ perf_analyzer is not used: PyPI's perf-analyzer is a placeholder without the
 binary, and nothing else here provides it.
 
 Usage (Debian's python3 has grpcio and protobuf):
-  /usr/bin/python3 tools/bench/serving_load.py --castserve=BIN --bench=BIN
+  /usr/bin/python3 benchmarks/drivers/serving_load.py --castserve=BIN --bench=BIN
       --model=DIR [--concurrency=1,2,4,8,16,32] [--seconds=20]
       [--min-requests=8] [--variants=...] [--json=PATH]
 
@@ -283,7 +283,7 @@ def main():
         points += run_variant(args, pb2, pb2_grpc, variant, image_size)
     result = {"experiment": 3, "model": args.model, "image_size": image_size,
               "max_batch_size": MAX_BATCH, "seconds_per_point": args.seconds,
-              "client": "tools/bench/serving_load.py (closed loop, grpcio)",
+              "client": "benchmarks/drivers/serving_load.py (closed loop, grpcio)",
               "points": points, "in_process": ceiling}
     text = json.dumps(result, indent=1)
     if args.json:

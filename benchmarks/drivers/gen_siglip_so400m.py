@@ -10,7 +10,7 @@ real checkpoint. Each tensor has its own seed (seed + index in name order), so
 the output is byte-for-byte the same on every run.
 
 Usage:
-  python3 tools/bench/gen_siglip_so400m.py [OUT_DIR] [--image-size N]
+  python3 benchmarks/drivers/gen_siglip_so400m.py [OUT_DIR] [--image-size N]
       [--layers N] [--seed N]
 
 OUT_DIR defaults to /tmp/castserve_bench/siglip_so400m. Needs only numpy.

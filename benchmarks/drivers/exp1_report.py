@@ -3,7 +3,7 @@
 the Markdown tables of BENCHMARKS.md's Experiment 1 and draws its chart.
 
 Usage:
-  python3 tools/bench/exp1_report.py RUN.json [RUN.json ...]
+  python3 benchmarks/drivers/exp1_report.py RUN.json [RUN.json ...]
       [--out benchmarks/results/experiment1.json]
       [--png benchmarks/results/experiment1_peak.png]
 

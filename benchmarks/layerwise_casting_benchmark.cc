@@ -1,7 +1,7 @@
 // Experiment 1 of BENCHMARKS.md: layerwise casting on a vision tower
 // (written for the SigLIP-so400m-shaped checkpoint of
-// tools/bench/gen_siglip_so400m.py), side by side with the same model kept
-// resident in fp32 and in bf16, all in one process and one run.
+// benchmarks/drivers/gen_siglip_so400m.py), side by side with the same model
+// kept resident in fp32 and in bf16, all in one process and one run.
 //
 // Every weight configuration's model is loaded eagerly (every resident copy
 // made at load) and stays loaded; two batch-1 forwards of each run untimed

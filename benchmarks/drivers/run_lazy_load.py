@@ -1,16 +1,16 @@
 #!/usr/bin/python3
-"""Drives models/lazy_load_benchmark: experiments 2 and 4 of BENCHMARKS.md.
+"""Drives benchmarks/lazy_load_benchmark: experiments 2 and 4 of BENCHMARKS.md.
 
     # Checkpoints (once; under /tmp, never committed):
-    python3 tools/bench/gen_llama_checkpoint.py --shape 1b --out /tmp/castserve-bench/llama-1b
-    python3 tools/bench/gen_llama_checkpoint.py --shape 8b --out /tmp/castserve-bench/llama-8b
-    bazel build -c opt //models:lazy_load_benchmark
+    python3 benchmarks/drivers/gen_llama_checkpoint.py --shape 1b --out /tmp/castserve-bench/llama-1b
+    python3 benchmarks/drivers/gen_llama_checkpoint.py --shape 8b --out /tmp/castserve-bench/llama-8b
+    bazel build -c opt //benchmarks:lazy_load_benchmark
     # Both experiments in one hold of the lock (what BENCHMARKS.md reports):
-    python3 tools/bench/run_lazy_load.py all --repeats 3 --forwards 3
-    python3 tools/bench/lazy_load_report.py   # the Markdown tables
+    python3 benchmarks/drivers/run_lazy_load.py all --repeats 3 --forwards 3
+    python3 benchmarks/drivers/lazy_load_report.py   # the Markdown tables
     # Or one at a time:
-    python3 tools/bench/run_lazy_load.py experiment2 --repeats 5
-    python3 tools/bench/run_lazy_load.py experiment4 --repeats 2
+    python3 benchmarks/drivers/run_lazy_load.py experiment2 --repeats 5
+    python3 benchmarks/drivers/run_lazy_load.py experiment4 --repeats 2
 
 Every measurement is its own process, spawned under
 `flock /tmp/castserve_bench.lock` so timed runs of different benchmarks never
@@ -43,7 +43,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_BINARY = ("/tmp/bazel_lead/execroot/castserve/bazel-out/k8-opt/bin/"
-                  "models/lazy_load_benchmark")
+                  "benchmarks/lazy_load_benchmark")
 LOCK = os.environ.get("CASTSERVE_BENCH_LOCK", "/tmp/castserve_bench.lock")
 
 
