@@ -235,14 +235,9 @@ casting::Footprint WeightsFootprint(Model& model) {
 // policy gives its module (plus scales), kept ones in the compute dtype.
 int64_t IdealStorageBytes(Model& model, const WeightPolicyOptions& options) {
   int64_t total = 0;
-  const ElementType compute = EffectiveComputeDtype(options);
   model.root().Visit([&](Module& module) {
-    StorageFormat format = StorageFormat::Plain(compute);
-    if (options.casting.has_value()) {
-      casting::WeightDecision decision =
-          options.casting->Decide(module.name(), module.kind());
-      if (decision.cast) format = decision.storage;
-    }
+    const StorageFormat format =
+        WeightOptionsFor(options, module.name(), module.kind()).storage;
     for (const auto& [local_name, weight] : module.weights()) {
       total += format.TotalBytes(weight->shape()).value();
     }

@@ -13,32 +13,6 @@
 namespace castserve::casting {
 namespace {
 
-struct DTypeInfo {
-  DType dtype;
-  absl::string_view name;
-  int bits;
-};
-
-constexpr std::array<DTypeInfo, 20> kDTypes = {{
-    {DType::kBool, "BOOL", 8},      {DType::kU8, "U8", 8},
-    {DType::kI8, "I8", 8},          {DType::kU16, "U16", 16},
-    {DType::kI16, "I16", 16},       {DType::kU32, "U32", 32},
-    {DType::kI32, "I32", 32},       {DType::kU64, "U64", 64},
-    {DType::kI64, "I64", 64},       {DType::kF16, "F16", 16},
-    {DType::kBF16, "BF16", 16},     {DType::kF32, "F32", 32},
-    {DType::kF64, "F64", 64},       {DType::kC64, "C64", 64},
-    {DType::kF8E4M3, "F8_E4M3", 8}, {DType::kF8E5M2, "F8_E5M2", 8},
-    {DType::kF8E8M0, "F8_E8M0", 8}, {DType::kF6E2M3, "F6_E2M3", 6},
-    {DType::kF6E3M2, "F6_E3M2", 6}, {DType::kF4, "F4", 4},
-}};
-
-const DTypeInfo& Info(DType dtype) {
-  for (const DTypeInfo& info : kDTypes) {
-    if (info.dtype == dtype) return info;
-  }
-  return kDTypes[0];  // Unreachable: every enumerator is in the table.
-}
-
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
@@ -74,15 +48,16 @@ absl::StatusOr<uint64_t> ExpectedBytes(const TensorEntry& entry,
 
 }  // namespace
 
-absl::string_view DTypeName(DType dtype) { return Info(dtype).name; }
+absl::string_view DTypeName(DType dtype) {
+  return RowOf(dtype).checkpoint_name;
+}
 
-int DTypeBits(DType dtype) { return Info(dtype).bits; }
+int DTypeBits(DType dtype) { return RowOf(dtype).bits; }
 
 absl::StatusOr<DType> DTypeFromName(absl::string_view name) {
-  for (const DTypeInfo& info : kDTypes) {
-    if (info.name == name) return info.dtype;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", name, "'"));
+  absl::StatusOr<const DtypeRow*> row = FindByCheckpointName(name);
+  if (!row.ok()) return row.status();
+  return (*row)->dtype;
 }
 
 int64_t TensorEntry::numel() const {

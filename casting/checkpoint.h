@@ -13,38 +13,15 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "casting/codec.h"
+#include "casting/dtype_table.h"
 #include "casting/mapped_file.h"
 
 namespace castserve::casting {
 
-// Element types a checkpoint can hold, named as in the safetensors format.
-// F8_E4M3 is the "fn" variant (no infinities), as in PyTorch and ml_dtypes.
-// F4, F6_E2M3 and F6_E3M2 are packed sub-byte types: a tensor's bytes are
-// numel * bits / 8, which must be whole.
-enum class DType {
-  kBool,
-  kU8,
-  kI8,
-  kU16,
-  kI16,
-  kU32,
-  kI32,
-  kU64,
-  kI64,
-  kF16,
-  kBF16,
-  kF32,
-  kF64,
-  kC64,
-  kF8E4M3,
-  kF8E5M2,
-  kF8E8M0,
-  kF6E2M3,
-  kF6E3M2,
-  kF4,
-};
+// Element types (DType) and their names come from casting/dtype_table.h.
 
-// "F32", "BF16", ... as written in safetensors headers.
+// "F32", "BF16", ... as written in safetensors headers ("" for BYTES, which
+// no checkpoint holds).
 absl::string_view DTypeName(DType dtype);
 // The inverse of DTypeName; InvalidArgument naming the string if unknown.
 absl::StatusOr<DType> DTypeFromName(absl::string_view name);

@@ -47,20 +47,8 @@ bool IsContainer(const Value& v) {
          v.kind == Value::Kind::kDict;
 }
 
-const std::unordered_map<std::string, DType>& StorageTypes() {
-  static const auto* types = new std::unordered_map<std::string, DType>{
-      {"torch.FloatStorage", DType::kF32},
-      {"torch.DoubleStorage", DType::kF64},
-      {"torch.HalfStorage", DType::kF16},
-      {"torch.BFloat16Storage", DType::kBF16},
-      {"torch.LongStorage", DType::kI64},
-      {"torch.IntStorage", DType::kI32},
-      {"torch.ShortStorage", DType::kI16},
-      {"torch.CharStorage", DType::kI8},
-      {"torch.ByteStorage", DType::kU8},
-      {"torch.BoolStorage", DType::kBool},
-  };
-  return *types;
+bool IsStorageClass(absl::string_view name) {
+  return FindByTorchStorageClass(name).ok();
 }
 
 constexpr absl::string_view kOrderedDict = "collections.OrderedDict";
@@ -213,7 +201,7 @@ class Machine {
 
   absl::Status PushGlobal(std::string name) {
     if (name != kOrderedDict && name != kRebuildTensor &&
-        name != kRebuildParameter && StorageTypes().count(name) == 0) {
+        name != kRebuildParameter && !IsStorageClass(name)) {
       return Error(absl::StrCat("unsupported global ", name,
                                 " (only a state dict of tensors is allowed)"));
     }
@@ -385,14 +373,13 @@ class Machine {
     const std::vector<ValuePtr>& f = (*pid)->items;
     if ((*pid)->kind != Value::Kind::kTuple || f.size() != 5 ||
         f[0]->kind != Value::Kind::kString || f[0]->text != "storage" ||
-        f[1]->kind != Value::Kind::kGlobal ||
-        StorageTypes().count(f[1]->text) == 0 ||
+        f[1]->kind != Value::Kind::kGlobal || !IsStorageClass(f[1]->text) ||
         f[2]->kind != Value::Kind::kString ||
         f[3]->kind != Value::Kind::kString || f[4]->kind != Value::Kind::kInt) {
       return Error("persistent id is not ('storage', type, key, location, n)");
     }
     auto storage = std::make_shared<Value>(Value::Kind::kStorage);
-    storage->tensor.dtype = StorageTypes().at(f[1]->text);
+    storage->tensor.dtype = (*FindByTorchStorageClass(f[1]->text))->dtype;
     storage->tensor.storage_key = f[2]->text;
     storage->tensor.storage_numel = f[4]->integer;
     stack_.push_back(std::move(storage));

@@ -11,41 +11,11 @@
 namespace castserve::casting {
 namespace {
 
-struct ElementAlias {
-  absl::string_view name;  // Lower case.
-  ElementType type;
-};
-
-constexpr ElementAlias kElementAliases[] = {
-    {"f32", ElementType::kF32},
-    {"float32", ElementType::kF32},
-    {"fp32", ElementType::kF32},
-    {"float", ElementType::kF32},
-    {"f16", ElementType::kF16},
-    {"float16", ElementType::kF16},
-    {"fp16", ElementType::kF16},
-    {"half", ElementType::kF16},
-    {"bf16", ElementType::kBF16},
-    {"bfloat16", ElementType::kBF16},
-    {"f8_e4m3fn", ElementType::kF8E4M3FN},
-    {"f8_e4m3", ElementType::kF8E4M3FN},
-    {"float8_e4m3fn", ElementType::kF8E4M3FN},
-    {"fp8_e4m3fn", ElementType::kF8E4M3FN},
-    {"e4m3fn", ElementType::kF8E4M3FN},
-    {"f8_e5m2", ElementType::kF8E5M2},
-    {"float8_e5m2", ElementType::kF8E5M2},
-    {"fp8_e5m2", ElementType::kF8E5M2},
-    {"e5m2", ElementType::kF8E5M2},
-};
-
 constexpr std::pair<absl::string_view, Scaling> kScalingNames[] = {
     {"none", Scaling::kNone},
     {"per_tensor", Scaling::kPerTensor},
     {"per_row", Scaling::kPerRow},
 };
-
-constexpr absl::string_view kValidElementNames =
-    "F32, F16, BF16, F8_E4M3FN, F8_E5M2";
 
 // a * b, or an error when it overflows int64.
 absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b) {
@@ -56,53 +26,28 @@ absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b) {
   return a * b;
 }
 
-absl::StatusOr<Scaling> ParseScaling(absl::string_view name) {
-  const std::string lower = absl::AsciiStrToLower(name);
-  for (const auto& [scaling_name, scaling] : kScalingNames) {
-    if (lower == scaling_name) return scaling;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown scaling \"", name,
-                   "\"; expected one of: none, per_tensor, per_row"));
-}
-
 }  // namespace
 
 float Fp8MaxFinite(ElementType type) {
-  switch (type) {
-    case ElementType::kF8E4M3FN:
-      return 448.0f;
-    case ElementType::kF8E5M2:
-      return 57344.0f;
-    default:
-      return 0.0f;
-  }
+  return IsValidElementType(type) ? RowOf(type).fp8_max_finite : 0.0f;
 }
 
 absl::string_view ElementTypeName(ElementType type) {
-  switch (type) {
-    case ElementType::kF32:
-      return "F32";
-    case ElementType::kF16:
-      return "F16";
-    case ElementType::kBF16:
-      return "BF16";
-    case ElementType::kF8E4M3FN:
-      return "F8_E4M3FN";
-    case ElementType::kF8E5M2:
-      return "F8_E5M2";
-  }
-  return "INVALID";
+  return IsValidElementType(type) ? RowOf(type).element_name : "INVALID";
 }
 
 absl::StatusOr<ElementType> ParseElementType(absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);
-  for (const ElementAlias& alias : kElementAliases) {
-    if (lower == alias.name) return alias.type;
+  for (const DtypeRow& row : AllDtypeRows()) {
+    if (!row.element.has_value()) continue;
+    if (lower == absl::AsciiStrToLower(row.element_name)) return *row.element;
+    for (absl::string_view alias : row.element_aliases) {
+      if (!alias.empty() && lower == alias) return *row.element;
+    }
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown element type \"", name,
-                   "\"; expected one of: ", kValidElementNames));
+                   "\"; expected one of: ", ElementTypeNameList()));
 }
 
 absl::string_view ScalingName(Scaling scaling) {
@@ -113,7 +58,7 @@ absl::string_view ScalingName(Scaling scaling) {
 }
 
 absl::Status StorageFormat::Validate() const {
-  if (ElementSizeBytes(element) == 0) {
+  if (!IsValidElementType(element)) {
     return absl::InvalidArgumentError("invalid element type");
   }
   if (ScalingName(scaling) == "invalid") {
@@ -130,6 +75,16 @@ absl::Status StorageFormat::Validate() const {
 std::string StorageFormat::ToString() const {
   if (!is_scaled()) return std::string(ElementTypeName(element));
   return absl::StrCat(ElementTypeName(element), ":", ScalingName(scaling));
+}
+
+absl::StatusOr<Scaling> ParseScaling(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  for (const auto& [scaling_name, scaling] : kScalingNames) {
+    if (lower == scaling_name) return scaling;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown scaling \"", name,
+                   "\"; expected one of: none, per_tensor, per_row"));
 }
 
 absl::StatusOr<StorageFormat> StorageFormat::Parse(absl::string_view text) {

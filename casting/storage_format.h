@@ -6,6 +6,9 @@
 // whole tensor or one per output row (dim 0), stored after the data so that
 // small weights are not flushed to zero. Value semantics; thread-compatible.
 //
+// Element types and their names come from the dtype table
+// (casting/dtype_table.h); this file adds the scaling and the sizes.
+//
 // Text syntax (ToString / Parse): the element name, optionally followed by
 // ":per_tensor" or ":per_row", e.g. "BF16", "F8_E4M3FN:per_row".
 #ifndef CASTSERVE_CASTING_STORAGE_FORMAT_H_
@@ -17,18 +20,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "casting/dtype_table.h"
 
 namespace castserve::casting {
-
-// Element encodings. The numeric values index kernel tables; do not reorder.
-enum class ElementType : uint8_t {
-  kF32 = 0,
-  kF16 = 1,
-  kBF16 = 2,
-  kF8E4M3FN = 3,  // 1-4-3, bias 7, no inf, NaN = S.1111.111, max 448.
-  kF8E5M2 = 4,    // 1-5-2, bias 15, IEEE-like with inf, max 57344.
-};
-inline constexpr int kNumElementTypes = 5;
 
 enum class Scaling : uint8_t {
   kNone = 0,       // Plain cast.
@@ -36,28 +30,26 @@ enum class Scaling : uint8_t {
   kPerRow = 2,     // One f32 scale per index of dim 0.
 };
 
+// The element attributes below are read from the dtype table
+// (casting/dtype_table.h), where each ElementType has its row.
+
+constexpr bool IsValidElementType(ElementType type) {
+  return static_cast<int>(type) >= 0 &&
+         static_cast<int>(type) < kNumElementTypes;
+}
+
+// Bytes per element; 0 for a value that is no ElementType.
 constexpr int64_t ElementSizeBytes(ElementType type) {
-  switch (type) {
-    case ElementType::kF32:
-      return 4;
-    case ElementType::kF16:
-    case ElementType::kBF16:
-      return 2;
-    case ElementType::kF8E4M3FN:
-    case ElementType::kF8E5M2:
-      return 1;
-  }
-  return 0;
+  return IsValidElementType(type) ? RowOf(type).bits / 8 : 0;
 }
 
 constexpr bool IsFp8(ElementType type) {
-  return type == ElementType::kF8E4M3FN || type == ElementType::kF8E5M2;
+  return IsValidElementType(type) && RowOf(type).fp8_max_finite > 0;
 }
 
 // Types a layer can compute in (and that the codec can encode from).
 constexpr bool IsComputeType(ElementType type) {
-  return type == ElementType::kF32 || type == ElementType::kF16 ||
-         type == ElementType::kBF16;
+  return IsValidElementType(type) && RowOf(type).compute;
 }
 
 // Largest finite value of an fp8 type (448 or 57344); 0 for other types.
@@ -71,6 +63,8 @@ absl::string_view ElementTypeName(ElementType type);
 absl::StatusOr<ElementType> ParseElementType(absl::string_view name);
 
 absl::string_view ScalingName(Scaling scaling);  // "none", "per_tensor", ...
+// The inverse of ScalingName, case-insensitive; errors list the valid names.
+absl::StatusOr<Scaling> ParseScaling(absl::string_view name);
 
 struct StorageFormat {
   ElementType element = ElementType::kF32;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -16,40 +17,29 @@ namespace {
 
 // The codec's view of a checkpoint dtype, for the floating types it reads.
 std::optional<ElementType> CodecElementType(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return ElementType::kF32;
-    case DType::kF16:
-      return ElementType::kF16;
-    case DType::kBF16:
-      return ElementType::kBF16;
-    case DType::kF8E4M3:
-      return ElementType::kF8E4M3FN;
-    case DType::kF8E5M2:
-      return ElementType::kF8E5M2;
-    default:
-      return std::nullopt;
-  }
+  return RowOf(dtype).element;
 }
 
 // LibTorch's type for integer and bool tensors, which pass through uncast.
 std::optional<at::ScalarType> PassthroughScalarType(DType dtype) {
-  switch (dtype) {
-    case DType::kBool:
-      return at::kBool;
-    case DType::kU8:
-      return at::kByte;
-    case DType::kI8:
-      return at::kChar;
-    case DType::kI16:
-      return at::kShort;
-    case DType::kI32:
-      return at::kInt;
-    case DType::kI64:
-      return at::kLong;
-    default:
-      return std::nullopt;
+  const DtypeKind kind = RowOf(dtype).kind;
+  if (kind != DtypeKind::kBool && kind != DtypeKind::kInteger) {
+    return std::nullopt;
   }
+  return TorchScalarType(dtype);
+}
+
+// "F32, F16, BF16, F8_E4M3 or F8_E5M2": the checkpoint dtypes the codec
+// reads, in ElementType order.
+std::string CodecDTypeNames() {
+  std::string names;
+  for (int id = 0; id < kNumElementTypes; ++id) {
+    const char* separator =
+        id == 0 ? "" : (id + 1 == kNumElementTypes ? " or " : ", ");
+    absl::StrAppend(&names, separator,
+                    RowOf(static_cast<ElementType>(id)).checkpoint_name);
+  }
+  return names;
 }
 
 // Reads from the mapping are staged in chunks of about this size.
@@ -129,8 +119,8 @@ absl::StatusOr<std::unique_ptr<Weight>> Weight::Create(
   if (!passthrough && !CodecElementType(entry->dtype).has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weight '", entry_name, "' has dtype ", DTypeName(entry->dtype),
-        ", which castserve cannot compute with (floating "
-        "weights must be F32, F16, BF16, F8_E4M3 or F8_E5M2)"));
+        ", which castserve cannot compute with (floating weights must be ",
+        CodecDTypeNames(), ")"));
   }
   return std::unique_ptr<Weight>(
       new Weight(std::move(checkpoint), *entry, options, passthrough));

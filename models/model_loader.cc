@@ -155,10 +155,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
                         absl::StrCat(folder, " as ", model_type, ": ",
                                      model.status().message()));
   }
-  if (options.compute_copy != casting::ComputeCopyPolicy::kTransient &&
-      !options.prefetch) {
-    return model;
-  }
+  if (!NeedsCastingHooks(options)) return model;
   CastingHooks::Options hook_options;
   hook_options.prefetch = options.prefetch;
   return std::make_unique<HookedModel>(*std::move(model), hook_options);

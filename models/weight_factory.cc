@@ -10,11 +10,6 @@
 
 namespace castserve::models {
 
-casting::ElementType EffectiveComputeDtype(const WeightPolicyOptions& options) {
-  return options.casting.has_value() ? options.casting->options().compute_dtype
-                                     : options.compute_dtype;
-}
-
 absl::StatusOr<std::string> FindKeyPrefix(
     const casting::Checkpoint& checkpoint, absl::string_view probe_key,
     const std::vector<std::string>& candidate_prefixes) {
@@ -37,8 +32,7 @@ WeightFactory::WeightFactory(
       options_(std::move(options)),
       key_prefix_(std::move(key_prefix)),
       module_prefix_(std::move(module_prefix)) {
-  if (options_.compute_copy == casting::ComputeCopyPolicy::kTransient &&
-      options_.reuse_transient_buffers) {
+  if (UsesBufferPool(options_)) {
     buffer_pool_ = std::make_shared<casting::BufferPool>();
   }
 }
@@ -95,25 +89,12 @@ absl::StatusOr<std::unique_ptr<casting::Weight>> WeightFactory::Make(
   if (absl::Status shape = CheckShape(*entry, expected_shape); !shape.ok()) {
     return shape;
   }
-  casting::WeightOptions weight_options;
+  casting::WeightOptions weight_options =
+      WeightOptionsFor(options_, module_name, kind);
   // A layer's parameters are floating; an integer tensor in their place is
   // a broken checkpoint, not a buffer to pass through.
   weight_options.pass_through_integers = false;
-  weight_options.residency = options_.residency;
-  weight_options.compute_dtype = compute_dtype();
-  weight_options.storage = casting::StorageFormat::Plain(compute_dtype());
-  weight_options.compute_copy = options_.compute_copy;
-  weight_options.codec = options_.codec;
   weight_options.buffer_pool = buffer_pool_;
-  if (options_.casting.has_value()) {
-    casting::WeightDecision decision =
-        options_.casting->Decide(module_name, kind);
-    if (decision.cast) {
-      weight_options.residency = casting::Residency::kResident;
-      weight_options.storage = decision.storage;
-      weight_options.compute_dtype = decision.compute_dtype;
-    }
-  }
   absl::StatusOr<std::unique_ptr<casting::Weight>> weight =
       casting::Weight::Create(checkpoint_, key, weight_options);
   if (!weight.ok()) return weight.status();

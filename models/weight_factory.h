@@ -1,6 +1,6 @@
-// Makes the casting::Weights of a model's modules as its weight policy says:
-// the layerwise-casting policy decides per (module name, module kind) whether
-// a weight is stored narrow; residency and compute-copy policy apply to all.
+// Makes the casting::Weights of a model's modules as its weight policy
+// (models/weight_policy.h) decides: the factory finds and checks each
+// checkpoint entry, then takes WeightOptionsFor's answer for it.
 #ifndef CASTSERVE_MODELS_WEIGHT_FACTORY_H_
 #define CASTSERVE_MODELS_WEIGHT_FACTORY_H_
 
@@ -15,41 +15,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "casting/buffer_pool.h"
-#include "casting/casting_policy.h"
 #include "casting/checkpoint.h"
 #include "casting/weight.h"
+#include "models/weight_policy.h"
 
 namespace castserve::models {
-
-struct WeightPolicyOptions {
-  casting::Residency residency = casting::Residency::kResident;
-  casting::ComputeCopyPolicy compute_copy = casting::ComputeCopyPolicy::kCached;
-  // Compute dtype of every layer (F32, F16, BF16).
-  casting::ElementType compute_dtype = casting::ElementType::kF32;
-  // Absent: no layerwise casting (storage = compute dtype everywhere).
-  // Present: its compute dtype is the model's (it overrides compute_dtype),
-  // and the weights it casts are resident in its storage format whatever
-  // `residency` says (a mapped file cannot hold another format); the
-  // weights it keeps follow `residency`.
-  std::optional<casting::CastingPolicy> casting;
-  // Make resident copies at load instead of at first use.
-  bool eager = false;
-  // While module i runs, read and decode the weights of the module that
-  // runs after it on a background thread (casting_hooks.h). With transient
-  // copies on every forward; with cached copies this overlaps the first
-  // forward's decoding (the lazy upcast) with its compute.
-  bool prefetch = false;
-  // With transient copies: reuse the memory of freed compute copies for the
-  // next ones of the same shape (casting/buffer_pool.h), one pool per
-  // factory, instead of allocating fresh pages every forward. Trades idle
-  // memory between forwards for speed.
-  bool reuse_transient_buffers = false;
-  casting::CodecOptions codec;
-};
-
-// The dtype layers compute in under `options`: the casting policy's when
-// there is one, else options.compute_dtype.
-casting::ElementType EffectiveComputeDtype(const WeightPolicyOptions& options);
 
 // The first of `candidate_prefixes` ("" included if listed) for which
 // `checkpoint` has `<prefix><probe_key>`: how an architecture finds its

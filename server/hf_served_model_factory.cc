@@ -20,6 +20,7 @@
 #include "models/model_loader.h"
 #include "server/batching_served_model.h"
 #include "server/log.h"
+#include "server/proto_dtypes.h"
 #include "server/repository_boundary.h"
 #include "server/server_flags.h"
 #include "server/tensor_conversion.h"
@@ -31,52 +32,6 @@ namespace {
 constexpr char kIntraOpThreadsParameter[] = "INTRA_OP_THREAD_COUNT";
 
 namespace fs = std::filesystem;
-
-absl::StatusOr<casting::ElementType> ComputeElementType(
-    inference::ComputeDtype dtype) {
-  switch (dtype) {
-    case inference::COMPUTE_DTYPE_UNSPECIFIED:
-    case inference::COMPUTE_DTYPE_F32:
-      return casting::ElementType::kF32;
-    case inference::COMPUTE_DTYPE_F16:
-      return casting::ElementType::kF16;
-    case inference::COMPUTE_DTYPE_BF16:
-      return casting::ElementType::kBF16;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown compute_dtype ", static_cast<int>(dtype)));
-  }
-}
-
-absl::StatusOr<casting::ElementType> StorageElementType(
-    inference::StorageDtype dtype) {
-  switch (dtype) {
-    case inference::STORAGE_DTYPE_F32:
-      return casting::ElementType::kF32;
-    case inference::STORAGE_DTYPE_F16:
-      return casting::ElementType::kF16;
-    case inference::STORAGE_DTYPE_BF16:
-      return casting::ElementType::kBF16;
-    case inference::STORAGE_DTYPE_F8_E4M3FN:
-      return casting::ElementType::kF8E4M3FN;
-    case inference::STORAGE_DTYPE_F8_E5M2:
-      return casting::ElementType::kF8E5M2;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown storage_dtype ", static_cast<int>(dtype)));
-  }
-}
-
-casting::Scaling ScalingOf(inference::Scaling scaling) {
-  switch (scaling) {
-    case inference::SCALING_PER_TENSOR:
-      return casting::Scaling::kPerTensor;
-    case inference::SCALING_PER_ROW:
-      return casting::Scaling::kPerRow;
-    default:
-      return casting::Scaling::kNone;
-  }
-}
 
 // The model directory without a trailing separator, and the repository
 // that holds it (its parent; "." for a bare name).
@@ -189,19 +144,30 @@ absl::Status CheckConfiguredTensor(
   return absl::OkStatus();
 }
 
+// Name, data type and dims of a config input or output, from `spec`.
+template <typename ConfigTensor>
+absl::StatusOr<ConfigTensor> ConfigTensorOf(const models::TensorSpec& spec,
+                                            bool batched) {
+  absl::StatusOr<inference::DataType> type = ConfigDataTypeOf(spec);
+  if (!type.ok()) return type.status();
+  absl::StatusOr<std::vector<int64_t>> dims = ConfigDims(spec, batched);
+  if (!dims.ok()) return dims.status();
+  ConfigTensor tensor;
+  tensor.set_name(spec.name);
+  tensor.set_data_type(*type);
+  tensor.mutable_dims()->Add(dims->begin(), dims->end());
+  return tensor;
+}
+
 absl::Status FillInputs(const std::vector<models::TensorSpec>& specs,
                         inference::ModelConfig* config) {
   const bool batched = config->max_batch_size() > 0;
   for (const models::TensorSpec& spec : specs) {
-    absl::StatusOr<inference::DataType> type = ConfigDataTypeOf(spec);
-    absl::StatusOr<std::vector<int64_t>> dims = ConfigDims(spec, batched);
-    if (!type.ok()) return type.status();
-    if (!dims.ok()) return dims.status();
-    inference::ModelInput* input = config->add_input();
-    input->set_name(spec.name);
-    input->set_data_type(*type);
-    input->mutable_dims()->Add(dims->begin(), dims->end());
+    absl::StatusOr<inference::ModelInput> input =
+        ConfigTensorOf<inference::ModelInput>(spec, batched);
+    if (!input.ok()) return input.status();
     input->set_optional(spec.optional);
+    *config->add_input() = *std::move(input);
   }
   return absl::OkStatus();
 }
@@ -210,14 +176,10 @@ absl::Status FillOutputs(const std::vector<models::TensorSpec>& specs,
                          inference::ModelConfig* config) {
   const bool batched = config->max_batch_size() > 0;
   for (const models::TensorSpec& spec : specs) {
-    absl::StatusOr<inference::DataType> type = ConfigDataTypeOf(spec);
-    absl::StatusOr<std::vector<int64_t>> dims = ConfigDims(spec, batched);
-    if (!type.ok()) return type.status();
-    if (!dims.ok()) return dims.status();
-    inference::ModelOutput* output = config->add_output();
-    output->set_name(spec.name);
-    output->set_data_type(*type);
-    output->mutable_dims()->Add(dims->begin(), dims->end());
+    absl::StatusOr<inference::ModelOutput> output =
+        ConfigTensorOf<inference::ModelOutput>(spec, batched);
+    if (!output.ok()) return output.status();
+    *config->add_output() = *std::move(output);
   }
   return absl::OkStatus();
 }
@@ -260,16 +222,6 @@ const inference::ModelInput* FindConfiguredInput(
     if (input.name() == name) return &input;
   }
   return nullptr;
-}
-
-absl::StatusOr<at::ScalarType> ScalarTypeOf(inference::DataType type) {
-  const std::string& name = inference::DataType_Name(type);
-  constexpr absl::string_view kPrefix = "TYPE_";
-  if (type == inference::TYPE_INVALID || name.size() <= kPrefix.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data type ", static_cast<int>(type), " is not valid"));
-  }
-  return ScalarTypeFromDatatype(absl::string_view(name).substr(kPrefix.size()));
 }
 
 // The bytes of a tensor of `shape` with `element_bytes` elements, or -1 if
@@ -478,8 +430,12 @@ absl::StatusOr<models::WeightPolicyOptions> WeightPolicyFromConfig(
   policy.storage_dtype = *storage;
   policy.compute_dtype = *compute;
   // Scaling means nothing for non-fp8 storage; the proto says it is ignored.
-  policy.scaling = casting::IsFp8(*storage) ? ScalingOf(layerwise.scaling())
-                                            : casting::Scaling::kNone;
+  if (casting::IsFp8(*storage)) {
+    absl::StatusOr<casting::Scaling> scaling =
+        ScalingFromConfig(layerwise.scaling());
+    if (!scaling.ok()) return scaling.status();
+    policy.scaling = *scaling;
+  }
   if (layerwise.no_default_skip_patterns()) policy.skip_modules_pattern.clear();
   policy.skip_modules_pattern.insert(policy.skip_modules_pattern.end(),
                                      layerwise.skip_modules_pattern().begin(),
@@ -544,7 +500,8 @@ absl::StatusOr<models::NamedTensors> MakeWarmupRequest(
       return absl::InvalidArgumentError(absl::StrCat(
           "warmup '", warmup.name(), "' input ", name, " has a negative dim"));
     }
-    absl::StatusOr<at::ScalarType> dtype = ScalarTypeOf(input.data_type());
+    absl::StatusOr<at::ScalarType> dtype =
+        ScalarTypeFromConfig(input.data_type());
     if (!dtype.ok()) return dtype.status();
     const int64_t bytes =
         BytesWithin(shape, at::elementSize(*dtype), max_bytes - request_bytes);

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "casting/torch_types.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the wire's raw tensors are little-endian; so must the host be");
@@ -20,25 +21,6 @@ namespace {
 
 using ::google::protobuf::RepeatedField;
 using InputTensor = inference::ModelInferRequest::InferInputTensor;
-
-struct DatatypeEntry {
-  const char* name;
-  at::ScalarType dtype;
-  inference::DataType config_type;
-};
-
-constexpr DatatypeEntry kDatatypes[] = {
-    {"BOOL", at::kBool, inference::TYPE_BOOL},
-    {"UINT8", at::kByte, inference::TYPE_UINT8},
-    {"INT8", at::kChar, inference::TYPE_INT8},
-    {"INT16", at::kShort, inference::TYPE_INT16},
-    {"INT32", at::kInt, inference::TYPE_INT32},
-    {"INT64", at::kLong, inference::TYPE_INT64},
-    {"FP16", at::kHalf, inference::TYPE_FP16},
-    {"FP32", at::kFloat, inference::TYPE_FP32},
-    {"FP64", at::kDouble, inference::TYPE_FP64},
-    {"BF16", at::kBFloat16, inference::TYPE_BF16},
-};
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
@@ -127,26 +109,12 @@ bool HasTypedContents(const InputTensor& input) {
   return false;
 }
 
-// The field that carries `dtype` in typed contents; null for FP16/BF16.
+// The field that carries `dtype` in typed contents (the dtype table's
+// wire_contents_field); null for FP16/BF16.
 const char* TypedFieldFor(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kBool:
-      return "bool_contents";
-    case at::kByte:
-      return "uint_contents";
-    case at::kChar:
-    case at::kShort:
-    case at::kInt:
-      return "int_contents";
-    case at::kLong:
-      return "int64_contents";
-    case at::kFloat:
-      return "fp32_contents";
-    case at::kDouble:
-      return "fp64_contents";
-    default:
-      return nullptr;
-  }
+  const casting::DtypeRow* row = casting::FindByTorchScalarType(dtype);
+  if (row == nullptr || row->wire_contents_field.empty()) return nullptr;
+  return row->wire_contents_field.data();  // A NUL-terminated literal.
 }
 
 template <typename Element, typename Wire>
@@ -320,41 +288,6 @@ const models::TensorSpec* FindSpec(const std::vector<models::TensorSpec>& specs,
   }
   return nullptr;
 }
-
-}  // namespace
-
-absl::StatusOr<std::string> DatatypeName(at::ScalarType dtype) {
-  for (const DatatypeEntry& entry : kDatatypes) {
-    if (entry.dtype == dtype) return std::string(entry.name);
-  }
-  return absl::InternalError(
-      absl::StrCat("no wire datatype for ", c10::toString(dtype)));
-}
-
-absl::StatusOr<at::ScalarType> ScalarTypeFromDatatype(
-    absl::string_view datatype) {
-  for (const DatatypeEntry& entry : kDatatypes) {
-    if (datatype == entry.name) return entry.dtype;
-  }
-  if (datatype == "UINT16" || datatype == "UINT32" || datatype == "UINT64" ||
-      datatype == "BYTES") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("datatype ", datatype,
-                     " is not supported by castserve (no LibTorch dtype)"));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown datatype '", datatype,
-                   "' (datatypes are upper case, e.g. FP32, INT64)"));
-}
-
-inference::DataType ConfigDataType(at::ScalarType dtype) {
-  for (const DatatypeEntry& entry : kDatatypes) {
-    if (entry.dtype == dtype) return entry.config_type;
-  }
-  return inference::TYPE_INVALID;
-}
-
-namespace {
 
 absl::StatusOr<models::NamedTensors> ConvertInputs(
     const inference::ModelInferRequest& request,

@@ -3,6 +3,8 @@
 // tensors. Every rule of PROTOCOL.md section 4 is checked here, each failure an
 // INVALID_ARGUMENT whose message names the tensor and what was expected.
 //
+// Datatype names come from the dtype table through server/proto_dtypes.h.
+//
 // Stateless free functions; thread-safe.
 #ifndef CASTSERVE_SERVER_TENSOR_CONVERSION_H_
 #define CASTSERVE_SERVER_TENSOR_CONVERSION_H_
@@ -17,22 +19,10 @@
 #include "models/model.h"
 #include "proto/inference.pb.h"
 #include "proto/model_config.pb.h"
+#include "server/proto_dtypes.h"
 #include "server/served_model.h"
 
 namespace castserve {
-
-// The wire datatype string ("FP32", "INT64", ...) of `dtype`; INTERNAL for a
-// dtype the protocol has no name for (complex, quantized).
-absl::StatusOr<std::string> DatatypeName(at::ScalarType dtype);
-
-// The dtype of a datatype string. INVALID_ARGUMENT for strings the protocol
-// does not define, and for UINT16/UINT32/UINT64/BYTES, which LibTorch 1.13
-// cannot hold.
-absl::StatusOr<at::ScalarType> ScalarTypeFromDatatype(
-    absl::string_view datatype);
-
-// The model_config DataType enum of `dtype` (TYPE_INVALID if none).
-inference::DataType ConfigDataType(at::ScalarType dtype);
 
 // Inputs of `request` as tensors on the CPU, validated against the
 // signature `specs` (shapes include the batch dimension first, -1 =

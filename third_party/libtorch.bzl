@@ -7,9 +7,14 @@ $CASTSERVE_CACHE/libtorch-2.11.0/torch (CASTSERVE_CACHE defaults to
 folder holding include/ and lib/) selects that one instead. Bazel re-runs this
 rule when either variable changes.
 
-Only libtorch_cpu and libc10 are linked: the CPU build runs on machines
+`libtorch` links only libtorch_cpu and libc10: the CPU build runs on machines
 without a GPU (libtorch_cpu needs libcudart.so.13 and libcupti.so.13 at load
 time, which the fetch script unpacks where the wheel's RPATH looks for them).
+`libtorch_cuda` adds libtorch_cuda and libc10_cuda (`--config=cuda` selects it
+through //third_party:libtorch); their CUDA runtime libraries come from
+`tools/fetch_libtorch.sh --cuda`, found through the wheel's own RPATH. They are
+linked with --no-as-needed: the CUDA kernels register themselves from static
+initializers, which a linker dropping "unused" libraries would lose.
 """
 
 _BUILD = """
@@ -25,6 +30,17 @@ cc_library(
         "-ltorch_cpu",
         "-lc10",
     ],
+)
+
+cc_library(
+    name = "libtorch_cuda",
+    linkopts = [
+        "-Wl,--no-as-needed",
+        "-ltorch_cuda",
+        "-lc10_cuda",
+        "-Wl,--as-needed",
+    ],
+    deps = [":libtorch"],
 )
 """
 

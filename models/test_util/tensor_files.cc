@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -13,34 +14,18 @@
 #include "casting/safetensors_reader.h"
 #include "casting/storage_format.h"
 #include "casting/test_util/safetensors_writer.h"
+#include "casting/torch_types.h"
 
 namespace castserve::models::test_util {
-namespace {
-
-struct DTypePair {
-  at::ScalarType torch;
-  casting::DType file;
-};
-
-constexpr DTypePair kDTypes[] = {
-    {at::kFloat, casting::DType::kF32},     {at::kHalf, casting::DType::kF16},
-    {at::kBFloat16, casting::DType::kBF16}, {at::kLong, casting::DType::kI64},
-    {at::kInt, casting::DType::kI32},       {at::kByte, casting::DType::kU8},
-    {at::kBool, casting::DType::kBool},
-};
-
-}  // namespace
 
 absl::Status WriteSafetensors(
     const std::string& path, const std::map<std::string, at::Tensor>& tensors) {
   std::vector<casting::test_util::HeaderTensor> header;
   std::string data;
   for (const auto& [name, tensor] : tensors) {
-    const DTypePair* pair = nullptr;
-    for (const DTypePair& candidate : kDTypes) {
-      if (candidate.torch == tensor.scalar_type()) pair = &candidate;
-    }
-    if (pair == nullptr) {
+    const casting::DtypeRow* row =
+        casting::FindByTorchScalarType(tensor.scalar_type());
+    if (row == nullptr || row->checkpoint_name.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor ", name, ": unsupported dtype"));
     }
@@ -48,7 +33,7 @@ absl::Status WriteSafetensors(
     const size_t bytes = contiguous.numel() * contiguous.element_size();
     casting::test_util::HeaderTensor entry;
     entry.name = name;
-    entry.dtype = std::string(casting::DTypeName(pair->file));
+    entry.dtype = std::string(row->checkpoint_name);
     entry.shape = contiguous.sizes().vec();
     entry.begin = data.size();
     entry.end = data.size() + bytes;
@@ -66,15 +51,13 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadSafetensors(
   if (!checkpoint.ok()) return checkpoint.status();
   std::map<std::string, at::Tensor> tensors;
   for (const casting::TensorEntry& entry : (*checkpoint)->tensors()) {
-    const DTypePair* pair = nullptr;
-    for (const DTypePair& candidate : kDTypes) {
-      if (candidate.file == entry.dtype) pair = &candidate;
-    }
-    if (pair == nullptr) {
+    const std::optional<at::ScalarType> dtype =
+        casting::TorchScalarType(entry.dtype);
+    if (!dtype.has_value() || !casting::RowOf(entry.dtype).torch_exact) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": tensor ", entry.name, " has an unread dtype"));
     }
-    at::Tensor tensor = at::empty(entry.shape, at::TensorOptions(pair->torch));
+    at::Tensor tensor = at::empty(entry.shape, at::TensorOptions(*dtype));
     absl::Status copied =
         (*checkpoint)
             ->CopyTo(entry,
