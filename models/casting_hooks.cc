@@ -41,7 +41,8 @@ std::unique_ptr<CastingHooks> CastingHooks::Attach(Module& root,
     SetOrder(std::move(tree_order), self->order_, self->position_);
   }
   if (options.prefetch) {
-    self->prefetch_thread_ = std::thread([self] { self->PrefetchLoop(); });
+    self->prefetch_thread_ = casting::Executor::Default().StartThread(
+        [self] { self->PrefetchLoop(); });
   }
   return hooks;
 }
@@ -58,7 +59,7 @@ void CastingHooks::Remove() {
     stopping_ = true;
     pending_.clear();
   }
-  if (prefetch_thread_.joinable()) prefetch_thread_.join();
+  if (prefetch_thread_ != nullptr) prefetch_thread_->Join();
   DropUnclaimedPrefetches();
 }
 

@@ -32,7 +32,6 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -40,6 +39,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "casting/executor.h"
 #include "models/module.h"
 #include "models/prefetch_counts.h"
 
@@ -130,7 +130,7 @@ class CastingHooks {
   bool stopping_ ABSL_GUARDED_BY(prefetch_mu_) = false;
   int64_t prefetches_started_ ABSL_GUARDED_BY(prefetch_mu_) = 0;
   PrefetchCounts prefetch_counts_ ABSL_GUARDED_BY(prefetch_mu_);
-  std::thread prefetch_thread_;
+  std::unique_ptr<casting::Thread> prefetch_thread_;
 };
 
 }  // namespace castserve::models

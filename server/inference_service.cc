@@ -9,7 +9,6 @@
 #include <limits>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/log.h"
+#include "server/model_catalog.h"
 #include "server/serving_metrics.h"
 #include "server/status_conversion.h"
 #include "server/version.h"
@@ -77,24 +77,21 @@ absl::StatusOr<absl::Time> RequestDeadline(
 }
 
 // Calls `then` with the READY model `name`: inline when it is READY now,
-// otherwise on a thread of its own, since a first-request load can take
-// seconds and must not hold a gRPC thread.
-void WithReadyModel(ModelManager* manager, const std::string& name,
-                    const std::string& version, absl::Time deadline,
+// otherwise on the executor, since a first-request load can take seconds
+// and must not hold a gRPC thread.
+void WithReadyModel(ModelManager* manager, casting::Executor* executor,
+                    const std::string& name, const std::string& version,
+                    absl::Time deadline,
                     std::function<void(ModelOrStatus)> then) {
   absl::StatusOr<ModelStatus> status = manager->Status(name);
   if (status.ok() && status->state == ModelState::kReady) {
     then(manager->GetReady(name, version, deadline));
     return;
   }
-  std::thread([manager, name, version, deadline, then = std::move(then)] {
-    then(manager->GetReady(name, version, deadline));
-  }).detach();
-}
-
-// Runs `work` (which finishes a call) on a thread of its own.
-void RunDetached(std::function<void()> work) {
-  std::thread(std::move(work)).detach();
+  executor->Schedule(
+      [manager, name, version, deadline, then = std::move(then)] {
+        then(manager->GetReady(name, version, deadline));
+      });
 }
 
 // Lets a served model poll a call's cancellation after the call finished
@@ -123,7 +120,7 @@ class CancellationGuard {
 // (on the model's worker thread, before the request is counted). The request
 // counts once, as a success or a failure, whichever step refused it.
 // `request` and `response` must stay alive until `done` runs (exactly once).
-void RunInference(ModelManager* manager,
+void RunInference(ModelManager* manager, casting::Executor* executor,
                   const inference::ModelInferRequest* request,
                   absl::StatusOr<absl::Time> request_deadline,
                   std::shared_ptr<CancellationGuard> guard,
@@ -153,8 +150,8 @@ void RunInference(ModelManager* manager,
                       done(std::move(status));
                     });
   };
-  WithReadyModel(manager, request->model_name(), request->model_version(),
-                 deadline, std::move(run));
+  WithReadyModel(manager, executor, request->model_name(),
+                 request->model_version(), deadline, std::move(run));
 }
 
 // A stream refused before it started (no token): finishes at once.
@@ -181,10 +178,11 @@ class StreamInferReactor
                                      inference::ModelStreamInferResponse> {
  public:
   // Each response is at most `max_message_bytes` with its envelope.
-  StreamInferReactor(ModelManager* manager,
+  StreamInferReactor(ModelManager* manager, casting::Executor* executor,
                      grpc::CallbackServerContext* context,
                      int64_t max_message_bytes)
       : manager_(manager),
+        executor_(executor),
         max_response_bytes_(max_message_bytes - kStreamEnvelopeBytes),
         context_(context),
         guard_(std::make_shared<CancellationGuard>(context)) {
@@ -214,8 +212,9 @@ class StreamInferReactor
     }
     if (read_more) StartRead(&incoming_);
     RunInference(
-        manager_, &raw->request, RequestDeadline(*context_, raw->request),
-        guard_, max_response_bytes_, raw->response.mutable_infer_response(),
+        manager_, executor_, &raw->request,
+        RequestDeadline(*context_, raw->request), guard_, max_response_bytes_,
+        raw->response.mutable_infer_response(),
         [this, raw](absl::Status status) { OnInferDone(raw, status); });
   }
 
@@ -304,6 +303,7 @@ class StreamInferReactor
   }
 
   ModelManager* const manager_;
+  casting::Executor* const executor_;
   const int64_t max_response_bytes_;
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<CancellationGuard> guard_;
@@ -376,13 +376,6 @@ void FillStatistics(const ServedModel& model, inference::ModelStatistics* out) {
       std::max(model.tracked_bytes(), model.footprint().owned_bytes())));
 }
 
-absl::Status CheckVersion(const std::string& version) {
-  if (version.empty() || version == "1") return absl::OkStatus();
-  return absl::NotFoundError(absl::StrCat("unknown version '",
-                                          Abbreviated(version),
-                                          "' (castserve serves version 1)"));
-}
-
 absl::StatusOr<std::optional<inference::ModelConfig>> ConfigOverride(
     const inference::RepositoryModelLoadRequest& request) {
   std::optional<inference::ModelConfig> config;
@@ -415,9 +408,11 @@ absl::StatusOr<std::optional<inference::ModelConfig>> ConfigOverride(
 InferenceService::InferenceService(const std::atomic<bool>* ready,
                                    ModelManager* manager,
                                    int64_t max_response_bytes,
-                                   TokenAuthenticator* auth)
+                                   TokenAuthenticator* auth,
+                                   casting::Executor* executor)
     : ready_(ready),
       manager_(manager),
+      executor_(executor != nullptr ? executor : &casting::Executor::Default()),
       max_response_bytes_(max_response_bytes),
       auth_(auth) {}
 
@@ -477,8 +472,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(
     inference::ModelReadyResponse* response) {
   if (auto* refused = Refuse(context, Scope::kInfer)) return refused;
   absl::StatusOr<ModelStatus> status = manager_->Status(request->name());
-  response->set_ready(status.ok() && status->state == ModelState::kReady &&
-                      CheckVersion(request->version()).ok());
+  response->set_ready(
+      status.ok() && status->state == ModelState::kReady &&
+      CheckModelVersion(request->name(), request->version()).ok());
   return Finish(context, absl::OkStatus());
 }
 
@@ -489,7 +485,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
   if (auto* refused = Refuse(context, Scope::kInfer)) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   WithReadyModel(
-      manager_, request->name(), request->version(), CallDeadline(*context),
+      manager_, executor_, request->name(), request->version(),
+      CallDeadline(*context),
       [reactor, request, response](ModelOrStatus model) {
         if (!model.ok()) return reactor->Finish(ToGrpcStatus(model.status()));
         const inference::ModelConfig& config = (*model)->config();
@@ -510,7 +507,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     inference::ModelConfigResponse* response) {
   if (auto* refused = Refuse(context, Scope::kInfer)) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  WithReadyModel(manager_, request->name(), request->version(),
+  WithReadyModel(manager_, executor_, request->name(), request->version(),
                  CallDeadline(*context),
                  [reactor, response](ModelOrStatus model) {
                    if (!model.ok()) {
@@ -541,9 +538,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto guard = std::make_shared<CancellationGuard>(context);
-  RunInference(manager_, request, RequestDeadline(*context, *request), guard,
-               max_response_bytes_, response,
-               [reactor, guard](absl::Status status) {
+  RunInference(manager_, executor_, request,
+               RequestDeadline(*context, *request), guard, max_response_bytes_,
+               response, [reactor, guard](absl::Status status) {
                  guard->Release();
                  reactor->Finish(ToGrpcStatus(status));
                });
@@ -558,7 +555,8 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
     UnroutedRequests::Global().Record(allowed.code());
     return new RefusedStream(allowed);
   }
-  return new StreamInferReactor(manager_, context, max_response_bytes_);
+  return new StreamInferReactor(manager_, executor_, context,
+                                max_response_bytes_);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
@@ -566,7 +564,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
   if (auto* refused = Refuse(context, Scope::kInfer)) return refused;
-  if (absl::Status status = CheckVersion(request->version()); !status.ok()) {
+  if (absl::Status status =
+          CheckModelVersion(request->name(), request->version());
+      !status.ok()) {
     return Finish(context, status);
   }
   if (!request->name().empty()) {
@@ -616,8 +616,9 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
       ConfigOverride(*request);
   if (!config.ok()) return Finish(context, config.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RunDetached([manager = manager_, reactor, name = request->model_name(),
-               config = *std::move(config)]() mutable {
+  executor_->Schedule([manager = manager_, reactor,
+                       name = request->model_name(),
+                       config = *std::move(config)]() mutable {
     reactor->Finish(ToGrpcStatus(manager->Load(name, std::move(config))));
   });
   return reactor;
@@ -629,9 +630,10 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     inference::RepositoryModelUnloadResponse* /*response*/) {
   if (auto* refused = Refuse(context, Scope::kAdmin)) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RunDetached([manager = manager_, reactor, name = request->model_name()] {
-    reactor->Finish(ToGrpcStatus(manager->Unload(name)));
-  });
+  executor_->Schedule(
+      [manager = manager_, reactor, name = request->model_name()] {
+        reactor->Finish(ToGrpcStatus(manager->Unload(name)));
+      });
   return reactor;
 }
 

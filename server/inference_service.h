@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "casting/executor.h"
 #include "proto/inference.grpc.pb.h"
 #include "server/auth.h"
 #include "server/model_manager.h"
@@ -15,8 +16,9 @@ namespace castserve {
 // edge (status_conversion.h). RPCs not overridden here answer UNIMPLEMENTED.
 //
 // No handler blocks a gRPC thread for long: a call that needs a model that
-// is not READY yet (first-request load) or a repository load/unload runs on a
-// thread of its own and finishes from there.
+// is not READY yet (first-request load) or a repository load/unload runs on
+// the executor and finishes from there; draining the executor after the
+// gRPC server stopped finishes them all (Server::Shutdown).
 //
 // Thread-safe. The service must be destroyed only after the gRPC server has
 // shut down and waited (every reactor finished).
@@ -31,9 +33,12 @@ class InferenceService final
   // but ServerLive and ServerReady needs a bearer token in the
   // `authorization` metadata: `admin` for the repository RPCs, `infer` for
   // the others (UNAUTHENTICATED / PERMISSION_DENIED otherwise).
+  // `executor` (may be null: casting::Executor::Default(); not owned,
+  // outlives the service) runs the calls that wait.
   InferenceService(const std::atomic<bool>* ready, ModelManager* manager,
                    int64_t max_response_bytes,
-                   TokenAuthenticator* auth = nullptr);
+                   TokenAuthenticator* auth = nullptr,
+                   casting::Executor* executor = nullptr);
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -110,6 +115,7 @@ class InferenceService final
  private:
   const std::atomic<bool>* ready_;
   ModelManager* manager_;
+  casting::Executor* const executor_;
   const int64_t max_response_bytes_;
   TokenAuthenticator* const auth_;
 

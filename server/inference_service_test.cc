@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "casting/test_util/manual_executor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/serving_metrics.h"
@@ -58,8 +60,8 @@ class InferenceServiceTest : public ::testing::Test {
   // (Re)starts the service with a response limit.
   void Start(int64_t max_response_bytes) {
     if (server_ != nullptr) TearDown();
-    service_ = std::make_unique<InferenceService>(&ready_, &manager_,
-                                                  max_response_bytes);
+    service_ = std::make_unique<InferenceService>(
+        &ready_, &manager_, max_response_bytes, /*auth=*/nullptr, executor_);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -84,6 +86,8 @@ class InferenceServiceTest : public ::testing::Test {
   }
 
   std::atomic<bool> ready_{true};
+  // Runs the calls that wait; null: casting::Executor::Default().
+  casting::Executor* executor_ = nullptr;
   testing::FakeModelManager manager_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -312,6 +316,44 @@ TEST_F(InferenceServiceTest, RepositoryIndexLoadUnload) {
       stub_->RepositoryIndex(&ready_index_context, ready_only, &index).ok());
   ASSERT_EQ(index.models_size(), 1);
   EXPECT_EQ(index.models(0).state(), "READY");
+}
+
+TEST_F(InferenceServiceTest, RepositoryCallsAndFirstLoadsWaitOnTheExecutor) {
+  casting::test_util::ManualExecutor executor;
+  executor_ = &executor;
+  Start(int64_t{1} << 20);
+  inference::RepositoryModelUnloadRequest unload;
+  unload.set_model_name("fake");
+  inference::RepositoryModelUnloadResponse unload_response;
+  grpc::ClientContext unload_context;
+  absl::Notification unloaded;
+  grpc::Status unload_status;
+  stub_->async()->RepositoryModelUnload(
+      &unload_context, &unload, &unload_response, [&](grpc::Status status) {
+        unload_status = std::move(status);
+        unloaded.Notify();
+      });
+  inference::ModelMetadataRequest metadata;
+  metadata.set_name("lazy");
+  inference::ModelMetadataResponse metadata_response;
+  grpc::ClientContext metadata_context;
+  absl::Notification described;
+  stub_->async()->ModelMetadata(&metadata_context, &metadata,
+                                &metadata_response,
+                                [&](grpc::Status) { described.Notify(); });
+  // Both wait on the executor, holding no gRPC thread, until it runs them.
+  for (int i = 0; i < 1000 && executor.pending() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_EQ(executor.pending(), 2);
+  EXPECT_FALSE(unloaded.HasBeenNotified());
+  EXPECT_EQ(executor.RunPending(), 2);
+  unloaded.WaitForNotification();
+  described.WaitForNotification();
+  EXPECT_TRUE(unload_status.ok()) << unload_status.error_message();
+  EXPECT_EQ(metadata_response.name(), "lazy");
+  executor_ = nullptr;  // The service must not outlive `executor`.
+  Start(int64_t{1} << 20);
 }
 
 TEST_F(InferenceServiceTest, LoadRejectsBadConfigAndBadNames) {

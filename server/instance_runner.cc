@@ -70,18 +70,19 @@ void InstanceRunner::Start(RequestQueue* queue, const BatchPlanner* planner,
   complete_ = std::move(complete);
   record_batch_ = std::move(record_batch);
   for (int i = 0; i < options_.instance_count; ++i) {
-    threads_.emplace_back(
-        [this, queue, planner, keep_alive] { InstanceLoop(queue, planner); });
+    threads_.push_back(casting::Executor::Default().StartThread(
+        [this, queue, planner, keep_alive] { InstanceLoop(queue, planner); }));
   }
-  threads_.emplace_back([this, queue, keep_alive] { ReaperLoop(queue); });
+  threads_.push_back(casting::Executor::Default().StartThread(
+      [this, queue, keep_alive] { ReaperLoop(queue); }));
 }
 
 void InstanceRunner::Join() {
-  for (std::thread& thread : threads_) {
-    if (thread.get_id() == std::this_thread::get_id()) {
-      thread.detach();
-    } else if (thread.joinable()) {
-      thread.join();
+  for (std::unique_ptr<casting::Thread>& thread : threads_) {
+    if (thread->IsCurrent()) {
+      casting::Executor::Default().JoinLater(std::move(thread));
+    } else {
+      thread->Join();
     }
   }
 }

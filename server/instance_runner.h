@@ -20,12 +20,12 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "casting/executor.h"
 #include "models/cancellation.h"
 #include "models/model.h"
 #include "server/batch_planner.h"
@@ -65,8 +65,8 @@ class InstanceRunner {
              Complete complete, RecordBatch record_batch,
              std::shared_ptr<void> keep_alive);
   // Joins the threads once the queue is stopped; the calling thread, if it
-  // is one of them, is detached instead (it exits once its callback
-  // returns, holding `keep_alive`).
+  // is one of them, is handed to the executor, which joins it once its
+  // callback returns (holding `keep_alive`).
   void Join();
 
   // Runs `batch` (taken from the queue) and completes each of its requests.
@@ -90,7 +90,7 @@ class InstanceRunner {
   Complete complete_;
   RecordBatch record_batch_;
   // Written by Start and Join only, which never run concurrently.
-  std::vector<std::thread> threads_;
+  std::vector<std::unique_ptr<casting::Thread>> threads_;
 };
 
 }  // namespace castserve

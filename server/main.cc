@@ -9,12 +9,12 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "casting/executor.h"
 #include "casting/malloc_settings.h"
 #include "models/cancellation.h"
 #include "server/auth.h"
@@ -94,11 +94,12 @@ absl::StatusOr<HttpServerOptions> MetricsHttpOptions(const ServerFlags& flags) {
 class StopSignalWatcher {
  public:
   StopSignalWatcher(sigset_t signals, absl::Duration grace)
-      : thread_([this, signals, grace] { Watch(signals, grace); }) {}
+      : thread_(casting::Executor::Default().StartThread(
+            [this, signals, grace] { Watch(signals, grace); })) {}
   ~StopSignalWatcher() {
     stopped_.Notify();
     if (!signalled_.HasBeenNotified()) kill(getpid(), SIGTERM);
-    thread_.join();
+    thread_->Join();
   }
   StopSignalWatcher(const StopSignalWatcher&) = delete;
   StopSignalWatcher& operator=(const StopSignalWatcher&) = delete;
@@ -135,7 +136,8 @@ class StopSignalWatcher {
   std::atomic<int> signal_number_{0};
   absl::Notification signalled_;
   absl::Notification stopped_;
-  std::thread thread_;  // Last: started once the rest exists.
+  // Last: started once the rest exists.
+  const std::unique_ptr<casting::Thread> thread_;
 };
 
 // The server's options from the flags, with the files they name read and
@@ -216,6 +218,9 @@ int Run(const ServerFlags& flags) {
        {"grace_seconds", flags.shutdown_grace_seconds}});
   (*server)->Shutdown(absl::Seconds(flags.shutdown_grace_seconds));
   server->reset();
+  // Joins what the models' threads left to it (an instance that stopped
+  // its own model): nothing the daemon started outlives Run.
+  casting::Executor::Default().Drain();
   Log(LogLevel::kInfo, "castserve stopped");
   return 0;
 }

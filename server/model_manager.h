@@ -1,5 +1,8 @@
 // The model lifecycle: which models of the repository are loaded, in which
-// state, and under what memory budget.
+// state, and under what memory budget. The manager composes a ModelCatalog
+// (names, directories, configs: model_catalog.h), one ModelLifecycle per
+// model (the state machine: model_lifecycle.h) and an LruEvictionPolicy
+// (lru_eviction_policy.h).
 //
 // States (Triton's strings in RepositoryIndex): UNAVAILABLE -> LOADING ->
 // READY -> UNLOADING -> UNAVAILABLE, each with a reason when not READY.
@@ -22,24 +25,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "casting/executor.h"
 #include "models/cancellation.h"
 #include "proto/model_config.pb.h"
+#include "server/model_lifecycle.h"
 #include "server/model_repository.h"
 #include "server/served_model.h"
 
 namespace castserve {
-
-enum class ModelState { kUnavailable, kLoading, kReady, kUnloading };
-
-// "UNAVAILABLE", "LOADING", "READY", "UNLOADING".
-const char* ModelStateName(ModelState state);
-
-struct ModelStatus {
-  std::string name;
-  std::string version;  // "1": one version per model directory.
-  ModelState state = ModelState::kUnavailable;
-  std::string reason;  // Empty when READY.
-};
 
 // Makes a ServedModel from a model's directory and configuration. The seam
 // that lets tests run the manager without real checkpoints.
@@ -61,6 +54,9 @@ struct ModelManagerOptions {
   int64_t memory_budget_bytes = 0;
   // When set (may be null), cancels everything like CancelAll.
   std::shared_ptr<const models::Cancellation> stop;
+  // Runs the loads GetReady starts (not owned; outlives the manager). Null:
+  // casting::Executor::Default(). The manager's destructor waits for them.
+  casting::Executor* executor = nullptr;
 };
 
 // Thread-safe.

@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "casting/footprint.h"
+#include "casting/test_util/manual_executor.h"
 #include "gtest/gtest.h"
 #include "server/model_repository.h"
 #include "server/served_model.h"
@@ -144,11 +145,13 @@ class Fixture {
   ModelManager& manager() {
     if (manager_ == nullptr) {
       repository_ = *ModelRepository::Open(root_.string());
-      manager_ =
-          *ModelManager::Create({repository_.get(), &factory_, budget_bytes_});
+      manager_ = *ModelManager::Create(
+          {repository_.get(), &factory_, budget_bytes_, nullptr, executor_});
     }
     return *manager_;
   }
+  // Before manager(): the executor the manager's background loads run on.
+  void set_executor(casting::Executor* executor) { executor_ = executor; }
   FakeFactory& factory() { return factory_; }
 
   ModelState StateOf(const std::string& name) {
@@ -164,6 +167,7 @@ class Fixture {
  private:
   fs::path root_;
   int64_t budget_bytes_ = 0;
+  casting::Executor* executor_ = nullptr;
   FakeFactory factory_;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<ModelManager> manager_;
@@ -236,6 +240,25 @@ TEST(ModelManagerTest, FirstRequestWaitIsBoundedByTheDeadline) {
   fixture.factory().Open();
   EXPECT_TRUE(fixture.manager().GetReady("lazy", "", Soon()).ok());
   EXPECT_EQ(fixture.factory().creates(), 1);  // The load went on.
+}
+
+TEST(ModelManagerTest, FirstRequestLoadRunsOnTheExecutor) {
+  casting::test_util::ManualExecutor executor;
+  Fixture fixture;
+  fixture.AddModel("lazy", Config(100, /*first_request=*/true));
+  fixture.set_executor(&executor);
+  // The load is scheduled, not run by the caller: the wait times out.
+  EXPECT_EQ(fixture.manager()
+                .GetReady("lazy", "", absl::Now() + absl::Milliseconds(20))
+                .status()
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(executor.pending(), 1);
+  EXPECT_EQ(fixture.factory().creates(), 0);
+  EXPECT_EQ(executor.RunPending(), 1);
+  EXPECT_EQ(fixture.StateOf("lazy"), ModelState::kReady);
+  EXPECT_TRUE(fixture.manager().GetReady("lazy", "", Soon()).ok());
+  EXPECT_EQ(executor.pending(), 0);  // READY: nothing more to schedule.
 }
 
 TEST(ModelManagerTest, ConcurrentCallersShareOneLoad) {

@@ -8,10 +8,10 @@
 
 #include <atomic>
 #include <memory>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "casting/executor.h"
 #include "casting/tracking_allocator.h"
 #include "server/auth.h"
 #include "server/hf_served_model_factory.h"
@@ -50,12 +50,26 @@ std::shared_ptr<ServingMetrics> MakeServingMetrics(
                      std::pair<std::string, std::shared_ptr<ServedModel>>>()
                : manager->ReadyModels();
   };
-  // Installed here already (the model factory would install it later) so
+  // Installed by the model factory, made before the exporter starts, so
   // that the device families exist from the first scrape.
-  absl::StatusOr<casting::TrackingAllocator*> allocator =
-      casting::TrackingAllocator::InstallTrackingCpuAllocator();
-  if (allocator.ok()) options.devices.push_back(*allocator);
+  if (casting::TrackingAllocator* allocator =
+          casting::TrackingAllocator::Installed()) {
+    options.devices.push_back(allocator);
+  }
   return std::make_shared<ServingMetrics>(std::move(options));
+}
+
+FactoryOptions FactoryOptionsFrom(const ServerOptions& options) {
+  FactoryOptions factory_options;
+  factory_options.intra_op_threads = options.intra_op_threads;
+  factory_options.inter_op_threads = options.inter_op_threads;
+  factory_options.max_warmup_request_bytes = options.max_message_bytes;
+  factory_options.max_instances = options.max_instances_per_model;
+  factory_options.max_warmup_duration =
+      absl::Seconds(options.max_warmup_seconds);
+  factory_options.allow_symlinks_outside_repository =
+      options.allow_symlinks_outside_repository;
+  return factory_options;
 }
 
 // Plaintext, or TLS from files gRPC watches and reloads when they change.
@@ -80,7 +94,7 @@ std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(
 
 }  // namespace
 
-Server::Server() = default;
+Server::Server() : executor_(casting::NewThreadExecutor()) {}
 
 Server::~Server() { Shutdown(absl::ZeroDuration()); }
 
@@ -93,8 +107,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
                             options.allow_symlinks_outside_repository);
   if (!repository.ok()) return repository.status();
   server->repository_ = *std::move(repository);
-  if (absl::Status status = server->ScanRepository(); !status.ok()) {
-    return status;
+  if (options.model_factory != nullptr) {
+    server->factory_ = options.model_factory;
+  } else {
+    server->owned_factory_ =
+        std::make_unique<HfServedModelFactory>(FactoryOptionsFrom(options));
+    server->factory_ = server->owned_factory_.get();
   }
 
   // Scrapes start before the models load: the manager is published once it
@@ -134,39 +152,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   return server;
 }
 
-absl::Status Server::ScanRepository() {
-  absl::StatusOr<std::vector<ModelEntry>> models = repository_->Scan();
-  if (!models.ok()) return models.status();
-  Log(LogLevel::kInfo, "model repository opened",
-      {{"path", repository_->path()}, {"models", models->size()}});
-  for (const ModelEntry& model : *models) {
-    if (model.config.ok()) {
-      Log(LogLevel::kInfo, "model found",
-          {{"name", model.name}, {"directory", model.directory}});
-    } else {
-      Log(LogLevel::kWarning, "model unavailable",
-          {{"name", model.name}, {"reason", model.config.status().message()}});
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Server::StartModels(const ServerOptions& options) {
-  FactoryOptions factory_options;
-  factory_options.intra_op_threads = options.intra_op_threads;
-  factory_options.inter_op_threads = options.inter_op_threads;
-  factory_options.max_warmup_request_bytes = options.max_message_bytes;
-  factory_options.max_instances = options.max_instances_per_model;
-  factory_options.max_warmup_duration =
-      absl::Seconds(options.max_warmup_seconds);
-  factory_options.allow_symlinks_outside_repository =
-      options.allow_symlinks_outside_repository;
-  factory_ = std::make_unique<HfServedModelFactory>(factory_options);
   ModelManagerOptions manager_options;
   manager_options.repository = repository_.get();
-  manager_options.factory = factory_.get();
+  manager_options.factory = factory_;
   manager_options.memory_budget_bytes = options.memory_budget_bytes;
   manager_options.stop = options.stop;
+  manager_options.executor = executor_.get();
   absl::StatusOr<std::unique_ptr<ModelManager>> manager =
       ModelManager::Create(manager_options);
   if (!manager.ok()) return manager.status();
@@ -183,8 +175,9 @@ absl::Status Server::StartModels(const ServerOptions& options) {
 
 absl::Status Server::StartGrpc(const ServerOptions& options) {
   grpc::EnableDefaultHealthCheckService(true);
-  service_ = std::make_unique<InferenceService>(
-      &ready_, manager_.get(), options.max_message_bytes, auth_.get());
+  service_ = std::make_unique<InferenceService>(&ready_, manager_.get(),
+                                                options.max_message_bytes,
+                                                auth_.get(), executor_.get());
   grpc::ServerBuilder builder;
   // Two daemons must not silently share a port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -218,22 +211,25 @@ void Server::Shutdown(absl::Duration grace) {
     // their handlers; cancelling the models' forwards then ends them at
     // their next module instead of after the whole forward.
     absl::Notification drained;
-    std::thread canceller([this, grace, &drained] {
-      if (drained.WaitForNotificationWithTimeout(grace)) return;
-      Log(LogLevel::kWarning,
-          "grace period over; cancelling the forwards still running");
-      manager_->CancelAll("the daemon is shutting down");
-    });
+    std::unique_ptr<casting::Thread> canceller =
+        executor_->StartThread([this, grace, &drained] {
+          if (drained.WaitForNotificationWithTimeout(grace)) return;
+          Log(LogLevel::kWarning,
+              "grace period over; cancelling the forwards still running");
+          manager_->CancelAll("the daemon is shutting down");
+        });
     grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
     grpc_server_->Wait();
     drained.Notify();
-    canceller.join();
+    canceller->Join();
   }
   // No call is left that could reach a model. The metrics exporter goes
-  // first: its scrapes read the manager. Loads that requests started may
-  // still run: they stop at their next step.
+  // first: its scrapes read the manager. Loads and repository calls that
+  // requests started may still run: cancelled, they stop at their next step,
+  // and draining the executor waits for them (and the calls they finish).
   metrics_.reset();
   if (manager_ != nullptr) manager_->CancelAll("the daemon is shutting down");
+  if (executor_ != nullptr) executor_->Drain();
   manager_.reset();
 }
 

@@ -16,6 +16,9 @@ class Server;
 }
 
 namespace castserve {
+namespace casting {
+class Executor;
+}
 
 class InferenceService;
 class MetricsExporter;
@@ -57,6 +60,9 @@ struct ServerOptions {
   // Set by the caller to stop at once (a stop signal during startup):
   // cancels every load and forward. May be null.
   std::shared_ptr<const models::Cancellation> stop;
+  // Makes the models (not owned; outlives the server). Null: an
+  // HfServedModelFactory from the options above. Tests pass fakes.
+  ServedModelFactory* model_factory = nullptr;
 };
 
 // The running daemon: the gRPC server (KServe v2 service and
@@ -88,14 +94,18 @@ class Server {
  private:
   Server();
 
-  absl::Status ScanRepository();
   absl::Status StartModels(const ServerOptions& options);
   absl::Status StartGrpc(const ServerOptions& options);
 
   std::atomic<bool> ready_{false};
   std::atomic<bool> shut_down_{false};
+  // Runs the work that must not hold a gRPC thread (first-request loads,
+  // repository loads and unloads) and the shutdown's canceller; Shutdown
+  // drains it. Destroyed last.
+  std::unique_ptr<casting::Executor> executor_;
   std::unique_ptr<ModelRepository> repository_;
-  std::unique_ptr<ServedModelFactory> factory_;
+  std::unique_ptr<ServedModelFactory> owned_factory_;
+  ServedModelFactory* factory_ = nullptr;  // owned_factory_ or the options'.
   // Destroyed before the factory and the repository it points to.
   std::unique_ptr<ModelManager> manager_;
   std::unique_ptr<InferenceService> service_;

@@ -7,14 +7,15 @@
 namespace castserve {
 
 SocketDeadlines::SocketDeadlines(absl::Duration check_interval)
-    : check_interval_(check_interval), thread_([this] { Run(); }) {}
+    : check_interval_(check_interval),
+      thread_(casting::Executor::Default().StartThread([this] { Run(); })) {}
 
 SocketDeadlines::~SocketDeadlines() {
   {
     absl::MutexLock lock(&mutex_);
     stopping_ = true;
   }
-  thread_.join();
+  thread_->Join();
 }
 
 void SocketDeadlines::Set(int fd, absl::Time deadline) {

@@ -2,10 +2,11 @@
 #define CASTSERVE_SERVER_SOCKET_DEADLINES_H_
 
 #include <map>
-#include <thread>
+#include <memory>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "casting/executor.h"
 
 namespace castserve {
 
@@ -38,7 +39,7 @@ class SocketDeadlines {
   std::map<int, absl::Time> deadlines_ ABSL_GUARDED_BY(mutex_);
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   // Last: started once the fields it reads exist.
-  std::thread thread_;
+  const std::unique_ptr<casting::Thread> thread_;
 };
 
 }  // namespace castserve

@@ -38,6 +38,11 @@ bazel test --test_env=TRITON_PYTHON="$PWD/.venv/bin/python" \
   --test_env=HADOLINT="$PWD/.venv/bin/hadolint" \
   //...
 
+# The shutdown under load under AddressSanitizer and UBSan (several minutes
+# the first time, on two cores; seconds once built). TSan is not run here:
+# see tools/run_sanitizers.sh.
+TARGETS=//server:server_shutdown_test ./tools/run_sanitizers.sh asan
+
 # Every libFuzzer target for 20 s, all at once; a finding fails the run.
 # About two minutes on two free cores, most of it building the targets
 # (later runs rebuild only what changed).
