@@ -1,5 +1,5 @@
 // CastingHooks: the layerwise-casting policy attached to a module tree as
-// forward hooks (DESIGN.md, "One request, end to end").
+// forward hooks (docs/ARCHITECTURE.md, "One request, end to end").
 //
 // For every module with weights of its own:
 //   pre-forward:  acquire the compute copies of the module's own weights and

@@ -1,7 +1,7 @@
 // Tensors between the wire (KServe v2 ModelInferRequest/Response) and
 // LibTorch (models::NamedTensors): the one place where protobuf messages meet
-// tensors. Every rule of PROTOCOL.md section 4 is checked here, each failure an
-// INVALID_ARGUMENT whose message names the tensor and what was expected.
+// tensors. Every tensor rule of docs/PROTOCOL.md is checked here, each failure
+// an INVALID_ARGUMENT whose message names the tensor and what was expected.
 //
 // Datatype names come from the dtype table through server/proto_dtypes.h.
 //
