@@ -2,11 +2,11 @@
 
 #include <ATen/ATen.h>
 
-#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "casting/executor.h"
 #include "server/tensor_conversion.h"
 
 namespace castserve::testing {
@@ -35,8 +35,11 @@ void FakeServedModel::Infer(InferenceCall call,
     recorder_.RecordRequest({decoded.status().code()}, absl::Now());
     return done(decoded.status());
   }
-  std::thread([this, call = std::move(call), decoded = *std::move(decoded),
-               done = std::move(done)] {
+  // On a thread of the process's executor, as a served model answers on its
+  // workers: the caller's thread returns first.
+  casting::Executor::Default().Schedule([this, call = std::move(call),
+                                         decoded = *std::move(decoded),
+                                         done = std::move(done)] {
     const models::NamedTensors& inputs = decoded.inputs;
     absl::Status status;
     if (call.is_cancelled && call.is_cancelled()) {
@@ -58,7 +61,7 @@ void FakeServedModel::Infer(InferenceCall call,
                              absl::ZeroDuration(), compute, compute},
                             absl::Now());
     done(status);
-  }).detach();
+  });
 }
 
 ServedModelStatistics FakeServedModel::statistics() const {
