@@ -10,9 +10,9 @@
 
 namespace castserve::casting {
 
-// How much memory a set of weights takes, by state (DESIGN.md, "The weight
-// lifecycle"): bytes left mapped from the checkpoint, bytes resident in each
-// storage format, bytes of cached compute copies, and bytes of transient
+// How much memory a set of weights takes, by state (docs/ARCHITECTURE.md, "The
+// weight lifecycle"): bytes left mapped from the checkpoint, bytes resident in
+// each storage format, bytes of cached compute copies, and bytes of transient
 // compute copies alive when the report was taken. All values in bytes, never
 // negative.
 //

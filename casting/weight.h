@@ -1,5 +1,5 @@
-// Weight: one tensor of a checkpoint through its lifecycle (DESIGN.md, "The
-// weight lifecycle"): source + storage + compute.
+// Weight: one tensor of a checkpoint through its lifecycle
+// (docs/ARCHITECTURE.md, "The weight lifecycle"): source + storage + compute.
 //
 // - source: a checkpoint entry inside a mapped file. Creating a Weight reads
 //   nothing.

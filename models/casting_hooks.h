@@ -1,5 +1,5 @@
 // CastingHooks: the layerwise-casting policy attached to a module tree as
-// forward hooks (DESIGN.md, "One request, end to end").
+// forward hooks (docs/ARCHITECTURE.md, "One request, end to end").
 //
 // For every module with weights of its own:
 //   pre-forward:  acquire the compute copies of the module's own weights and
@@ -52,19 +52,9 @@
 #include "casting/executor.h"
 #include "casting/side_stream.h"
 #include "models/module.h"
+#include "models/prefetch_counts.h"
 
 namespace castserve::models {
-
-// How the prefetches of a model's forwards turned out, counted per module
-// whose weights were prefetched (cumulative).
-struct PrefetchCounts {
-  // The module's compute copies were ready when its forward began.
-  int64_t hits = 0;
-  // The forward reached the module first: its prefetch was still queued
-  // (dropped; the module decoded its own weights) or still running (the
-  // forward waited for it).
-  int64_t misses = 0;
-};
 
 class CastingHooks {
  public:

@@ -115,16 +115,61 @@ absl::Status StatusFromTorchError(const c10::Error& error) {
   return absl::InternalError(message);
 }
 
+CheckedInputs CheckedInputs::Join(
+    const std::vector<const CheckedInputs*>& parts) {
+  TORCH_INTERNAL_ASSERT(!parts.empty(), "joining no inputs");
+  const CheckedInputs& first = *parts.front();
+  NamedTensors joined;
+  for (const auto& [name, unused] : first.tensors_) {
+    std::vector<at::Tensor> columns;
+    columns.reserve(parts.size());
+    for (const CheckedInputs* part : parts) {
+      TORCH_INTERNAL_ASSERT(part->model_ == first.model_ &&
+                                part->tensors_.size() == first.tensors_.size(),
+                            "joining inputs of different signatures");
+      columns.push_back(part->tensors_.at(name));
+    }
+    // at::cat asserts the remaining agreement (dtypes, trailing dimensions).
+    joined[name] = at::cat(columns, 0);
+  }
+  return CheckedInputs(first.model_, std::move(joined));
+}
+
+absl::StatusOr<CheckedInputs> Model::CheckInputs(NamedTensors inputs) const {
+  absl::Status valid = CheckSignature(this->inputs(), inputs);
+  if (!valid.ok()) return valid;
+  return CheckLimits(std::move(inputs));
+}
+
+absl::StatusOr<CheckedInputs> Model::CheckLimits(NamedTensors inputs) const {
+  return CatchExceptions([&]() -> absl::StatusOr<CheckedInputs> {
+    // CheckInputs' rules as an assertion: the caller checked them.
+    const absl::Status signature = CheckSignature(this->inputs(), inputs);
+    TORCH_INTERNAL_ASSERT(signature.ok(), "inputs passed the request checks ",
+                          "but not the signature: ", signature.ToString());
+    absl::Status valid = ValidateInputs(inputs);
+    if (!valid.ok()) return valid;
+    return CheckedInputs(this, std::move(inputs));
+  });
+}
+
 absl::StatusOr<NamedTensors> Model::Forward(
     const NamedTensors& inputs, const Cancellation* cancellation) const {
-  absl::Status valid = CheckSignature(this->inputs(), inputs);
-  if (valid.ok()) valid = ValidateInputs(inputs);
-  if (!valid.ok()) return valid;
+  absl::StatusOr<CheckedInputs> checked = CheckInputs(inputs);
+  if (!checked.ok()) return checked.status();
+  return Run(*checked, cancellation);
+}
+
+absl::StatusOr<NamedTensors> Model::Run(
+    const CheckedInputs& inputs, const Cancellation* cancellation) const {
   absl::StatusOr<NamedTensors> outputs =
       CatchExceptions([&]() -> absl::StatusOr<NamedTensors> {
+        TORCH_INTERNAL_ASSERT(&inputs.model() == this,
+                              "inputs checked by another model");
         c10::InferenceMode inference_mode;
         ForwardContext context(cancellation);
-        return ToHost(ForwardImpl(context, OnDevice(inputs, device())));
+        return ToHost(
+            ForwardImpl(context, OnDevice(inputs.tensors(), device())));
       });
   if (absl::IsResourceExhausted(outputs.status())) {
     return absl::ResourceExhaustedError(

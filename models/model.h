@@ -10,13 +10,14 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "c10/util/Exception.h"
 #include "casting/device.h"
-#include "models/casting_hooks.h"
 #include "models/module.h"
+#include "models/prefetch_counts.h"
 
 namespace castserve::models {
 
@@ -31,6 +32,34 @@ struct TensorSpec {
 };
 
 using NamedTensors = std::map<std::string, at::Tensor>;
+
+class Model;
+
+// Inputs a model accepted: their names, dtypes and shapes match its
+// signature and they are within its limits (vocabulary, position table).
+// Made only by Model::CheckInputs and Model::CheckLimits (and Join, from
+// checked parts), so that a forward never re-checks what its caller checked.
+// A value; immutable.
+class CheckedInputs {
+ public:
+  const NamedTensors& tensors() const { return tensors_; }
+  // The model whose checks these inputs passed.
+  const Model& model() const { return *model_; }
+
+  // The parts concatenated along dimension 0: the inputs of one batch.
+  // The parts must be checked by the same model and agree on names, dtypes
+  // and every dimension but the first (asserted: a caller that joins
+  // anything else is wrong). May throw c10::Error when out of memory.
+  static CheckedInputs Join(const std::vector<const CheckedInputs*>& parts);
+
+ private:
+  friend class Model;
+  CheckedInputs(const Model* model, NamedTensors tensors)
+      : model_(model), tensors_(std::move(tensors)) {}
+
+  const Model* model_;
+  NamedTensors tensors_;
+};
 
 // The Status for a c10::Error thrown by a forward, as Model::Forward maps it.
 absl::Status StatusFromTorchError(const c10::Error& error);
@@ -69,13 +98,24 @@ class Model {
   // than the CPU override it.
   virtual casting::Device device() const { return casting::Device::Cpu(); }
 
-  // Checks `inputs` against the signature and the model's limits (dtype,
-  // rank, dimensions, token ids outside the vocabulary, sequences longer
-  // than the position table): InvalidArgument naming the input. Then runs
-  // one forward under at::InferenceMode and returns every output. Inputs
-  // are copied to device() (on the calling thread's current stream: the one
-  // place a model's forward is ordered, and the hook for attributing its
-  // device work) and outputs come back in host memory.
+  // The one check of in-process tensors (warmups, benchmarks, fuzzers,
+  // tests) against the signature and the model's limits (dtype, rank,
+  // dimensions, token ids outside the vocabulary, sequences longer than the
+  // position table): InvalidArgument naming the input. Thread-safe.
+  absl::StatusOr<CheckedInputs> CheckInputs(NamedTensors inputs) const;
+
+  // For inputs whose names, dtypes and shapes were checked against inputs()
+  // where they entered (the wire request's validation,
+  // server/tensor_conversion.h): checks only the model's limits. The
+  // signature is asserted, not re-checked (TORCH_INTERNAL_ASSERT: a
+  // mismatch here is castserve's bug). Thread-safe.
+  absl::StatusOr<CheckedInputs> CheckLimits(NamedTensors inputs) const;
+
+  // Runs one forward of `inputs` (checked by this model: asserted) under
+  // at::InferenceMode and returns every output. Inputs are copied to
+  // device() (on the calling thread's current stream: the one place a
+  // model's forward is ordered, and the hook for attributing its device
+  // work) and outputs come back in host memory.
   //
   // The one place where c10::Error becomes a Status: out of memory ->
   // RESOURCE_EXHAUSTED, bad value/type/index -> INVALID_ARGUMENT, not
@@ -83,6 +123,11 @@ class Model {
   // a cancelled forward -> CANCELLED, anything else -> INTERNAL.
   // `cancellation` (may be null) stops the forward at the next module
   // boundary once set. Thread-safe.
+  absl::StatusOr<NamedTensors> Run(
+      const CheckedInputs& inputs,
+      const Cancellation* cancellation = nullptr) const;
+
+  // CheckInputs, then Run.
   absl::StatusOr<NamedTensors> Forward(
       const NamedTensors& inputs,
       const Cancellation* cancellation = nullptr) const;
@@ -104,7 +149,7 @@ class Model {
   }
 
   // Architecture-specific checks beyond names, dtypes and ranks (vocabulary,
-  // position table). Called by Forward before ForwardImpl.
+  // position table). Called by CheckInputs and CheckLimits.
   virtual absl::Status ValidateInputs(const NamedTensors& inputs) const {
     return absl::OkStatus();
   }

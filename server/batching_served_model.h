@@ -1,5 +1,15 @@
 // The ServedModel around a models::Model: one queue, a dynamic batcher and N
-// instance threads running forwards on one shared set of weights.
+// instance threads running forwards on one shared set of weights. It is the
+// composition of a RequestQueue (request_queue.h), a BatchPlanner
+// (batch_planner.h), an InstanceRunner (instance_runner.h) and a
+// ModelStatisticsRecorder (model_statistics_recorder.h).
+//
+// Validate once, at the edge: Infer decodes and checks the wire request
+// completely (DecodeRequest in tensor_conversion.h: names, datatypes, shapes,
+// the batch limit, byte sizes, requested outputs; then the model's limits,
+// models::Model::CheckLimits) before it is queued, and counts a refused one
+// once. What runs below is a checked InferenceRequest; the queue and the
+// forward assert its invariants instead of checking them again.
 //
 // Batching (config.dynamic_batching present and max_batch_size > 0): queued
 // requests whose inputs have the same names, dtypes and non-batch dimensions
@@ -16,8 +26,8 @@
 // Infer answers RESOURCE_EXHAUSTED at once. default_timeout_microseconds
 // bounds the time in the queue.
 //
-// If a batched forward fails with INVALID_ARGUMENT (one request's token id
-// outside the vocabulary, say), each of its requests runs again alone so that
+// If a batched forward fails with INVALID_ARGUMENT (one request's bad value
+// that LibTorch rejects), each of its requests runs again alone so that
 // only the bad one fails.
 //
 // Memory: every forward (and the concatenation and split around it) runs
@@ -38,8 +48,10 @@
 #include "models/cancellation.h"
 #include "models/model.h"
 #include "proto/model_config.pb.h"
+#include "server/model_statistics_recorder.h"
+#include "server/queued_request.h"
 #include "server/served_model.h"
-#include "server/serving_metrics.h"
+#include "server/tracked_model_id.h"
 
 namespace castserve {
 
@@ -47,39 +59,11 @@ namespace castserve {
 // counts (a group counts at least 1), 1 without groups.
 int InstanceCount(const inference::ModelConfig& config);
 
-// A model id registered with the process's tracking allocator while the
-// object lives, so that allocations made under casting::ScopedModelTag(id())
-// count for the model. Ids are unique per object ("<name>#<n>"): a reload's
-// new model is measured apart from the old one. Without an installed
-// tracking allocator nothing is registered and live_bytes() is 0.
-// Thread-safe.
-class TrackedModelId {
- public:
-  static std::unique_ptr<TrackedModelId> Register(absl::string_view name);
-  ~TrackedModelId();
-  TrackedModelId(const TrackedModelId&) = delete;
-  TrackedModelId& operator=(const TrackedModelId&) = delete;
-
-  const std::string& id() const { return id_; }
-  // Bytes the tracking allocator attributes to the id now.
-  int64_t live_bytes() const;
-  // The id's highest live bytes since registration.
-  int64_t peak_bytes() const;
-
- private:
-  TrackedModelId(std::string id, bool registered)
-      : id_(std::move(id)), registered_(registered) {}
-
-  const std::string id_;
-  const bool registered_;
-};
-
 // Thread-safe. Destroying it fails the queued requests with UNAVAILABLE and
 // waits for running forwards; it may be destroyed from inside a `done`
 // callback (the last reference dropped on a worker thread). Each executed
 // batch's peak memory is measured with a casting::PeakScope around it.
-class BatchingServedModel final : public ServedModel,
-                                  public ModelMetricsSource {
+class BatchingServedModel final : public ServedModel {
  public:
   // `config` is the effective configuration (signature filled in);
   // `model` runs the forwards; `tracked_id` (may be null) tags them and is
@@ -94,35 +78,45 @@ class BatchingServedModel final : public ServedModel,
       std::shared_ptr<const models::Cancellation> cancellation = nullptr);
   ~BatchingServedModel() override;
 
-  // Runs `request` alone on the calling thread, outside the queue and the
-  // statistics: what warmup requests use before the model is served.
-  absl::Status Warmup(const InferenceRequest& request);
+  // Runs `inputs` alone on the calling thread, outside the queue and the
+  // statistics, checked by models::Model::CheckInputs: what warmup requests
+  // use before the model is served.
+  absl::Status Warmup(const models::NamedTensors& inputs);
 
-  // ServedModel.
+  // The model that checks and runs the inputs of Enqueue.
+  const models::Model& model() const;
+
+  // Queues `request`, whose inputs this model() checked (asserted, as are
+  // its batch size and requested outputs); `done` runs exactly once, as for
+  // Infer. What Infer does once the wire request is decoded.
+  void Enqueue(InferenceRequest request,
+               std::function<void(InferenceResult)> done);
+
+  // ServedModel. Infer decodes the wire request (DecodeRequest in
+  // tensor_conversion.h, then the model's CheckLimits) and Enqueues it.
   const inference::ModelConfig& config() const override;
-  const std::vector<models::TensorSpec>& inputs() const override;
-  const std::vector<models::TensorSpec>& outputs() const override;
-  void Infer(InferenceRequest request,
-             std::function<void(InferenceResult)> done) override;
-  void RecordRejection(absl::StatusCode code) override;
+  const std::vector<TensorSpec>& inputs() const override;
+  const std::vector<TensorSpec>& outputs() const override;
+  void Infer(InferenceCall call,
+             std::function<void(absl::Status)> done) override;
   int64_t pending_requests() const override;
   ServedModelStatistics statistics() const override;
   casting::Footprint footprint() const override;
   int64_t tracked_bytes() const override;
-
-  // ModelMetricsSource.
-  const ModelMetrics& serving_metrics() const override;
-  int64_t peak_tracked_bytes() const override;
-  casting::WeightActivity weight_activity() const override;
-  models::PrefetchCounts prefetch_counts() const override;
+  ServedModelActivity activity() const override;
 
  private:
   class Impl;
-  explicit BatchingServedModel(std::shared_ptr<Impl> impl);
+  BatchingServedModel(std::shared_ptr<Impl> impl,
+                      std::vector<TensorSpec> wire_inputs,
+                      std::vector<TensorSpec> wire_outputs);
 
   // Shared with the worker threads, which may outlive this object by the
   // time it takes them to notice it is gone.
   std::shared_ptr<Impl> impl_;
+  // The model's signature in wire terms.
+  const std::vector<TensorSpec> wire_inputs_;
+  const std::vector<TensorSpec> wire_outputs_;
 };
 
 }  // namespace castserve

@@ -12,6 +12,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "c10/util/Exception.h"
 #include "casting/tracking_allocator.h"
 #include "gtest/gtest.h"
 #include "models/model.h"
@@ -21,9 +22,10 @@ namespace {
 
 using ::castserve::models::NamedTensors;
 
-// "x" [batch, n] f32 -> "doubled" = 2x, "row_sum" = x.sum(1). Rejects
-// negative values as a bad value of one request. Each forward takes
-// `forward_time` and is counted.
+// "x" [batch, n] f32 -> "doubled" = 2x, "row_sum" = x.sum(1). Its forward
+// fails on negative values as LibTorch fails on a bad value (c10::ValueError,
+// INVALID_ARGUMENT) of one request. Each forward takes `forward_time` and is
+// counted.
 class FakeModel : public models::Model {
  public:
   explicit FakeModel(absl::Duration forward_time = absl::ZeroDuration())
@@ -44,16 +46,11 @@ class FakeModel : public models::Model {
   int max_concurrent_forwards() const { return max_running_; }
 
  protected:
-  absl::Status ValidateInputs(const NamedTensors& inputs) const override {
-    if ((inputs.at("x") < 0).any().item<bool>()) {
-      return absl::InvalidArgumentError("x must not be negative");
-    }
-    return absl::OkStatus();
-  }
-
   NamedTensors ForwardImpl(models::ForwardContext& context,
                            const NamedTensors& inputs) const override {
     ++forwards_started_;
+    TORCH_CHECK_VALUE(!(inputs.at("x") < 0).any().item<bool>(),
+                      "x must not be negative");
     last_intra_op_threads_ = at::get_num_threads();
     const int running = ++running_;
     int seen = max_running_;
@@ -102,23 +99,60 @@ std::shared_ptr<BatchingServedModel> Serve(
                      : nullptr;
 }
 
-// A request whose "x" is `rows` rows of `width` values, row r = base + r.
-InferenceRequest RowsRequest(int rows, int width, float base) {
-  InferenceRequest request;
-  request.inputs["x"] =
-      (at::arange(rows, at::kFloat).unsqueeze(1) + base).expand({rows, width}) *
-      at::ones({rows, width});
+// `rows` rows of `width` values, row r = base + r.
+at::Tensor Rows(int rows, int width, float base) {
+  return (at::arange(rows, at::kFloat).unsqueeze(1) + base)
+             .expand({rows, width}) *
+         at::ones({rows, width});
+}
+
+// A request for `served` whose "x" is Rows(rows, width, base), checked by
+// its model as the request edge would.
+InferenceRequest RowsRequest(const BatchingServedModel& served, int rows,
+                             int width, float base) {
+  InferenceRequest request(
+      served.model().CheckInputs({{"x", Rows(rows, width, base)}}).value());
+  request.batch_size = served.config().max_batch_size() > 0 ? rows : 1;
   return request;
 }
 
-std::future<InferenceResult> Send(ServedModel& model,
+std::future<InferenceResult> Send(BatchingServedModel& model,
                                   InferenceRequest request) {
   auto promise = std::make_shared<std::promise<InferenceResult>>();
   std::future<InferenceResult> future = promise->get_future();
-  model.Infer(std::move(request), [promise](InferenceResult result) {
+  model.Enqueue(std::move(request), [promise](InferenceResult result) {
     promise->set_value(std::move(result));
   });
   return future;
+}
+
+std::future<InferenceResult> SendRows(BatchingServedModel& served, int rows,
+                                      int width, float base) {
+  return Send(served, RowsRequest(served, rows, width, base));
+}
+
+// One wire request "x" of `rows` x `width` FP32 zeros through Infer.
+absl::Status InferWire(ServedModel& model, int rows, int width,
+                       const std::vector<std::string>& requested = {},
+                       inference::ModelInferResponse* response = nullptr) {
+  inference::ModelInferRequest request;
+  auto* input = request.add_inputs();
+  input->set_name("x");
+  input->set_datatype("FP32");
+  input->add_shape(rows);
+  input->add_shape(width);
+  request.add_raw_input_contents()->assign(size_t{4} * rows * width, '\0');
+  for (const std::string& name : requested) {
+    request.add_outputs()->set_name(name);
+  }
+  inference::ModelInferResponse scratch;
+  InferenceCall call;
+  call.request = &request;
+  call.response = response != nullptr ? response : &scratch;
+  std::promise<absl::Status> promise;
+  model.Infer(std::move(call),
+              [&promise](absl::Status status) { promise.set_value(status); });
+  return promise.get_future().get();
 }
 
 void WaitUntil(const std::function<bool()>& condition) {
@@ -134,7 +168,7 @@ TEST(BatchingServedModelTest, JoinsRequestsThatArriveTogether) {
   auto served = Serve(BatchingConfig(8, 2'000'000), model);
   std::vector<std::future<InferenceResult>> futures;
   for (int i = 0; i < 8; ++i) {
-    futures.push_back(Send(*served, RowsRequest(1, 4, 10.0f * i)));
+    futures.push_back(SendRows(*served, 1, 4, 10.0f * i));
   }
   for (int i = 0; i < 8; ++i) {
     InferenceResult result = futures[i].get();
@@ -157,16 +191,14 @@ TEST(BatchingServedModelTest, JoinsRequestsThatArriveTogether) {
 TEST(BatchingServedModelTest, SplitsOutputsOfMultiItemRequestsBack) {
   auto served =
       Serve(BatchingConfig(6, 2'000'000), std::make_shared<FakeModel>());
-  std::future<InferenceResult> one = Send(*served, RowsRequest(1, 3, 0));
-  std::future<InferenceResult> two = Send(*served, RowsRequest(2, 3, 100));
-  std::future<InferenceResult> three = Send(*served, RowsRequest(3, 3, 200));
+  std::future<InferenceResult> one = SendRows(*served, 1, 3, 0);
+  std::future<InferenceResult> two = SendRows(*served, 2, 3, 100);
+  std::future<InferenceResult> three = SendRows(*served, 3, 3, 200);
   InferenceResult a = one.get(), b = two.get(), c = three.get();
   ASSERT_TRUE(a.outputs.ok() && b.outputs.ok() && c.outputs.ok());
   EXPECT_EQ(c.executed_batch_size, 6);
-  EXPECT_TRUE(at::equal(b.outputs->at("doubled"),
-                        RowsRequest(2, 3, 100).inputs["x"] * 2));
-  EXPECT_TRUE(at::equal(c.outputs->at("row_sum"),
-                        RowsRequest(3, 3, 200).inputs["x"].sum(1)));
+  EXPECT_TRUE(at::equal(b.outputs->at("doubled"), Rows(2, 3, 100) * 2));
+  EXPECT_TRUE(at::equal(c.outputs->at("row_sum"), Rows(3, 3, 200).sum(1)));
   EXPECT_EQ(a.outputs->at("doubled").size(0), 1);
 }
 
@@ -181,8 +213,9 @@ TEST(BatchingServedModelTest, ConcurrentClientsEachGetTheirOwnOutputs) {
       for (int i = 0; i < 50; ++i) {
         const int rows = 1 + (i % 3);
         const int width = 3 + (client % 2);
-        InferenceRequest request = RowsRequest(rows, width, 1000 * client + i);
-        const at::Tensor expected = request.inputs["x"] * 2;
+        InferenceRequest request =
+            RowsRequest(*served, rows, width, 1000 * client + i);
+        const at::Tensor expected = request.inputs.tensors().at("x") * 2;
         InferenceResult result = Send(*served, std::move(request)).get();
         if (!result.outputs.ok() ||
             !at::equal(result.outputs->at("doubled"), expected)) {
@@ -201,8 +234,8 @@ TEST(BatchingServedModelTest, ConcurrentClientsEachGetTheirOwnOutputs) {
 TEST(BatchingServedModelTest, RequestsOfDifferentShapesNeverJoin) {
   auto served =
       Serve(BatchingConfig(8, 100'000), std::make_shared<FakeModel>());
-  std::future<InferenceResult> narrow = Send(*served, RowsRequest(1, 4, 1));
-  std::future<InferenceResult> wide = Send(*served, RowsRequest(1, 5, 1));
+  std::future<InferenceResult> narrow = SendRows(*served, 1, 4, 1);
+  std::future<InferenceResult> wide = SendRows(*served, 1, 5, 1);
   EXPECT_EQ(narrow.get().executed_batch_size, 1);
   EXPECT_EQ(wide.get().executed_batch_size, 1);
   EXPECT_EQ(served->statistics().batches.at(1).first, 2u);
@@ -213,8 +246,8 @@ TEST(BatchingServedModelTest, PreferredBatchSizeRunsWithoutWaiting) {
   config.mutable_dynamic_batching()->add_preferred_batch_size(2);
   auto served = Serve(config, std::make_shared<FakeModel>());
   const absl::Time start = absl::Now();
-  std::future<InferenceResult> first = Send(*served, RowsRequest(1, 2, 1));
-  std::future<InferenceResult> second = Send(*served, RowsRequest(1, 2, 2));
+  std::future<InferenceResult> first = SendRows(*served, 1, 2, 1);
+  std::future<InferenceResult> second = SendRows(*served, 1, 2, 2);
   EXPECT_EQ(second.get().executed_batch_size, 2);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // Not the 10 s delay.
   EXPECT_TRUE(first.get().outputs.ok());
@@ -225,8 +258,7 @@ TEST(BatchingServedModelTest, WithoutDynamicBatchingEachRequestRunsAlone) {
   config.set_max_batch_size(8);
   auto served = Serve(config, std::make_shared<FakeModel>());
   std::vector<std::future<InferenceResult>> futures;
-  for (int i = 0; i < 4; ++i)
-    futures.push_back(Send(*served, RowsRequest(1, 2, i)));
+  for (int i = 0; i < 4; ++i) futures.push_back(SendRows(*served, 1, 2, i));
   for (auto& future : futures) EXPECT_EQ(future.get().executed_batch_size, 1);
   EXPECT_EQ(served->statistics().execution_count, 4u);
 }
@@ -236,9 +268,9 @@ TEST(BatchingServedModelTest, QueuedRequestFailsAtItsDeadline) {
   inference::ModelConfig config;
   config.set_max_batch_size(4);
   auto served = Serve(config, model);
-  std::future<InferenceResult> busy = Send(*served, RowsRequest(1, 2, 0));
+  std::future<InferenceResult> busy = SendRows(*served, 1, 2, 0);
   WaitUntil([&] { return model->forwards_started() == 1; });
-  InferenceRequest late = RowsRequest(1, 2, 0);
+  InferenceRequest late = RowsRequest(*served, 1, 2, 0);
   late.deadline = absl::Now() + absl::Milliseconds(30);
   const absl::Time start = absl::Now();
   InferenceResult result = Send(*served, std::move(late)).get();
@@ -253,10 +285,10 @@ TEST(BatchingServedModelTest, QueuedRequestFailsAtItsDeadline) {
 TEST(BatchingServedModelTest, QueuedRequestIsDroppedWhenCancelled) {
   auto model = std::make_shared<FakeModel>(absl::Milliseconds(800));
   auto served = Serve(inference::ModelConfig(), model);
-  std::future<InferenceResult> busy = Send(*served, RowsRequest(1, 2, 0));
+  std::future<InferenceResult> busy = SendRows(*served, 1, 2, 0);
   WaitUntil([&] { return model->forwards_started() == 1; });
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
-  InferenceRequest request = RowsRequest(1, 2, 0);
+  InferenceRequest request = RowsRequest(*served, 1, 2, 0);
   request.is_cancelled = [cancelled] { return cancelled->load(); };
   std::future<InferenceResult> future = Send(*served, std::move(request));
   absl::SleepFor(absl::Milliseconds(20));
@@ -275,11 +307,11 @@ TEST(BatchingServedModelTest, FullQueueRejectsWithResourceExhausted) {
       ->mutable_default_queue_policy()
       ->set_max_queue_size(2);
   auto served = Serve(config, model);
-  std::future<InferenceResult> running = Send(*served, RowsRequest(1, 2, 0));
+  std::future<InferenceResult> running = SendRows(*served, 1, 2, 0);
   WaitUntil([&] { return model->forwards_started() == 1; });
-  std::future<InferenceResult> queued1 = Send(*served, RowsRequest(1, 2, 0));
-  std::future<InferenceResult> queued2 = Send(*served, RowsRequest(1, 2, 0));
-  std::future<InferenceResult> rejected = Send(*served, RowsRequest(1, 2, 0));
+  std::future<InferenceResult> queued1 = SendRows(*served, 1, 2, 0);
+  std::future<InferenceResult> queued2 = SendRows(*served, 1, 2, 0);
+  std::future<InferenceResult> rejected = SendRows(*served, 1, 2, 0);
   // Rejected inline: the answer is there before Infer returned.
   ASSERT_EQ(rejected.wait_for(std::chrono::seconds(0)),
             std::future_status::ready);
@@ -298,8 +330,7 @@ TEST(BatchingServedModelTest, InstancesRunForwardsConcurrently) {
   config.add_instance_group()->set_count(3);
   auto served = Serve(config, model);
   std::vector<std::future<InferenceResult>> futures;
-  for (int i = 0; i < 3; ++i)
-    futures.push_back(Send(*served, RowsRequest(1, 2, i)));
+  for (int i = 0; i < 3; ++i) futures.push_back(SendRows(*served, 1, 2, i));
   for (auto& future : futures) EXPECT_TRUE(future.get().outputs.ok());
   EXPECT_EQ(model->max_concurrent_forwards(), 3);
 }
@@ -311,8 +342,8 @@ TEST(BatchingServedModelTest, EachModelsForwardsRunOnItsOwnThreadCount) {
   auto served_three = Serve(inference::ModelConfig(), three, nullptr, 3);
   auto served_one = Serve(inference::ModelConfig(), one, nullptr, 1);
   for (int round = 0; round < 2; ++round) {
-    ASSERT_TRUE(Send(*served_three, RowsRequest(1, 2, 0)).get().outputs.ok());
-    ASSERT_TRUE(Send(*served_one, RowsRequest(1, 2, 0)).get().outputs.ok());
+    ASSERT_TRUE(SendRows(*served_three, 1, 2, 0).get().outputs.ok());
+    ASSERT_TRUE(SendRows(*served_one, 1, 2, 0).get().outputs.ok());
     EXPECT_EQ(three->last_intra_op_threads(), 3);
     EXPECT_EQ(one->last_intra_op_threads(), 1);
   }
@@ -323,7 +354,7 @@ TEST(BatchingServedModelTest, OneBadRequestFailsAloneInsideABatch) {
       Serve(BatchingConfig(4, 2'000'000), std::make_shared<FakeModel>());
   std::vector<std::future<InferenceResult>> futures;
   for (int i = 0; i < 4; ++i) {
-    futures.push_back(Send(*served, RowsRequest(1, 2, i == 2 ? -5.0f : i)));
+    futures.push_back(SendRows(*served, 1, 2, i == 2 ? -5.0f : i));
   }
   for (int i = 0; i < 4; ++i) {
     InferenceResult result = futures[i].get();
@@ -340,31 +371,37 @@ TEST(BatchingServedModelTest, OneBadRequestFailsAloneInsideABatch) {
 
 TEST(BatchingServedModelTest, RequestedOutputsFilterTheResponse) {
   auto served = Serve(inference::ModelConfig(), std::make_shared<FakeModel>());
-  InferenceRequest request = RowsRequest(1, 2, 1);
+  InferenceRequest request = RowsRequest(*served, 1, 2, 1);
   request.requested_outputs = {"row_sum"};
   InferenceResult result = Send(*served, std::move(request)).get();
   ASSERT_TRUE(result.outputs.ok());
   EXPECT_EQ(result.outputs->size(), 1u);
   EXPECT_EQ(result.outputs->count("row_sum"), 1u);
 
-  InferenceRequest unknown = RowsRequest(1, 2, 1);
-  unknown.requested_outputs = {"logits"};
-  EXPECT_EQ(Send(*served, std::move(unknown)).get().outputs.status().code(),
+  // Over the wire: an unknown output is refused where the request enters,
+  // and counted once.
+  inference::ModelInferResponse response;
+  EXPECT_TRUE(InferWire(*served, 1, 2, {"row_sum"}, &response).ok());
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.outputs(0).name(), "row_sum");
+  EXPECT_EQ(InferWire(*served, 1, 2, {"logits"}).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(served->statistics().fail_count, 1u);
 }
 
 TEST(BatchingServedModelTest, BatchAboveMaxBatchSizeIsInvalid) {
   auto served = Serve(BatchingConfig(2, 0), std::make_shared<FakeModel>());
-  EXPECT_EQ(Send(*served, RowsRequest(3, 2, 1)).get().outputs.status().code(),
+  EXPECT_EQ(InferWire(*served, 3, 2).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(InferWire(*served, 2, 2).ok());
 }
 
 TEST(BatchingServedModelTest, DestructionFailsQueuedRequestsWithUnavailable) {
   auto model = std::make_shared<FakeModel>(absl::Milliseconds(300));
   auto served = Serve(inference::ModelConfig(), model);
-  std::future<InferenceResult> running = Send(*served, RowsRequest(1, 2, 0));
+  std::future<InferenceResult> running = SendRows(*served, 1, 2, 0);
   WaitUntil([&] { return model->forwards_started() == 1; });
-  std::future<InferenceResult> queued = Send(*served, RowsRequest(1, 2, 0));
+  std::future<InferenceResult> queued = SendRows(*served, 1, 2, 0);
   served.reset();  // Waits for the running forward.
   EXPECT_TRUE(running.get().outputs.ok());
   EXPECT_EQ(queued.get().outputs.status().code(),
@@ -372,16 +409,16 @@ TEST(BatchingServedModelTest, DestructionFailsQueuedRequestsWithUnavailable) {
 }
 
 TEST(BatchingServedModelTest, MayBeDestroyedFromItsOwnCallback) {
-  std::shared_ptr<ServedModel> served =
+  std::shared_ptr<BatchingServedModel> served =
       Serve(inference::ModelConfig(), std::make_shared<FakeModel>());
-  std::weak_ptr<ServedModel> watch = served;
+  std::weak_ptr<BatchingServedModel> watch = served;
   absl::Notification finished;
-  ServedModel* raw = served.get();
-  raw->Infer(RowsRequest(1, 2, 0),
-             [owner = std::move(served), &finished](InferenceResult) mutable {
-               owner.reset();  // The last reference, on a worker thread.
-               finished.Notify();
-             });
+  BatchingServedModel* raw = served.get();
+  raw->Enqueue(RowsRequest(*raw, 1, 2, 0),
+               [owner = std::move(served), &finished](InferenceResult) mutable {
+                 owner.reset();  // The last reference, on a worker thread.
+                 finished.Notify();
+               });
   ASSERT_TRUE(finished.WaitForNotificationWithTimeout(absl::Seconds(10)));
   WaitUntil([&] { return watch.expired(); });
 }
@@ -391,7 +428,7 @@ TEST(BatchingServedModelTest, AttributesForwardAllocationsToTheModel) {
   auto served = Serve(inference::ModelConfig(), std::make_shared<FakeModel>(),
                       TrackedModelId::Register("fake"));
   constexpr int kWidth = 1 << 18;  // 1 MiB of f32 per output row.
-  InferenceResult result = Send(*served, RowsRequest(1, kWidth, 1)).get();
+  InferenceResult result = SendRows(*served, 1, kWidth, 1).get();
   ASSERT_TRUE(result.outputs.ok());
   EXPECT_GE(served->tracked_bytes(), int64_t{kWidth} * 4);
   result = InferenceResult();  // Frees the outputs made by the forward,

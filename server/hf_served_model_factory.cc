@@ -302,9 +302,9 @@ absl::Status RunWarmups(BatchingServedModel& served,
                         const FactoryOptions& options) {
   const absl::Time deadline = absl::Now() + options.max_warmup_duration;
   for (const inference::ModelWarmup& warmup : config.model_warmup()) {
-    absl::StatusOr<InferenceRequest> request = MakeWarmupRequest(
+    absl::StatusOr<models::NamedTensors> inputs = MakeWarmupRequest(
         warmup, config, model_directory, options.max_warmup_request_bytes);
-    if (!request.ok()) return request.status();
+    if (!inputs.ok()) return inputs.status();
     const uint32_t count = std::max<uint32_t>(warmup.count(), 1);
     for (uint32_t i = 0; i < count; ++i) {
       if (absl::Now() > deadline) {
@@ -313,7 +313,7 @@ absl::Status RunWarmups(BatchingServedModel& served,
                          absl::FormatDuration(options.max_warmup_duration),
                          " (--max-warmup-seconds)"));
       }
-      absl::Status status = served.Warmup(*request);
+      absl::Status status = served.Warmup(*inputs);
       if (!status.ok()) {
         return absl::Status(status.code(),
                             absl::StrCat("warmup '", warmup.name(),
@@ -493,7 +493,7 @@ absl::Status ApplySignature(const std::vector<models::TensorSpec>& inputs,
   return valid;
 }
 
-absl::StatusOr<InferenceRequest> MakeWarmupRequest(
+absl::StatusOr<models::NamedTensors> MakeWarmupRequest(
     const inference::ModelWarmup& warmup, const inference::ModelConfig& config,
     const std::string& model_directory, int64_t max_bytes) {
   const bool batched = config.max_batch_size() > 0;
@@ -503,7 +503,7 @@ absl::StatusOr<InferenceRequest> MakeWarmupRequest(
         absl::StrCat("warmup '", warmup.name(), "' has batch_size ", batch_size,
                      " above max_batch_size ", config.max_batch_size()));
   }
-  InferenceRequest request;
+  models::NamedTensors inputs;
   int64_t request_bytes = 0;
   for (const auto& [name, input] : warmup.inputs()) {
     const inference::ModelInput* configured = FindConfiguredInput(config, name);
@@ -537,9 +537,9 @@ absl::StatusOr<InferenceRequest> MakeWarmupRequest(
     absl::StatusOr<at::Tensor> tensor = MakeWarmupTensor(
         name, input, *dtype, shape, batched ? batch_size : 0, model_directory);
     if (!tensor.ok()) return tensor.status();
-    request.inputs[name] = *std::move(tensor);
+    inputs[name] = *std::move(tensor);
   }
-  return request;
+  return inputs;
 }
 
 absl::StatusOr<int> IntraOpThreadsFor(const inference::ModelConfig& config,

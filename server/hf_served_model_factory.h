@@ -125,11 +125,11 @@ absl::StatusOr<int> IntraOpThreadsFor(const inference::ModelConfig& config,
                                       int default_threads,
                                       int hardware_threads);
 
-// The request `warmup` describes against `config` (inputs and data types
-// checked; data files read relative to `model_directory`, same path rules
-// as the checkpoint, regular files only). INVALID_ARGUMENT before anything
-// is allocated when its inputs together would exceed `max_bytes`.
-absl::StatusOr<InferenceRequest> MakeWarmupRequest(
+// The inputs of the request `warmup` describes against `config` (inputs and
+// data types checked; data files read relative to `model_directory`, same path
+// rules as the checkpoint, regular files only). INVALID_ARGUMENT before
+// anything is allocated when its inputs together would exceed `max_bytes`.
+absl::StatusOr<models::NamedTensors> MakeWarmupRequest(
     const inference::ModelWarmup& warmup, const inference::ModelConfig& config,
     const std::string& model_directory, int64_t max_bytes);
 

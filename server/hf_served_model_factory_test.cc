@@ -40,13 +40,13 @@ std::map<std::string, at::Tensor> Reference() {
   return tensors.ok() ? *tensors : std::map<std::string, at::Tensor>{};
 }
 
-InferenceRequest ReferenceRequest(
+models::NamedTensors ReferenceRequest(
     const std::map<std::string, at::Tensor>& reference) {
-  InferenceRequest request;
+  models::NamedTensors inputs;
   for (const char* name : {"input_ids", "attention_mask", "token_type_ids"}) {
-    request.inputs[name] = reference.at(std::string("input.") + name);
+    inputs[name] = reference.at(std::string("input.") + name);
   }
-  return request;
+  return inputs;
 }
 
 inference::ModelConfig BertConfig() {
@@ -57,10 +57,17 @@ inference::ModelConfig BertConfig() {
   return config;
 }
 
-InferenceResult InferNow(ServedModel& model, InferenceRequest request) {
+// Runs `inputs` through the factory's served model below the wire (its
+// tensor-level Enqueue), checked by its model as the request edge would.
+InferenceResult InferNow(ServedModel& model, models::NamedTensors inputs) {
+  auto& served = dynamic_cast<BatchingServedModel&>(model);
+  const int64_t batch_size = inputs.at("input_ids").size(0);
+  InferenceRequest request(
+      served.model().CheckInputs(std::move(inputs)).value());
+  request.batch_size = batch_size;
   std::promise<InferenceResult> promise;
   std::future<InferenceResult> future = promise.get_future();
-  model.Infer(std::move(request), [&promise](InferenceResult result) {
+  served.Enqueue(std::move(request), [&promise](InferenceResult result) {
     promise.set_value(std::move(result));
   });
   return future.get();
@@ -318,11 +325,11 @@ TEST(HfServedModelFactoryTest, WarmupDataFileIsRepeatedOverTheBatch) {
   input.set_data_type(inference::TYPE_INT64);
   input.add_dims(3);
   input.set_input_data_file("ids.bin");
-  absl::StatusOr<InferenceRequest> request =
+  absl::StatusOr<models::NamedTensors> request =
       MakeWarmupRequest(warmup, config, directory.string(), 1 << 20);
   ASSERT_TRUE(request.ok()) << request.status();
   EXPECT_TRUE(
-      at::equal(request->inputs.at("input_ids"),
+      at::equal(request->at("input_ids"),
                 at::tensor({1, 2, 3, 1, 2, 3}, at::kLong).view({2, 3})));
   input.clear_dims();
   input.add_dims(4);  // 32 bytes: neither one item nor the batch.
@@ -407,7 +414,7 @@ TEST(HfServedModelFactoryTest, WarmupDataMustBeARegularFileOfTheInputsSize) {
   config.mutable_input(0)->set_data_type(inference::TYPE_INT64);
   config.mutable_input(0)->add_dims(-1);
   input.set_input_data_file("zeros.bin");
-  absl::StatusOr<InferenceRequest> request =
+  absl::StatusOr<models::NamedTensors> request =
       MakeWarmupRequest(warmup, config, directory.string(), 1 << 20);
   ASSERT_FALSE(request.ok());
   EXPECT_THAT(std::string(request.status().message()),

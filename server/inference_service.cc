@@ -21,7 +21,6 @@
 #include "server/model_catalog.h"
 #include "server/serving_metrics.h"
 #include "server/status_conversion.h"
-#include "server/tensor_conversion.h"
 #include "server/version.h"
 
 namespace castserve {
@@ -139,39 +138,17 @@ void RunInference(ModelManager* manager, casting::Executor* executor,
       UnroutedRequests::Global().Record(model.status().code());
       return done(model.status());
     }
-    ServedModel& served = **model;
-    absl::StatusOr<std::vector<std::string>> requested =
-        RequestedOutputs(*request, served.outputs());
-    absl::StatusOr<models::NamedTensors> inputs =
-        requested.ok() ? InputsFromRequest(*request, served.inputs(),
-                                           served.config().max_batch_size())
-                       : requested.status();
-    if (!inputs.ok()) {
-      served.RecordRejection(inputs.status().code());
-      return done(inputs.status());
-    }
-    InferenceRequest inference_request;
-    inference_request.inputs = *std::move(inputs);
-    inference_request.requested_outputs = *requested;
-    inference_request.deadline = deadline;
-    inference_request.is_cancelled = [guard] { return guard->IsCancelled(); };
-    inference_request.write_response =
-        [request, specs = &served.outputs(), requested = *requested,
-         max_response_bytes, response](const models::NamedTensors& outputs) {
-          absl::Status written =
-              FillResponse(*request, *specs, requested, outputs, response);
-          const size_t bytes = response->ByteSizeLong();
-          if (written.ok() && bytes > static_cast<size_t>(max_response_bytes)) {
-            written = absl::ResourceExhaustedError(absl::StrCat(
-                "the response is ", bytes, " bytes, above the limit of ",
-                max_response_bytes, " bytes (--max-message-bytes)"));
-          }
-          return written;
-        };
-    served.Infer(std::move(inference_request),
-                 [model = *model, done](InferenceResult result) {
-                   done(result.outputs.status());
-                 });
+    InferenceCall call;
+    call.request = request;
+    call.response = response;
+    call.deadline = deadline;
+    call.is_cancelled = [guard] { return guard->IsCancelled(); };
+    call.max_response_bytes = max_response_bytes;
+    // The served model validates the request, runs it and fills `response`.
+    (*model)->Infer(std::move(call),
+                    [model = *model, done](absl::Status status) {
+                      done(std::move(status));
+                    });
   };
   WithReadyModel(manager, executor, request->model_name(),
                  request->model_version(), deadline, std::move(run));
@@ -344,13 +321,13 @@ class StreamInferReactor
 };
 
 void FillTensorMetadata(
-    const std::vector<models::TensorSpec>& specs,
+    const std::vector<TensorSpec>& specs,
     google::protobuf::RepeatedPtrField<
         inference::ModelMetadataResponse::TensorMetadata>* metadata) {
-  for (const models::TensorSpec& spec : specs) {
+  for (const TensorSpec& spec : specs) {
     auto* tensor = metadata->Add();
     tensor->set_name(spec.name);
-    tensor->set_datatype(DatatypeName(spec.dtype).value_or(""));
+    tensor->set_datatype(spec.datatype);
     for (int64_t dim : spec.shape) tensor->add_shape(dim);
   }
 }

@@ -75,9 +75,8 @@ class InferenceService final
   // Deadline: the call's, shortened by a "timeout" request parameter
   // (microseconds). Cancellation: the call's, also while queued. Every
   // request counts once in the statistics and metrics, whichever step
-  // refused it: against its model once one was found
-  // (ServedModel::RecordRejection, or the model's own count), otherwise in
-  // UnroutedRequests.
+  // refused it: against its model once one was found (ServedModel::Infer
+  // validates and counts it), otherwise in UnroutedRequests.
   grpc::ServerUnaryReactor* ModelInfer(
       grpc::CallbackServerContext* context,
       const inference::ModelInferRequest* request,

@@ -18,6 +18,7 @@
 #include "casting/malloc_settings.h"
 #include "models/cancellation.h"
 #include "server/auth.h"
+#include "server/libtorch_version.h"
 #include "server/log.h"
 #include "server/pem_file.h"
 #include "server/server.h"

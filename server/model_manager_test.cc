@@ -36,17 +36,11 @@ class FakeServedModel : public ServedModel {
   ~FakeServedModel() override { --*live_; }
 
   const inference::ModelConfig& config() const override { return config_; }
-  const std::vector<models::TensorSpec>& inputs() const override {
-    return specs_;
+  const std::vector<TensorSpec>& inputs() const override { return specs_; }
+  const std::vector<TensorSpec>& outputs() const override { return specs_; }
+  void Infer(InferenceCall, std::function<void(absl::Status)> done) override {
+    done(absl::OkStatus());
   }
-  const std::vector<models::TensorSpec>& outputs() const override {
-    return specs_;
-  }
-  void Infer(InferenceRequest request,
-             std::function<void(InferenceResult)> done) override {
-    done(InferenceResult());
-  }
-  void RecordRejection(absl::StatusCode) override {}
   int64_t pending_requests() const override { return pending_; }
   ServedModelStatistics statistics() const override { return {}; }
   casting::Footprint footprint() const override {
@@ -60,7 +54,7 @@ class FakeServedModel : public ServedModel {
 
  private:
   const inference::ModelConfig config_;
-  const std::vector<models::TensorSpec> specs_;
+  const std::vector<TensorSpec> specs_;
   const int64_t bytes_;
   std::atomic<int>* const live_;
   std::atomic<int> pending_{0};

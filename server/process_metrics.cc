@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/libtorch_version.h"
 #include "server/version.h"
 
 namespace castserve {

@@ -1,21 +1,24 @@
-// A model the server can send requests to: its configuration (with the
-// signature filled in from the architecture), a queue, a dynamic batcher and
-// N instances running forwards. Made by the ModelManager when a model loads.
+// ServedModel: the servable interface between the model lifecycle (the
+// ModelManager, the gRPC service) and model execution. LibTorch-free: the
+// layers above it see wire messages, signatures and counters, never tensors.
+// The implementation (batching_served_model.h) turns a wire request into
+// checked tensors, runs them and writes the wire response.
 #ifndef CASTSERVE_SERVER_SERVED_MODEL_H_
 #define CASTSERVE_SERVER_SERVED_MODEL_H_
 
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <memory>
+#include <limits>
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "casting/footprint.h"
-#include "models/model.h"
+#include "models/prefetch_counts.h"
+#include "proto/inference.pb.h"
 #include "proto/model_config.pb.h"
+#include "server/model_statistics_recorder.h"
 
 namespace castserve {
 
@@ -24,50 +27,52 @@ namespace castserve {
 inline constexpr char kDefaultPlatform[] = "castserve_torch";
 inline constexpr char kDefaultBackend[] = "castserve";
 
-// One request, already converted from the wire and validated against the
-// signature. With max_batch_size > 0 every input carries the batch dimension
-// first (the same batch size for all inputs).
-struct InferenceRequest {
-  models::NamedTensors inputs;
-  // Outputs to return; empty means all.
-  std::vector<std::string> requested_outputs;
-  // The request fails with DEADLINE_EXCEEDED, also while queued, after this.
+// One input or output of a served model's signature, in wire terms.
+// `shape` includes the batch dimension first; -1 marks a variable dimension.
+struct TensorSpec {
+  std::string name;
+  // The wire datatype string: "FP32", "INT64", ...
+  std::string datatype;
+  std::vector<int64_t> shape;
+  // Inputs only: a request may leave it out.
+  bool optional = false;
+};
+
+// One inference call as it came over the wire. `request` and `response`
+// are not owned and must stay alive until the call's `done` has run.
+struct InferenceCall {
+  const inference::ModelInferRequest* request = nullptr;
+  // Filled (model name, version, id, outputs) when the call succeeds.
+  inference::ModelInferResponse* response = nullptr;
+  // The call fails with DEADLINE_EXCEEDED, also while queued, after this.
   absl::Time deadline = absl::InfiniteFuture();
-  // Polled while queued and before running; true drops the request with
+  // Polled while queued and before running; true drops the call with
   // CANCELLED. May be null.
   std::function<bool()> is_cancelled;
-  // Called with the request's outputs (the requested ones) after a
-  // successful forward and before the request is counted: writes the
-  // response and returns its status, so that a response that cannot be
-  // sent (too large) counts as the failure the client sees. May be null.
-  std::function<absl::Status(const models::NamedTensors&)> write_response;
+  // A response larger than this fails the call with RESOURCE_EXHAUSTED
+  // (and counts as that failure).
+  int64_t max_response_bytes = std::numeric_limits<int64_t>::max();
 };
 
-// Durations are what Triton's statistics call queue and compute_infer.
-struct InferenceResult {
-  absl::StatusOr<models::NamedTensors> outputs;
-  absl::Duration queue_duration;
-  absl::Duration compute_duration;
-  // Items in the batch the request ran in (1 without batching).
-  int64_t executed_batch_size = 0;
+// The weight copies a model made since it was loaded (casting::Weight's
+// activity, summed), and how its prefetches turned out.
+struct WeightCopyActivity {
+  int64_t materializations = 0;
+  int64_t bytes = 0;
+  absl::Duration time;
+};
+struct ServedModelActivity {
+  WeightCopyActivity storage;  // Resident copies in the storage format.
+  WeightCopyActivity compute;  // Decoded compute copies.
+  // The part of compute.bytes made as transient copies (freed after use).
+  int64_t transient_compute_bytes = 0;
+  models::PrefetchCounts prefetch;
+  // The tracking allocator's peak for the model since it was loaded; 0
+  // without a tracking allocator.
+  int64_t peak_tracked_bytes = 0;
 };
 
-// Cumulative counters, as the ModelStatistics RPC reports them.
-struct ServedModelStatistics {
-  uint64_t inference_count = 0;  // Items (batch elements) inferred.
-  uint64_t execution_count = 0;  // Forwards run (batches).
-  uint64_t success_count = 0;
-  absl::Duration success_duration;
-  uint64_t fail_count = 0;
-  absl::Duration fail_duration;
-  absl::Duration queue_duration;
-  absl::Duration compute_duration;
-  // Executed batch size -> (count, compute duration).
-  std::map<int64_t, std::pair<uint64_t, absl::Duration>> batches;
-  // Milliseconds since the epoch of the last inference; 0 if none.
-  uint64_t last_inference_ms = 0;
-};
-
+// All methods are thread-safe.
 class ServedModel {
  public:
   virtual ~ServedModel() = default;
@@ -75,27 +80,28 @@ class ServedModel {
   // The effective configuration: the model's config.pbtxt with inputs and
   // outputs filled in from the architecture's signature when left empty.
   virtual const inference::ModelConfig& config() const = 0;
-  virtual const std::vector<models::TensorSpec>& inputs() const = 0;
-  virtual const std::vector<models::TensorSpec>& outputs() const = 0;
+  virtual const std::vector<TensorSpec>& inputs() const = 0;
+  virtual const std::vector<TensorSpec>& outputs() const = 0;
 
-  // Queues the request; `done` runs exactly once, on a worker thread (or
-  // inline when the request is rejected at once: queue full ->
-  // RESOURCE_EXHAUSTED, server stopping -> UNAVAILABLE). Thread-safe.
-  virtual void Infer(InferenceRequest request,
-                     std::function<void(InferenceResult)> done) = 0;
-
-  // Counts a request for this model refused before it was queued (an
-  // unknown output, an input of the wrong shape): a failure with `code`,
-  // in the statistics and the metrics like every other request.
-  virtual void RecordRejection(absl::StatusCode code) = 0;
+  // Validates `call.request` completely against the signature and the
+  // model's limits (INVALID_ARGUMENT naming the tensor), queues it, runs it
+  // and writes `call.response`. `done` runs exactly once, on a worker thread
+  // or inline when the call is refused at once (invalid, queue full ->
+  // RESOURCE_EXHAUSTED, server stopping -> UNAVAILABLE). Every call counts
+  // once in statistics(), as a success or as the failure `done` reports.
+  virtual void Infer(InferenceCall call,
+                     std::function<void(absl::Status)> done) = 0;
 
   // Requests queued or running now.
   virtual int64_t pending_requests() const = 0;
+  // What the ModelStatistics RPC and the Prometheus collector both read.
   virtual ServedModelStatistics statistics() const = 0;
   // Memory of the model's weights by state, now.
   virtual casting::Footprint footprint() const = 0;
   // Bytes the tracking allocator attributes to this model now.
   virtual int64_t tracked_bytes() const = 0;
+  // Weight copies and prefetches since load; zeros where not measured.
+  virtual ServedModelActivity activity() const { return {}; }
 };
 
 }  // namespace castserve

@@ -70,8 +70,8 @@ class HangingModel final : public testing::FakeServedModel {
     --*live_;
   }
 
-  void Infer(InferenceRequest request,
-             std::function<void(InferenceResult)> done) override {
+  void Infer(InferenceCall request,
+             std::function<void(absl::Status)> done) override {
     ++pending_;
     absl::MutexLock lock(&mu_);
     held_.push_back({std::move(request), std::move(done)});
@@ -80,8 +80,8 @@ class HangingModel final : public testing::FakeServedModel {
 
  private:
   struct Held {
-    InferenceRequest request;
-    std::function<void(InferenceResult)> done;
+    InferenceCall request;
+    std::function<void(absl::Status)> done;
   };
 
   void Loop() {
@@ -103,9 +103,7 @@ class HangingModel final : public testing::FakeServedModel {
         }
       }
       for (Held& held : finished) {
-        InferenceResult result;
-        result.outputs = absl::CancelledError("cancelled while held");
-        held.done(std::move(result));
+        held.done(absl::CancelledError("cancelled while held"));
         held = Held();  // Lets go of the model before it stops counting.
         --pending_;
       }

@@ -15,32 +15,6 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 using Labels = std::vector<ClientMetric::Label>;
 
-// Latencies from 100 us to 60 s.
-const std::vector<double>& DurationBuckets() {
-  static const auto* const buckets = new std::vector<double>{
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-      0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
-  return *buckets;
-}
-
-const std::vector<double>& BatchSizeBuckets() {
-  static const auto* const buckets =
-      new std::vector<double>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
-  return *buckets;
-}
-
-// 64 KiB to 64 GiB, by factors of 4.
-const std::vector<double>& PeakBytesBuckets() {
-  static const auto* const buckets = [] {
-    auto* bounds = new std::vector<double>;
-    for (double bound = 65536; bound <= 68719476736.0; bound *= 4) {
-      bounds->push_back(bound);
-    }
-    return bounds;
-  }();
-  return *buckets;
-}
-
 // The ModelManager's state names (ModelStateName).
 constexpr const char* kStates[] = {"UNAVAILABLE", "LOADING", "READY",
                                    "UNLOADING"};
@@ -181,17 +155,15 @@ struct ModelFamilies {
     AddValue(inference_count, labels, stats.inference_count);
     AddValue(execution_count, labels, stats.execution_count);
     AddValue(pending, labels, model.pending_requests());
-    const auto* source = dynamic_cast<const ModelMetricsSource*>(&model);
-    if (source == nullptr) return footprint.mapped_bytes();
-    AddValue(peak_allocated_bytes, labels, source->peak_tracked_bytes());
-    const ModelMetrics::Snapshot data = source->serving_metrics().snapshot();
-    AddFailures(labels, data.requests_by_code);
-    AddHistogram(batch_peak_bytes, labels, data.batch_peak_bytes);
-    AddHistogram(queue_seconds, labels, data.queue_seconds);
-    AddHistogram(compute_seconds, labels, data.compute_seconds);
-    AddHistogram(request_seconds, labels, data.request_seconds);
-    AddHistogram(batch_size, labels, data.batch_size);
-    AddLazyWork(labels, *source);
+    const ServedModelActivity activity = model.activity();
+    AddValue(peak_allocated_bytes, labels, activity.peak_tracked_bytes);
+    AddFailures(labels, stats.requests_by_code);
+    AddHistogram(batch_peak_bytes, labels, stats.batch_peak_bytes);
+    AddHistogram(queue_seconds, labels, stats.queue_seconds);
+    AddHistogram(compute_seconds, labels, stats.compute_seconds);
+    AddHistogram(request_seconds, labels, stats.request_seconds);
+    AddHistogram(batch_size, labels, stats.batch_size);
+    AddLazyWork(labels, activity);
     return footprint.mapped_bytes();
   }
 
@@ -206,22 +178,20 @@ struct ModelFamilies {
     }
   }
 
-  void AddLazyWork(const Labels& labels, const ModelMetricsSource& source) {
-    const casting::WeightActivity activity = source.weight_activity();
+  void AddLazyWork(const Labels& labels, const ServedModelActivity& activity) {
     const Labels storage = With(labels, "copy", "storage");
     const Labels compute = With(labels, "copy", "compute");
-    AddValue(materializations, storage, activity.storage_materializations);
-    AddValue(materializations, compute, activity.compute_materializations);
-    AddValue(materialized_bytes, storage, activity.storage_bytes);
-    AddValue(materialized_bytes, compute, activity.compute_bytes);
+    AddValue(materializations, storage, activity.storage.materializations);
+    AddValue(materializations, compute, activity.compute.materializations);
+    AddValue(materialized_bytes, storage, activity.storage.bytes);
+    AddValue(materialized_bytes, compute, activity.compute.bytes);
     AddValue(materialization_seconds, storage,
-             absl::ToDoubleSeconds(activity.storage_time));
+             absl::ToDoubleSeconds(activity.storage.time));
     AddValue(materialization_seconds, compute,
-             absl::ToDoubleSeconds(activity.compute_time));
+             absl::ToDoubleSeconds(activity.compute.time));
     AddValue(transient_copy_bytes, labels, activity.transient_compute_bytes);
-    const models::PrefetchCounts prefetch = source.prefetch_counts();
-    AddValue(prefetch_hits, labels, prefetch.hits);
-    AddValue(prefetch_misses, labels, prefetch.misses);
+    AddValue(prefetch_hits, labels, activity.prefetch.hits);
+    AddValue(prefetch_misses, labels, activity.prefetch.misses);
   }
 
   void MoveTo(std::vector<MetricFamily>& out) {
@@ -238,53 +208,6 @@ struct ModelFamilies {
 };
 
 }  // namespace
-
-// ---------------------------------------------------------------------------
-// BucketCounts, ModelMetrics
-
-BucketCounts::BucketCounts(const std::vector<double>* upper_bounds)
-    : upper_bounds_(upper_bounds), counts_(upper_bounds->size() + 1, 0) {}
-
-void BucketCounts::Observe(double value) {
-  const auto it =
-      std::lower_bound(upper_bounds_->begin(), upper_bounds_->end(), value);
-  ++counts_[it - upper_bounds_->begin()];
-  ++count_;
-  sum_ += value;
-}
-
-ModelMetrics::ModelMetrics()
-    : data_{{},
-            BucketCounts(&DurationBuckets()),
-            BucketCounts(&DurationBuckets()),
-            BucketCounts(&DurationBuckets()),
-            BucketCounts(&BatchSizeBuckets()),
-            BucketCounts(&PeakBytesBuckets())} {}
-
-void ModelMetrics::RecordRequest(absl::StatusCode code, absl::Duration queue,
-                                 absl::Duration compute, absl::Duration total) {
-  const int index = static_cast<int>(code);
-  absl::MutexLock lock(&mu_);
-  ++data_.requests_by_code[index >= 0 && index < kStatusCodeCount
-                               ? index
-                               : static_cast<int>(absl::StatusCode::kUnknown)];
-  data_.queue_seconds.Observe(absl::ToDoubleSeconds(queue));
-  data_.request_seconds.Observe(absl::ToDoubleSeconds(total));
-  if (compute > absl::ZeroDuration()) {
-    data_.compute_seconds.Observe(absl::ToDoubleSeconds(compute));
-  }
-}
-
-void ModelMetrics::RecordBatch(int64_t items, int64_t peak_increase_bytes) {
-  absl::MutexLock lock(&mu_);
-  data_.batch_size.Observe(static_cast<double>(items));
-  data_.batch_peak_bytes.Observe(static_cast<double>(peak_increase_bytes));
-}
-
-ModelMetrics::Snapshot ModelMetrics::snapshot() const {
-  absl::MutexLock lock(&mu_);
-  return data_;
-}
 
 // ---------------------------------------------------------------------------
 // LifecycleMetrics

@@ -61,14 +61,9 @@ class FakeServedModel final : public ServedModel {
   int64_t tracked = 0;
 
   const inference::ModelConfig& config() const override { return config_; }
-  const std::vector<models::TensorSpec>& inputs() const override {
-    return specs_;
-  }
-  const std::vector<models::TensorSpec>& outputs() const override {
-    return specs_;
-  }
-  void Infer(InferenceRequest, std::function<void(InferenceResult)>) override {}
-  void RecordRejection(absl::StatusCode) override {}
+  const std::vector<TensorSpec>& inputs() const override { return specs_; }
+  const std::vector<TensorSpec>& outputs() const override { return specs_; }
+  void Infer(InferenceCall, std::function<void(absl::Status)>) override {}
   int64_t pending_requests() const override { return pending; }
   ServedModelStatistics statistics() const override { return stats; }
   casting::Footprint footprint() const override { return footprint_value; }
@@ -76,7 +71,7 @@ class FakeServedModel final : public ServedModel {
 
  private:
   inference::ModelConfig config_;
-  std::vector<models::TensorSpec> specs_;
+  std::vector<TensorSpec> specs_;
 };
 
 class FakeDeviceStats final : public casting::DeviceMemoryStats {
@@ -92,40 +87,6 @@ class FakeDeviceStats final : public casting::DeviceMemoryStats {
   const std::string name_;
   const int64_t allocated_bytes_;
 };
-
-TEST(BucketCountsTest, CountsEachValueInTheFirstBucketAtOrAboveIt) {
-  const std::vector<double> bounds = {1, 10};
-  BucketCounts counts(&bounds);
-  counts.Observe(0.5);
-  counts.Observe(1);
-  counts.Observe(7);
-  counts.Observe(11);
-  EXPECT_THAT(counts.counts(), ::testing::ElementsAre(2, 1, 1));
-  EXPECT_EQ(counts.count(), 4u);
-  EXPECT_DOUBLE_EQ(counts.sum(), 19.5);
-}
-
-TEST(ModelMetricsTest, RecordsFailuresByCodeAndHistograms) {
-  ModelMetrics metrics;
-  metrics.RecordRequest(absl::StatusCode::kOk, absl::Milliseconds(2),
-                        absl::Milliseconds(3), absl::Milliseconds(5));
-  metrics.RecordRequest(absl::StatusCode::kInvalidArgument,
-                        absl::ZeroDuration(), absl::ZeroDuration(),
-                        absl::Milliseconds(1));
-  metrics.RecordBatch(3, 1 << 20);
-  const ModelMetrics::Snapshot data = metrics.snapshot();
-  EXPECT_EQ(data.requests_by_code[0], 1u);
-  EXPECT_EQ(data.requests_by_code[static_cast<int>(
-                absl::StatusCode::kInvalidArgument)],
-            1u);
-  EXPECT_EQ(data.request_seconds.count(), 2u);
-  EXPECT_NEAR(data.request_seconds.sum(), 0.006, 1e-9);
-  // A request that never ran has no compute time to report.
-  EXPECT_EQ(data.compute_seconds.count(), 1u);
-  EXPECT_EQ(data.batch_size.count(), 1u);
-  EXPECT_DOUBLE_EQ(data.batch_size.sum(), 3);
-  EXPECT_DOUBLE_EQ(data.batch_peak_bytes.sum(), 1 << 20);
-}
 
 TEST(ServingMetricsTest, ExportsStatesFootprintLifecycleAndDevice) {
   auto model = std::make_shared<FakeServedModel>();
@@ -342,13 +303,26 @@ std::shared_ptr<BatchingServedModel> ServeChain(
 
 absl::Status InferOnce(ServedModel& model,
                        std::vector<std::string> requested = {}) {
-  InferenceRequest request;
-  request.inputs["x"] = at::randn({kBatch, kWidth}, at::kFloat);
-  request.requested_outputs = std::move(requested);
+  inference::ModelInferRequest request;
+  auto* input = request.add_inputs();
+  input->set_name("x");
+  input->set_datatype("FP32");
+  input->add_shape(kBatch);
+  input->add_shape(kWidth);
+  const at::Tensor x = at::randn({kBatch, kWidth}, at::kFloat);
+  request.add_raw_input_contents()->assign(
+      static_cast<const char*>(x.data_ptr()), x.nbytes());
+  for (const std::string& name : requested) {
+    request.add_outputs()->set_name(name);
+  }
+  inference::ModelInferResponse response;
+  InferenceCall call;
+  call.request = &request;
+  call.response = &response;
   absl::Notification done;
   absl::Status status;
-  model.Infer(std::move(request), [&](InferenceResult result) {
-    status = result.outputs.status();
+  model.Infer(std::move(call), [&](absl::Status result) {
+    status = std::move(result);
     done.Notify();
   });
   done.WaitForNotification();

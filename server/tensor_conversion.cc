@@ -366,6 +366,41 @@ absl::StatusOr<std::vector<std::string>> RequestedOutputs(
   return names;
 }
 
+absl::StatusOr<DecodedRequest> DecodeRequest(
+    const inference::ModelInferRequest& request,
+    const std::vector<models::TensorSpec>& input_specs,
+    const std::vector<models::TensorSpec>& output_specs,
+    int64_t max_batch_size) {
+  DecodedRequest decoded;
+  absl::StatusOr<std::vector<std::string>> requested =
+      RequestedOutputs(request, output_specs);
+  if (!requested.ok()) return requested.status();
+  decoded.requested_outputs = *std::move(requested);
+  absl::StatusOr<models::NamedTensors> inputs =
+      InputsFromRequest(request, input_specs, max_batch_size);
+  if (!inputs.ok()) return inputs.status();
+  decoded.inputs = *std::move(inputs);
+  if (max_batch_size > 0) {
+    // InputsFromRequest checked that every input has the same batch size.
+    if (decoded.inputs.empty()) {
+      return absl::InvalidArgumentError(
+          "the request has no input to take the batch size from");
+    }
+    decoded.batch_size = decoded.inputs.begin()->second.size(0);
+  }
+  return decoded;
+}
+
+std::vector<TensorSpec> WireSpecs(
+    const std::vector<models::TensorSpec>& specs) {
+  std::vector<TensorSpec> wire;
+  for (const models::TensorSpec& spec : specs) {
+    wire.push_back({spec.name, DatatypeName(spec.dtype).value_or(""),
+                    spec.shape, spec.optional});
+  }
+  return wire;
+}
+
 namespace {
 
 absl::Status WriteResponse(const inference::ModelInferRequest& request,
@@ -415,6 +450,23 @@ absl::Status FillResponse(const inference::ModelInferRequest& request,
   return models::CatchExceptions([&] {
     return WriteResponse(request, specs, requested, outputs, response);
   });
+}
+
+absl::Status FillResponseWithin(const inference::ModelInferRequest& request,
+                                const std::vector<models::TensorSpec>& specs,
+                                const std::vector<std::string>& requested,
+                                const models::NamedTensors& outputs,
+                                int64_t max_response_bytes,
+                                inference::ModelInferResponse* response) {
+  absl::Status written =
+      FillResponse(request, specs, requested, outputs, response);
+  const size_t bytes = response->ByteSizeLong();
+  if (written.ok() && bytes > static_cast<size_t>(max_response_bytes)) {
+    written = absl::ResourceExhaustedError(
+        absl::StrCat("the response is ", bytes, " bytes, above the limit of ",
+                     max_response_bytes, " bytes (--max-message-bytes)"));
+  }
+  return written;
 }
 
 }  // namespace castserve

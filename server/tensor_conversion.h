@@ -1,7 +1,7 @@
 // Tensors between the wire (KServe v2 ModelInferRequest/Response) and
 // LibTorch (models::NamedTensors): the one place where protobuf messages meet
-// tensors. Every rule of PROTOCOL.md section 4 is checked here, each failure an
-// INVALID_ARGUMENT whose message names the tensor and what was expected.
+// tensors. Every tensor rule of docs/PROTOCOL.md is checked here, each failure
+// an INVALID_ARGUMENT whose message names the tensor and what was expected.
 //
 // Datatype names come from the dtype table through server/proto_dtypes.h.
 //
@@ -20,6 +20,7 @@
 #include "proto/inference.pb.h"
 #include "proto/model_config.pb.h"
 #include "server/proto_dtypes.h"
+#include "server/served_model.h"
 
 namespace castserve {
 
@@ -39,6 +40,31 @@ absl::StatusOr<std::vector<std::string>> RequestedOutputs(
     const inference::ModelInferRequest& request,
     const std::vector<models::TensorSpec>& specs);
 
+// A wire request that passed every check of the request edge: names,
+// datatypes, shapes against the signature, the batch limit, byte sizes and
+// the requested outputs.
+struct DecodedRequest {
+  models::NamedTensors inputs;
+  // Empty means all.
+  std::vector<std::string> requested_outputs;
+  // The common first dimension with max_batch_size > 0, else 1.
+  int64_t batch_size = 1;
+};
+
+// The one validation of a wire request (RequestedOutputs, then
+// InputsFromRequest): what the served model checks where a request enters,
+// before anything is queued. The model's own limits (vocabulary, position
+// table) follow in models::Model::CheckLimits.
+absl::StatusOr<DecodedRequest> DecodeRequest(
+    const inference::ModelInferRequest& request,
+    const std::vector<models::TensorSpec>& input_specs,
+    const std::vector<models::TensorSpec>& output_specs,
+    int64_t max_batch_size);
+
+// The signature `specs` in wire terms (datatype strings), as the servable
+// interface shows it; "" for a dtype the protocol has no name for.
+std::vector<TensorSpec> WireSpecs(const std::vector<models::TensorSpec>& specs);
+
 // Fills `response` (model name, version "1", request id, one output entry
 // and one raw_output_contents entry per tensor) from `outputs`. With
 // `requested` empty every output is returned, in the order of `specs`
@@ -49,6 +75,16 @@ absl::Status FillResponse(const inference::ModelInferRequest& request,
                           const std::vector<std::string>& requested,
                           const models::NamedTensors& outputs,
                           inference::ModelInferResponse* response);
+
+// FillResponse, then RESOURCE_EXHAUSTED when the response is larger than
+// `max_response_bytes` (--max-message-bytes): the response a served model
+// writes for an InferenceCall.
+absl::Status FillResponseWithin(const inference::ModelInferRequest& request,
+                                const std::vector<models::TensorSpec>& specs,
+                                const std::vector<std::string>& requested,
+                                const models::NamedTensors& outputs,
+                                int64_t max_response_bytes,
+                                inference::ModelInferResponse* response);
 
 }  // namespace castserve
 

@@ -348,5 +348,44 @@ TEST(TensorConversionTest, DatatypeNamesRoundTrip) {
   EXPECT_EQ(ConfigDataType(at::kBFloat16), inference::TYPE_BF16);
 }
 
+TEST(TensorConversionTest, DecodeRequestIsTheWholeRequestCheck) {
+  const std::vector<models::TensorSpec> outputs = {
+      {"last_hidden_state", at::kFloat, {-1, -1, 4}}};
+  inference::ModelInferRequest request = RawIds({2, 3}, {1, 2, 3, 4, 5, 6});
+  request.add_outputs()->set_name("last_hidden_state");
+  absl::StatusOr<DecodedRequest> decoded =
+      DecodeRequest(request, BertSpecs(), outputs, 8);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->batch_size, 2);
+  EXPECT_EQ(decoded->requested_outputs,
+            std::vector<std::string>({"last_hidden_state"}));
+  EXPECT_EQ(decoded->inputs.at("input_ids").size(1), 3);
+  // Without batching the batch size is 1 whatever the shape.
+  inference::ModelInferRequest flat = RawIds({2, 3}, {1, 2, 3, 4, 5, 6});
+  const std::vector<models::TensorSpec> flat_specs = {
+      {"input_ids", at::kLong, {2, 3}}};
+  EXPECT_EQ(DecodeRequest(flat, flat_specs, outputs, 0)->batch_size, 1);
+  // Outputs are checked against the output signature, inputs against the
+  // input one.
+  request.mutable_outputs(0)->set_name("input_ids");
+  EXPECT_EQ(DecodeRequest(request, BertSpecs(), outputs, 8).status().message(),
+            "unknown output 'input_ids'; the model's outputs are "
+            "'last_hidden_state'");
+  EXPECT_EQ(DecodeRequest(RawIds({9, 1}, std::vector<int64_t>(9)), BertSpecs(),
+                          outputs, 8)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TensorConversionTest, WireSpecsNameEachDtype) {
+  const std::vector<TensorSpec> wire = WireSpecs(BertSpecs());
+  ASSERT_EQ(wire.size(), BertSpecs().size());
+  EXPECT_EQ(wire[0].name, "input_ids");
+  EXPECT_EQ(wire[0].datatype, "INT64");
+  EXPECT_EQ(wire[0].shape, BertSpecs()[0].shape);
+  EXPECT_EQ(wire[1].optional, BertSpecs()[1].optional);
+}
+
 }  // namespace
 }  // namespace castserve

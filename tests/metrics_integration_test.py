@@ -48,7 +48,9 @@ CALL_TIMEOUT_SECONDS = 60
 SEQUENCE = 8
 PLAIN_REQUESTS = 5
 CAST_REQUESTS = 3
-BAD_REQUESTS = 2  # Token ids beyond the vocabulary: fail in the forward.
+# Token ids beyond the vocabulary: refused where the request enters (the
+# model's limits are part of its one validation), never run.
+BAD_REQUESTS = 2
 
 SIGNATURE = """
 max_batch_size: 8
@@ -246,14 +248,14 @@ class MetricsIntegrationTest(unittest.TestCase):
                 for model, fmt in (("bert_plain", "f32"),
                                    ("bert_cast", FP8_FORMAT),
                                    ("bert_cast", "f32"))))
-        # Each successful cast batch also held the transient f32 copy of the
-        # largest layer (the failed ones stop at the embedding).
+        # Each cast batch also held the transient f32 copy of the largest
+        # layer (the refused requests never ran).
         plain_batches = self.value("castserve_model_batch_peak_bytes_count",
                                    model="bert_plain")
         cast_batches = self.value("castserve_model_batch_peak_bytes_count",
                                   model="bert_cast")
         self.assertEqual(plain_batches, PLAIN_REQUESTS)
-        self.assertEqual(cast_batches, CAST_REQUESTS + BAD_REQUESTS)
+        self.assertEqual(cast_batches, CAST_REQUESTS)
         self.assertGreater(
             self.value("castserve_model_batch_peak_bytes_sum",
                        model="bert_cast"),
@@ -266,12 +268,13 @@ class MetricsIntegrationTest(unittest.TestCase):
                                         model=model, version="1"), ok)
             self.assertEqual(self.value("castserve_inference_count_total",
                                         model=model), ok)
+            # Refused requests count as requests, not as executions.
             self.assertEqual(self.value("castserve_execution_count_total",
-                                        model=model), ok + bad)
+                                        model=model), ok)
             self.assertEqual(self.value("castserve_batch_size_count",
-                                        model=model), ok + bad)
+                                        model=model), ok)
             self.assertEqual(self.value("castserve_batch_size_sum",
-                                        model=model), ok + bad)
+                                        model=model), ok)
             self.assertEqual(self.value("castserve_request_duration_seconds_"
                                         "count", model=model), ok + bad)
             self.assertEqual(self.value("castserve_pending_requests",

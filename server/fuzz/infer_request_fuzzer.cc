@@ -1,6 +1,6 @@
 // libFuzzer target: a ModelInferRequest against the BERT fixture, along the
-// path ModelInfer takes (server/inference_service.cc): RequestedOutputs,
-// InputsFromRequest, Model::Forward (signature and vocabulary checks, then
+// path a served model takes (server/batching_served_model.cc): DecodeRequest
+// (the request edge's one validation), Model::Forward (its CheckInputs, then
 // the forward when the inputs pass and are small), FillResponse. Built by
 // tools/run_fuzzers.sh; run from the repository root.
 //
@@ -221,18 +221,19 @@ void CheckResponse(const inference::ModelInferResponse& response) {
 void RunRequest(const models::Model& model,
                 const inference::ModelInferRequest& request,
                 int64_t max_batch_size) {
-  absl::StatusOr<std::vector<std::string>> requested =
-      RequestedOutputs(request, model.outputs());
-  absl::StatusOr<models::NamedTensors> inputs =
-      InputsFromRequest(request, model.inputs(), max_batch_size);
-  TrapUnless(inputs.ok() || absl::IsInvalidArgument(inputs.status()),
-             inputs.status(), "a request is refused as INVALID_ARGUMENT");
-  if (!requested.ok() || !inputs.ok()) return;
-  std::optional<models::NamedTensors> outputs = ForwardIfSmall(model, *inputs);
+  // The served model's one validation of a wire request.
+  absl::StatusOr<DecodedRequest> decoded =
+      DecodeRequest(request, model.inputs(), model.outputs(), max_batch_size);
+  TrapUnless(decoded.ok() || absl::IsInvalidArgument(decoded.status()),
+             decoded.status(), "a request is refused as INVALID_ARGUMENT");
+  if (!decoded.ok()) return;
+  std::optional<models::NamedTensors> outputs =
+      ForwardIfSmall(model, decoded->inputs);
   if (!outputs.has_value()) return;
   inference::ModelInferResponse response;
   absl::Status written =
-      FillResponse(request, model.outputs(), *requested, *outputs, &response);
+      FillResponse(request, model.outputs(), decoded->requested_outputs,
+                   *outputs, &response);
   TrapUnless(written.ok(), written, "a forward's outputs fill a response");
   CheckResponse(response);
 }

@@ -66,12 +66,12 @@ inline void RunLoadChecks(const inference::ModelConfig& config) {
     return;
   }
   for (const inference::ModelWarmup& warmup : effective.model_warmup()) {
-    absl::StatusOr<InferenceRequest> request =
+    absl::StatusOr<models::NamedTensors> request =
         MakeWarmupRequest(warmup, effective, ScratchModelDirectory(),
                           options.max_warmup_request_bytes);
     TrapUnless(request.ok() || absl::IsInvalidArgument(request.status()),
                request.status(), "a warmup is refused as INVALID_ARGUMENT");
-    if (request.ok()) (void)ForwardIfSmall(model, request->inputs);
+    if (request.ok()) (void)ForwardIfSmall(model, *request);
   }
 }
 

@@ -2,11 +2,12 @@
 
 #include <ATen/ATen.h>
 
-#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "casting/executor.h"
+#include "server/tensor_conversion.h"
 
 namespace castserve::testing {
 
@@ -17,57 +18,54 @@ FakeServedModel::FakeServedModel(const std::string& name) {
   inputs_ = {{"x", at::kFloat, {-1, 2}},
              {"scale", at::kFloat, {-1, 1}, /*optional=*/true}};
   outputs_ = {{"y", at::kFloat, {-1, 2}}, {"sum", at::kFloat, {-1}}};
+  wire_inputs_ = WireSpecs(inputs_);
+  wire_outputs_ = WireSpecs(outputs_);
 }
 
-void FakeServedModel::Infer(InferenceRequest request,
-                            std::function<void(InferenceResult)> done) {
+void FakeServedModel::Infer(InferenceCall call,
+                            std::function<void(absl::Status)> done) {
   {
     absl::MutexLock lock(&mutex_);
     ++infer_calls_;
-    last_deadline_ = request.deadline;
+    last_deadline_ = call.deadline;
   }
-  std::thread([this, request = std::move(request), done = std::move(done)] {
-    InferenceResult result;
-    result.executed_batch_size = request.inputs.at("x").size(0);
-    if (request.is_cancelled && request.is_cancelled()) {
-      result.outputs = absl::CancelledError("cancelled");
-    } else if (absl::Now() > request.deadline) {
-      result.outputs = absl::DeadlineExceededError("deadline passed");
+  absl::StatusOr<DecodedRequest> decoded =
+      DecodeRequest(*call.request, inputs_, outputs_, config_.max_batch_size());
+  if (!decoded.ok()) {
+    recorder_.RecordRequest({decoded.status().code()}, absl::Now());
+    return done(decoded.status());
+  }
+  // On a thread of the process's executor, as a served model answers on its
+  // workers: the caller's thread returns first.
+  casting::Executor::Default().Schedule([this, call = std::move(call),
+                                         decoded = *std::move(decoded),
+                                         done = std::move(done)] {
+    const models::NamedTensors& inputs = decoded.inputs;
+    absl::Status status;
+    if (call.is_cancelled && call.is_cancelled()) {
+      status = absl::CancelledError("cancelled");
+    } else if (absl::Now() > call.deadline) {
+      status = absl::DeadlineExceededError("deadline passed");
     } else {
-      at::Tensor y = request.inputs.at("x") * 2;
-      auto scale = request.inputs.find("scale");
-      if (scale != request.inputs.end()) y = y * scale->second;
-      result.outputs = models::NamedTensors{{"y", y}, {"sum", y.sum(1)}};
+      at::Tensor y = inputs.at("x") * 2;
+      auto scale = inputs.find("scale");
+      if (scale != inputs.end()) y = y * scale->second;
+      status =
+          FillResponseWithin(*call.request, outputs_, decoded.requested_outputs,
+                             {{"y", y}, {"sum", y.sum(1)}},
+                             call.max_response_bytes, call.response);
     }
-    if (result.outputs.ok() && request.write_response) {
-      absl::Status written = request.write_response(*result.outputs);
-      if (!written.ok()) result.outputs = std::move(written);
-    }
-    result.compute_duration = absl::Microseconds(5);
-    {
-      absl::MutexLock lock(&mutex_);
-      const bool ok = result.outputs.ok();
-      stats_.inference_count += result.executed_batch_size;
-      stats_.execution_count += 1;
-      (ok ? stats_.success_count : stats_.fail_count) += 1;
-      stats_.compute_duration += result.compute_duration;
-      auto& batch = stats_.batches[result.executed_batch_size];
-      batch.first += 1;
-      batch.second += result.compute_duration;
-      stats_.last_inference_ms = absl::ToUnixMillis(absl::Now());
-    }
-    done(std::move(result));
-  }).detach();
-}
-
-void FakeServedModel::RecordRejection(absl::StatusCode code) {
-  absl::MutexLock lock(&mutex_);
-  stats_.fail_count += 1;
+    const absl::Duration compute = absl::Microseconds(5);
+    recorder_.RecordBatch(decoded.batch_size, compute, 0);
+    recorder_.RecordRequest({status.code(), decoded.batch_size,
+                             absl::ZeroDuration(), compute, compute},
+                            absl::Now());
+    done(status);
+  });
 }
 
 ServedModelStatistics FakeServedModel::statistics() const {
-  absl::MutexLock lock(&mutex_);
-  return stats_;
+  return recorder_.snapshot();
 }
 
 casting::Footprint FakeServedModel::footprint() const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "models/model.h"
 #include "server/model_manager.h"
 #include "server/served_model.h"
 
@@ -23,15 +24,15 @@ class FakeServedModel : public ServedModel {
   explicit FakeServedModel(const std::string& name);
 
   const inference::ModelConfig& config() const override { return config_; }
-  const std::vector<models::TensorSpec>& inputs() const override {
-    return inputs_;
+  const std::vector<TensorSpec>& inputs() const override {
+    return wire_inputs_;
   }
-  const std::vector<models::TensorSpec>& outputs() const override {
-    return outputs_;
+  const std::vector<TensorSpec>& outputs() const override {
+    return wire_outputs_;
   }
-  void Infer(InferenceRequest request,
-             std::function<void(InferenceResult)> done) override;
-  void RecordRejection(absl::StatusCode code) override;
+  // Validates with the served models' own DecodeRequest.
+  void Infer(InferenceCall call,
+             std::function<void(absl::Status)> done) override;
   int64_t pending_requests() const override { return 0; }
   ServedModelStatistics statistics() const override;
   casting::Footprint footprint() const override;
@@ -45,8 +46,10 @@ class FakeServedModel : public ServedModel {
   inference::ModelConfig config_;
   std::vector<models::TensorSpec> inputs_;
   std::vector<models::TensorSpec> outputs_;
+  std::vector<TensorSpec> wire_inputs_;
+  std::vector<TensorSpec> wire_outputs_;
+  ModelStatisticsRecorder recorder_;
   mutable absl::Mutex mutex_;
-  ServedModelStatistics stats_ ABSL_GUARDED_BY(mutex_);
   int infer_calls_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::Time last_deadline_ ABSL_GUARDED_BY(mutex_);
 };

@@ -1,4 +1,4 @@
-#include "server/version.h"
+#include "server/libtorch_version.h"
 
 #include <torch/version.h>
 

@@ -1,0 +1,43 @@
+#include "server/tracked_model_id.h"
+
+#include <atomic>
+
+#include "absl/memory/memory.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "casting/tracking_allocator.h"
+
+namespace castserve {
+
+std::unique_ptr<TrackedModelId> TrackedModelId::Register(
+    absl::string_view name) {
+  static std::atomic<uint64_t> next_serial{1};
+  std::string id = absl::StrCat(name, "#", next_serial.fetch_add(1));
+  casting::TrackingAllocator* allocator =
+      casting::TrackingAllocator::Installed();
+  const bool registered =
+      allocator != nullptr && allocator->RegisterModel(id).ok();
+  return absl::WrapUnique(new TrackedModelId(std::move(id), registered));
+}
+
+TrackedModelId::~TrackedModelId() {
+  if (registered_) {
+    casting::TrackingAllocator::Installed()->UnregisterModel(id_).IgnoreError();
+  }
+}
+
+int64_t TrackedModelId::live_bytes() const {
+  if (!registered_) return 0;
+  absl::StatusOr<casting::ModelMemoryUsage> usage =
+      casting::TrackingAllocator::Installed()->GetModelUsage(id_);
+  return usage.ok() ? usage->live_bytes : 0;
+}
+
+int64_t TrackedModelId::peak_bytes() const {
+  if (!registered_) return 0;
+  absl::StatusOr<casting::ModelMemoryUsage> usage =
+      casting::TrackingAllocator::Installed()->GetModelUsage(id_);
+  return usage.ok() ? usage->peak_bytes : 0;
+}
+
+}  // namespace castserve
