@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "absl/strings/match.h"
+
 namespace castserve::casting {
 namespace {
 
@@ -65,6 +67,12 @@ std::optional<Device> DeviceOf(const c10::Device& device) {
   if (device.is_cuda())
     return Device::Cuda(device.has_index() ? device.index() : 0);
   return std::nullopt;
+}
+
+bool IsOutOfMemoryMessage(absl::string_view message) {
+  return absl::StrContains(message, "out of memory") ||
+         absl::StrContains(message, "not enough memory") ||
+         absl::StrContains(message, "can't allocate memory");
 }
 
 }  // namespace castserve::casting

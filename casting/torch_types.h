@@ -14,6 +14,7 @@
 
 #include <optional>
 
+#include "absl/strings/string_view.h"
 #include "casting/device.h"
 #include "casting/dtype_table.h"
 
@@ -37,6 +38,11 @@ c10::Device TorchDevice(const Device& device);
 // castserve's device for LibTorch's CPU or CUDA `device` (a CUDA device
 // without an index is cuda:0); nullopt for any other device type.
 std::optional<Device> DeviceOf(const c10::Device& device);
+
+// Whether a c10::Error's message says an allocation failed: LibTorch's CPU
+// allocator says "can't allocate memory" (2.x) or "not enough memory" (1.x),
+// CUDA's caching allocator "out of memory".
+bool IsOutOfMemoryMessage(absl::string_view message);
 
 }  // namespace castserve::casting
 

@@ -514,8 +514,22 @@ absl::Status Weight::Materialize() {
 }
 
 absl::Status Weight::PrefetchCompute() {
-  absl::MutexLock lock(&mu_);
-  return EnsureComputeLocked();
+  try {
+    absl::MutexLock lock(&mu_);
+    return EnsureComputeLocked();
+  } catch (const c10::Error& error) {
+    const absl::string_view message = error.what_without_backtrace();
+    return absl::Status(IsOutOfMemoryMessage(message)
+                            ? absl::StatusCode::kResourceExhausted
+                            : absl::StatusCode::kInternal,
+                        absl::StrCat("prefetch of ", name(), ": ", message));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("prefetch of ", name(), ": out of memory"));
+  } catch (const std::exception& error) {
+    return absl::InternalError(
+        absl::StrCat("prefetch of ", name(), ": ", error.what()));
+  }
 }
 
 void Weight::AdviseWillNeed() const {

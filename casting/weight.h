@@ -187,7 +187,10 @@ class Weight {
 
   // Decodes the compute copy now, typically on a prefetch thread, so that
   // the next Acquire finds it. A transient copy made this way lives until
-  // that user releases it.
+  // that user releases it. Never throws: the prefetch thread runs outside
+  // any forward's exception handler, so what LibTorch throws here (an
+  // allocation that fails: RESOURCE_EXHAUSTED) is returned as a status; the
+  // module's own Acquire meets the same error inside its forward.
   absl::Status PrefetchCompute() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Bytes by state, as now.

@@ -334,6 +334,35 @@ TEST_F(WeightTest, PrefetchComputeMeansTheNextAcquireDoesNotDecode) {
   EXPECT_EQ(weight->compute_builds(), 1);
 }
 
+// The prefetch thread runs outside any forward's exception handler: a
+// compute copy that cannot be allocated (1 TiB of f32 from a sparse 512 GiB
+// bf16 tensor) must come back as a status, not an exception that would end
+// the daemon.
+TEST(WeightPrefetchTest, AllocationFailureIsAStatusNotAnException) {
+  const std::string path = TempPath("prefetch_oom.safetensors");
+  const int64_t numel = int64_t{1} << 38;
+  const std::string header = test_util::MakeHeaderJson(
+      {{"huge", "BF16", {numel}, 0, static_cast<uint64_t>(numel) * 2}});
+  ASSERT_TRUE(test_util::WriteSafetensorsFile(
+                  path, header, "",
+                  8 + header.size() + static_cast<uint64_t>(numel) * 2)
+                  .ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
+      OpenSafetensors(path);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  WeightOptions options;
+  options.residency = Residency::kMapped;
+  absl::StatusOr<std::unique_ptr<Weight>> weight =
+      Weight::Create(std::shared_ptr<const Checkpoint>(*std::move(checkpoint)),
+                     "huge", options);
+  ASSERT_TRUE(weight.ok()) << weight.status();
+  absl::Status status;
+  EXPECT_NO_THROW(status = (*weight)->PrefetchCompute());
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("prefetch of huge"));
+  std::remove(path.c_str());
+}
+
 // Tensors larger than the 8 MiB staging chunk are read, encoded and decoded
 // chunk by chunk; the result must equal the codec run over the whole tensor.
 TEST(WeightChunkedTest, ChunkedEncodeAndDecodeEqualWholeTensorCodec) {

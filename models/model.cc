@@ -13,6 +13,7 @@
 #include "c10/core/InferenceMode.h"
 #include "c10/util/Exception.h"
 #include "casting/device_codec.h"
+#include "casting/torch_types.h"
 
 namespace castserve::models {
 namespace {
@@ -69,14 +70,6 @@ absl::Status CheckSignature(const std::vector<TensorSpec>& specs,
   return absl::OkStatus();
 }
 
-// LibTorch's CPU allocator says "can't allocate memory" (2.x) or "not
-// enough memory" (1.x); CUDA's says "out of memory".
-bool IsOutOfMemory(absl::string_view message) {
-  return absl::StrContains(message, "out of memory") ||
-         absl::StrContains(message, "not enough memory") ||
-         absl::StrContains(message, "can't allocate memory");
-}
-
 NamedTensors OnDevice(const NamedTensors& tensors,
                       const casting::Device& device) {
   if (device.is_cpu()) return tensors;
@@ -103,7 +96,8 @@ absl::Status StatusFromTorchError(const c10::Error& error) {
   if (const auto* status_error = dynamic_cast<const StatusError*>(&error)) {
     return absl::Status(status_error->status().code(), message);
   }
-  if (IsOutOfMemory(message)) return absl::ResourceExhaustedError(message);
+  if (casting::IsOutOfMemoryMessage(message))
+    return absl::ResourceExhaustedError(message);
   if (dynamic_cast<const c10::NotImplementedError*>(&error) != nullptr) {
     return absl::UnimplementedError(message);
   }
