@@ -64,7 +64,8 @@ class BatchingServedModel::Impl {
         queue_(RequestQueue::OptionsFromConfig(config_)),
         runner_(model_, {InstanceCount(config_), intra_op_threads,
                          tracked_id_ ? tracked_id_->id() : "",
-                         std::move(cancellation)}) {}
+                         model_->device().is_cuda(), std::move(cancellation)}) {
+  }
 
   // Starts the instance threads and the reaper; each holds `self`.
   void Start(const std::shared_ptr<Impl>& self);
@@ -86,7 +87,12 @@ class BatchingServedModel::Impl {
   casting::Footprint footprint() const;
   ServedModelActivity activity() const;
   int64_t tracked_bytes() const {
-    return tracked_id_ ? tracked_id_->live_bytes() : 0;
+    return tracked_id_ ? tracked_id_->live_bytes() + device_bytes() : 0;
+  }
+  casting::Device device() const { return model_->device(); }
+  int64_t device_bytes() const {
+    return tracked_id_ && device().is_cuda() ? tracked_id_->device_live_bytes()
+                                             : 0;
   }
 
  private:
@@ -228,6 +234,8 @@ ServedModelActivity BatchingServedModel::Impl::activity() const {
   activity.transient_compute_bytes = weights.transient_compute_bytes;
   activity.prefetch = model_->prefetch_counts();
   activity.peak_tracked_bytes = tracked_id_ ? tracked_id_->peak_bytes() : 0;
+  activity.peak_device_bytes =
+      tracked_id_ && device().is_cuda() ? tracked_id_->device_peak_bytes() : 0;
   return activity;
 }
 
@@ -325,6 +333,12 @@ casting::Footprint BatchingServedModel::footprint() const {
 
 int64_t BatchingServedModel::tracked_bytes() const {
   return impl_->tracked_bytes();
+}
+
+casting::Device BatchingServedModel::device() const { return impl_->device(); }
+
+int64_t BatchingServedModel::device_bytes() const {
+  return impl_->device_bytes();
 }
 
 ServedModelActivity BatchingServedModel::activity() const {

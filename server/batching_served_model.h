@@ -103,6 +103,8 @@ class BatchingServedModel final : public ServedModel {
   ServedModelStatistics statistics() const override;
   casting::Footprint footprint() const override;
   int64_t tracked_bytes() const override;
+  casting::Device device() const override;
+  int64_t device_bytes() const override;
   ServedModelActivity activity() const override;
 
  private:

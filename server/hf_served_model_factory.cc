@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "casting/casting_policy.h"
+#include "casting/device_memory.h"
 #include "casting/device_probe.h"
 #include "casting/file_system.h"
 #include "casting/storage_format.h"
@@ -582,6 +583,9 @@ HfServedModelFactory::HfServedModelFactory(FactoryOptions options)
         "weights alone",
         {{"error", installed.status().ToString()}});
   }
+  // Per-model GPU bytes, attributed under the tracking allocator's tags
+  // (casting/device_model_memory.h); a no-op without CUDA or a device.
+  casting::InstallCudaModelMemoryTracker();
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Create(

@@ -369,6 +369,19 @@ void FillStatistics(const ServedModel& model, inference::ModelStatistics* out) {
   inference::MemoryUsage* memory = out->add_memory_usage();
   memory->set_type("CPU");
   memory->set_id(0);
+  const casting::Device device = model.device();
+  if (device.is_cuda()) {
+    // The model's bytes on its GPU (casting/device_model_memory.h); the CPU
+    // entry is what the tracking allocator holds for it besides.
+    const int64_t device_bytes = model.device_bytes();
+    memory->set_byte_size(
+        static_cast<uint64_t>(model.tracked_bytes() - device_bytes));
+    inference::MemoryUsage* gpu = out->add_memory_usage();
+    gpu->set_type("GPU");
+    gpu->set_id(device.index());
+    gpu->set_byte_size(static_cast<uint64_t>(device_bytes));
+    return;
+  }
   // The tracking allocator's bytes and the weights' owned bytes overlap
   // (weights made under the model's tag count in both): the larger one is
   // the measure, as the ModelManager's budget uses it.

@@ -233,6 +233,18 @@ TEST_F(InferenceServiceTest, StatisticsCountBatchesAndMemory) {
   EXPECT_EQ(model.memory_usage(0).type(), "CPU");
   EXPECT_EQ(model.memory_usage(0).byte_size(), 2000u);
 
+  // On cuda:1 the model's device bytes are a GPU entry of their own.
+  manager_.model("fake")->PlaceOn(casting::Device::Cuda(1), 5000);
+  grpc::ClientContext gpu_context;
+  ASSERT_TRUE(stub_->ModelStatistics(&gpu_context, request, &stats).ok());
+  const inference::ModelStatistics& on_gpu = stats.model_stats(0);
+  ASSERT_EQ(on_gpu.memory_usage_size(), 2);
+  EXPECT_EQ(on_gpu.memory_usage(0).type(), "CPU");
+  EXPECT_EQ(on_gpu.memory_usage(0).byte_size(), 1000u);
+  EXPECT_EQ(on_gpu.memory_usage(1).type(), "GPU");
+  EXPECT_EQ(on_gpu.memory_usage(1).id(), 1);
+  EXPECT_EQ(on_gpu.memory_usage(1).byte_size(), 5000u);
+
   grpc::ClientContext unknown_context;
   request.set_name("ghost");
   EXPECT_EQ(

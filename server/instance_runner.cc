@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "casting/device_model_memory.h"
 #include "casting/tracking_allocator.h"
 
 namespace castserve {
@@ -167,6 +168,9 @@ void InstanceRunner::Execute(std::vector<QueuedPtr> batch) const {
 absl::StatusOr<models::NamedTensors> InstanceRunner::RunForward(
     const std::vector<QueuedPtr>& batch, int64_t* peak_increase_bytes) const {
   casting::ScopedModelTag tag(options_.model_tag);
+  casting::DeviceModelMemory& device = casting::DeviceModelMemory::Global();
+  const int64_t device_start =
+      options_.device_batch_peak ? device.StartWindow(options_.model_tag) : 0;
   casting::PeakScope peak;
   absl::StatusOr<models::NamedTensors> outputs;
   if (batch.size() == 1) {
@@ -178,7 +182,10 @@ absl::StatusOr<models::NamedTensors> InstanceRunner::RunForward(
                           : joined.status();
   }
   peak.Stop();
-  *peak_increase_bytes = peak.peak_increase_bytes();
+  *peak_increase_bytes =
+      options_.device_batch_peak
+          ? device.Usage(options_.model_tag).window_peak_bytes - device_start
+          : peak.peak_increase_bytes();
   return outputs;
 }
 

@@ -43,6 +43,10 @@ class InstanceRunner {
     // The tracking allocator's model id (casting::ScopedModelTag); empty
     // for none.
     std::string model_tag;
+    // The model runs on a CUDA device: each batch's peak is the rise of the
+    // model's device bytes (casting/device_model_memory.h, under
+    // `model_tag`), not of the CPU tracking allocator's.
+    bool device_batch_peak = false;
     // Once set, running forwards stop at their next module: CANCELLED.
     std::shared_ptr<const models::Cancellation> cancellation;
   };
@@ -50,7 +54,8 @@ class InstanceRunner {
   using Complete =
       std::function<void(QueuedPtr, InferenceResult, bool was_running)>;
   // Called once per executed forward: items, compute time, and the peak
-  // increase of the tracking allocator's live bytes during it.
+  // increase of the tracking allocator's live bytes during it (of the
+  // model's device bytes with `device_batch_peak`).
   using RecordBatch = std::function<void(int64_t items, absl::Duration compute,
                                          int64_t peak_increase_bytes)>;
 

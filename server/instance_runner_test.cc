@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <utility>
@@ -11,6 +12,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "c10/util/Exception.h"
+#include "casting/device_model_memory.h"
+#include "casting/tracking_allocator.h"
 #include "gtest/gtest.h"
 #include "models/module.h"
 
@@ -161,6 +164,60 @@ TEST(InstanceRunnerTest, InstancesRunWhatTheQueueHandsThem) {
   runner.Join();
   EXPECT_EQ(done.by_first_value.size(), 3u);
   EXPECT_EQ(queue.pending_requests(), 0);
+}
+
+// PlusOneModel that, like a CUDA forward seen by the caching allocator's
+// tracker (casting/device_memory_cuda.cc), reports device blocks under the
+// forward thread's model tag: 3000 + 1000 bytes made, then freed.
+class DeviceFeedingModel : public PlusOneModel {
+ protected:
+  models::NamedTensors ForwardImpl(
+      models::ForwardContext& context,
+      const models::NamedTensors& inputs) const override {
+    casting::DeviceModelMemory& device = casting::DeviceModelMemory::Global();
+    const std::string tag = casting::ScopedModelTag::CurrentModelId();
+    device.OnAllocate(tag, 0, 0xA000, 3000);
+    device.OnAllocate(tag, 0, 0xB000, 1000);
+    device.OnFree(0, 0xB000);
+    device.OnFree(0, 0xA000);
+    return PlusOneModel::ForwardImpl(context, inputs);
+  }
+};
+
+TEST(InstanceRunnerTest, DeviceBatchPeakIsTheRiseOfTheModelsDeviceBytes) {
+  absl::StatusOr<casting::TrackingAllocator*> allocator =
+      casting::TrackingAllocator::InstallTrackingCpuAllocator();
+  ASSERT_TRUE(allocator.ok());
+  const std::string tag = "device_peak#1";
+  ASSERT_TRUE((*allocator)->RegisterModel(tag).ok());
+  casting::DeviceModelMemory& device = casting::DeviceModelMemory::Global();
+  device.Register(tag);
+  device.OnAllocate(tag, 0, 0x1000, 500);  // Resident before the batch.
+
+  auto model = std::make_shared<DeviceFeedingModel>();
+  InstanceRunner::Options options;
+  options.model_tag = tag;
+  options.device_batch_peak = true;
+  InstanceRunner runner(model, options);
+  RequestQueue queue{RequestQueue::Options()};
+  BatchPlanner planner{BatchPlanner::Options()};
+  std::vector<int64_t> peaks;
+  runner.Start(
+      &queue, &planner, [](QueuedPtr, InferenceResult, bool) {},
+      [&](int64_t, absl::Duration, int64_t peak) { peaks.push_back(peak); },
+      nullptr);
+  std::vector<QueuedPtr> batch;
+  batch.push_back(Entry(*model, at::full({1, 2}, 1.0f)));
+  runner.Execute(std::move(batch));
+  queue.Stop();
+  runner.Join();
+
+  EXPECT_EQ(peaks, std::vector<int64_t>({4000}));
+  EXPECT_EQ(device.Usage(tag).live_bytes, 500);
+  EXPECT_EQ(device.Usage(tag).peak_bytes, 4500);
+  device.OnFree(0, 0x1000);
+  device.Unregister(tag);
+  ASSERT_TRUE((*allocator)->UnregisterModel(tag).ok());
 }
 
 }  // namespace

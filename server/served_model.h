@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "casting/device.h"
 #include "casting/footprint.h"
 #include "models/prefetch_counts.h"
 #include "proto/inference.pb.h"
@@ -70,6 +71,9 @@ struct ServedModelActivity {
   // The tracking allocator's peak for the model since it was loaded; 0
   // without a tracking allocator.
   int64_t peak_tracked_bytes = 0;
+  // The model's peak on its CUDA device since it was loaded
+  // (casting/device_model_memory.h); 0 on the CPU.
+  int64_t peak_device_bytes = 0;
 };
 
 // All methods are thread-safe.
@@ -98,8 +102,14 @@ class ServedModel {
   virtual ServedModelStatistics statistics() const = 0;
   // Memory of the model's weights by state, now.
   virtual casting::Footprint footprint() const = 0;
-  // Bytes the tracking allocator attributes to this model now.
+  // Bytes attributed to this model now: the tracking allocator's (CPU)
+  // plus device_bytes(). What the memory budget measures.
   virtual int64_t tracked_bytes() const = 0;
+  // The device the model's weights and forwards are on.
+  virtual casting::Device device() const { return casting::Device::Cpu(); }
+  // The part of tracked_bytes() on device() when it is a CUDA device
+  // (casting/device_model_memory.h); 0 on the CPU.
+  virtual int64_t device_bytes() const { return 0; }
   // Weight copies and prefetches since load; zeros where not measured.
   virtual ServedModelActivity activity() const { return {}; }
 };

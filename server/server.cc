@@ -8,9 +8,11 @@
 
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "casting/device_memory.h"
 #include "casting/executor.h"
 #include "casting/tracking_allocator.h"
 #include "server/auth.h"
@@ -56,6 +58,13 @@ std::shared_ptr<ServingMetrics> MakeServingMetrics(
           casting::TrackingAllocator::Installed()) {
     options.devices.push_back(allocator);
   }
+  // Each visible CUDA device's caching allocator (none without CUDA). Kept
+  // for the process: the exporter may outlive this call's server.
+  static const auto* const cuda_devices =
+      new std::vector<std::unique_ptr<casting::DeviceMemoryStats>>(
+          casting::NewCudaDeviceMemoryStats());
+  for (const auto& stats : *cuda_devices)
+    options.devices.push_back(stats.get());
   return std::make_shared<ServingMetrics>(std::move(options));
 }
 

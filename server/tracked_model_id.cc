@@ -5,6 +5,7 @@
 #include "absl/memory/memory.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "casting/device_model_memory.h"
 #include "casting/tracking_allocator.h"
 
 namespace castserve {
@@ -17,10 +18,12 @@ std::unique_ptr<TrackedModelId> TrackedModelId::Register(
       casting::TrackingAllocator::Installed();
   const bool registered =
       allocator != nullptr && allocator->RegisterModel(id).ok();
+  casting::DeviceModelMemory::Global().Register(id);
   return absl::WrapUnique(new TrackedModelId(std::move(id), registered));
 }
 
 TrackedModelId::~TrackedModelId() {
+  casting::DeviceModelMemory::Global().Unregister(id_);
   if (registered_) {
     casting::TrackingAllocator::Installed()->UnregisterModel(id_).IgnoreError();
   }
@@ -38,6 +41,14 @@ int64_t TrackedModelId::peak_bytes() const {
   absl::StatusOr<casting::ModelMemoryUsage> usage =
       casting::TrackingAllocator::Installed()->GetModelUsage(id_);
   return usage.ok() ? usage->peak_bytes : 0;
+}
+
+int64_t TrackedModelId::device_live_bytes() const {
+  return casting::DeviceModelMemory::Global().Usage(id_).live_bytes;
+}
+
+int64_t TrackedModelId::device_peak_bytes() const {
+  return casting::DeviceModelMemory::Global().Usage(id_).peak_bytes;
 }
 
 }  // namespace castserve

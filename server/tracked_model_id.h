@@ -15,7 +15,9 @@ namespace castserve {
 // object lives, so that allocations made under casting::ScopedModelTag(id())
 // count for the model. Ids are unique per object ("<name>#<n>"): a reload's
 // new model is measured apart from the old one. Without an installed
-// tracking allocator nothing is registered and live_bytes() is 0.
+// tracking allocator nothing is registered and live_bytes() is 0. The id is
+// also registered with casting::DeviceModelMemory::Global() for the bytes
+// the model holds on CUDA devices.
 // Thread-safe.
 class TrackedModelId {
  public:
@@ -29,6 +31,11 @@ class TrackedModelId {
   int64_t live_bytes() const;
   // The id's highest live bytes since registration.
   int64_t peak_bytes() const;
+  // The same on CUDA devices (casting/device_model_memory.h; the id is
+  // registered there too): 0 without CUDA or without the tracking allocator
+  // (whose tag the attribution reads).
+  int64_t device_live_bytes() const;
+  int64_t device_peak_bytes() const;
 
  private:
   TrackedModelId(std::string id, bool registered)

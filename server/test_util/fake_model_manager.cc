@@ -75,6 +75,23 @@ casting::Footprint FakeServedModel::footprint() const {
   return footprint;
 }
 
+casting::Device FakeServedModel::device() const {
+  absl::MutexLock lock(&mutex_);
+  return device_;
+}
+
+int64_t FakeServedModel::device_bytes() const {
+  absl::MutexLock lock(&mutex_);
+  return device_bytes_;
+}
+
+void FakeServedModel::PlaceOn(const casting::Device& device,
+                              int64_t device_bytes) {
+  absl::MutexLock lock(&mutex_);
+  device_ = device;
+  device_bytes_ = device_bytes;
+}
+
 int FakeServedModel::infer_calls() const {
   absl::MutexLock lock(&mutex_);
   return infer_calls_;

@@ -36,7 +36,12 @@ class FakeServedModel : public ServedModel {
   int64_t pending_requests() const override { return 0; }
   ServedModelStatistics statistics() const override;
   casting::Footprint footprint() const override;
-  int64_t tracked_bytes() const override { return 1000; }
+  // 1000 on the CPU, plus device_bytes() once placed on a CUDA device.
+  int64_t tracked_bytes() const override { return 1000 + device_bytes(); }
+  casting::Device device() const override;
+  int64_t device_bytes() const override;
+  // Reports `device` and `device_bytes` from now on.
+  void PlaceOn(const casting::Device& device, int64_t device_bytes);
 
   // Requests seen so far (the last one's deadline, for deadline tests).
   int infer_calls() const;
@@ -52,6 +57,8 @@ class FakeServedModel : public ServedModel {
   mutable absl::Mutex mutex_;
   int infer_calls_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::Time last_deadline_ ABSL_GUARDED_BY(mutex_);
+  casting::Device device_ ABSL_GUARDED_BY(mutex_);
+  int64_t device_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 class FakeModelManager : public ModelManager {
