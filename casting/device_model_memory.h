@@ -6,7 +6,9 @@
 // build attaches one AllocatorTraceTracker to LibTorch's caching allocator
 // (device_memory_cuda.cc). The allocator calls it synchronously on the
 // allocating thread for every ALLOC and FREE_REQUESTED, with the block's
-// address and rounded size (the size its allocated_bytes statistic counts).
+// address and the requested size (the tensor's bytes; the allocator's own
+// allocated_bytes statistic counts blocks rounded up to 512 bytes, so a
+// model's bytes can be a little below its share of that statistic).
 // An ALLOC made while a casting::ScopedModelTag is set on the thread (a
 // model's load, its forwards on the instance threads, and its prefetch
 // thread, which inherits the tag) counts for that model here; the address
