@@ -31,7 +31,7 @@
 //   layerwise_casting_benchmark --model=DIR [--batches=1,4,16]
 //       [--configs=all|NAME,...] [--runs=5|BATCH:N,...] [--warmup=1|...]
 //       [--threads=N] [--reuse_transient_buffers=true|false] [--json=PATH]
-//       [--profile]
+//       [--profile] [--device=cpu|cuda:N]
 // Config names: resident/F32, resident/BF16 (no casting), and
 // cast/<storage>/<compute>, e.g. cast/F8_E5M2/BF16, cast/F8_E4M3FN:per_row/F32
 // (transient compute copies, prefetch on, buffer reuse as the flag says).
@@ -39,6 +39,11 @@
 // (batches not listed use 1 run / 0 warm-ups). --threads sets LibTorch's
 // intra-op threads (default: its own default, which the daemon also keeps).
 // --profile prints time per module kind for the timed forwards.
+// --device=cuda:N places every configuration on that GPU (a build with
+// --config=cuda): bytes are then the device's caching allocator's (allocated
+// bytes of live tensors), the peak its peak since a reset before each timed
+// forward (the input's device copy is made during the forward and counts
+// there); exit status 3 when the device is not available ("no CUDA device").
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -63,6 +68,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "casting/casting_policy.h"
+#include "casting/device.h"
+#include "casting/device_memory.h"
+#include "casting/device_probe.h"
 #include "casting/footprint.h"
 #include "casting/malloc_settings.h"
 #include "casting/storage_format.h"
@@ -98,6 +106,10 @@ struct Flags {
   bool reuse_transient_buffers = false;
   int default_runs = 1;
   int default_warmup = 0;
+  casting::Device device;
+  // The device's memory counters, set by Main (not owned): the tracking
+  // allocator on the CPU, the caching allocator on CUDA.
+  casting::DeviceMemoryStats* memory = nullptr;
 };
 
 // One weight configuration.
@@ -111,6 +123,7 @@ absl::StatusOr<BenchConfig> ParseConfig(const std::string& name,
   std::vector<std::string> parts = absl::StrSplit(name, '/');
   BenchConfig config{name, {}};
   config.options.eager = true;
+  config.options.device = flags.device;
   if (parts.size() == 2 && parts[0] == "resident") {
     auto compute = casting::ParseElementType(parts[1]);
     if (!compute.ok()) return compute.status();
@@ -201,6 +214,10 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       flags.reuse_transient_buffers = value == "true";
     } else if (key == "--profile") {
       flags.profile = true;
+    } else if (key == "--device") {
+      absl::StatusOr<casting::Device> device = casting::Device::Parse(value);
+      ok = device.ok();
+      if (ok) flags.device = *device;
     } else {
       ok = false;
     }
@@ -343,18 +360,26 @@ struct TimedForward {
 };
 
 TimedForward RunTimed(const Model& model, int64_t held_bytes,
-                      int64_t all_models_held_bytes, const at::Tensor& pixels) {
-  const int64_t input_bytes = static_cast<int64_t>(pixels.nbytes());
+                      int64_t all_models_held_bytes, const at::Tensor& pixels,
+                      casting::DeviceMemoryStats& memory) {
+  const bool on_cpu = memory.DeviceName() == "cpu";
+  // On CUDA the host input is not device memory: its device copy is made
+  // during the forward and counts in the increase.
+  const int64_t input_bytes =
+      on_cpu ? static_cast<int64_t>(pixels.nbytes()) : 0;
   TimedForward timed;
-  timed.unaccounted_bytes =
-      casting::TrackingAllocator::Installed()->AllocatedBytes() -
-      all_models_held_bytes - input_bytes;
+  const int64_t live_before = memory.AllocatedBytes();
+  timed.unaccounted_bytes = live_before - all_models_held_bytes - input_bytes;
+  if (!on_cpu) memory.ResetPeak();
   casting::PeakScope scope;
   const auto start = std::chrono::steady_clock::now();
+  // Outputs come back to the host: the time includes the device's work.
   timed.outputs = ForwardOrDie(model, pixels);
   timed.seconds = SecondsSince(start);
   scope.Stop();
-  timed.peak_increase_bytes = scope.peak_increase_bytes();
+  timed.peak_increase_bytes = on_cpu
+                                  ? scope.peak_increase_bytes()
+                                  : memory.PeakAllocatedBytes() - live_before;
   timed.peak_bytes = held_bytes + input_bytes + timed.peak_increase_bytes;
   return timed;
 }
@@ -370,8 +395,7 @@ LoadedConfig LoadConfig(const BenchConfig& config, const Flags& flags) {
   loaded.result.name = config.name;
   loaded.result.compute_dtype = std::string(
       casting::ElementTypeName(EffectiveComputeDtype(config.options)));
-  const int64_t live_before_load =
-      casting::TrackingAllocator::Installed()->AllocatedBytes();
+  const int64_t live_before_load = flags.memory->AllocatedBytes();
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<Model>> model =
       LoadHfModel(flags.model_dir, config.options);
@@ -396,9 +420,7 @@ LoadedConfig LoadConfig(const BenchConfig& config, const Flags& flags) {
         WeightsFootprint(*loaded.model).transient_compute_bytes();
     ForwardOrDie(*loaded.model, pixels);
   }
-  loaded.result.held_bytes =
-      casting::TrackingAllocator::Installed()->AllocatedBytes() -
-      live_before_load;
+  loaded.result.held_bytes = flags.memory->AllocatedBytes() - live_before_load;
   std::fprintf(stderr, "loaded %s in %.2f s\n", config.name.c_str(),
                loaded.result.load_seconds);
   return loaded;
@@ -427,8 +449,9 @@ void RunBatch(std::vector<LoadedConfig>& configs, int64_t batch,
   }
   for (int round = 0; round < runs; ++round) {
     for (LoadedConfig& config : configs) {
-      TimedForward timed = RunTimed(*config.model, config.result.held_bytes,
-                                    all_models_held_bytes, pixels);
+      TimedForward timed =
+          RunTimed(*config.model, config.result.held_bytes,
+                   all_models_held_bytes, pixels, *flags.memory);
       BatchResult& result = config.result.batches.back();
       result.seconds.push_back(timed.seconds);
       result.peak_bytes = std::max(result.peak_bytes, timed.peak_bytes);
@@ -585,11 +608,12 @@ void WriteJson(const std::string& path, const Flags& flags,
   std::ofstream out(path);
   out << absl::StrFormat(
       "{\n  \"benchmark\": \"layerwise_casting_benchmark\",\n"
-      "  \"model\": \"%s\",\n  \"intra_op_threads\": %d,\n"
+      "  \"model\": \"%s\",\n  \"device\": \"%s\",\n"
+      "  \"intra_op_threads\": %d,\n"
       "  \"reuse_transient_buffers\": %s,\n"
       "  \"units\": \"MB = 2^20 bytes, seconds\",\n"
       "  \"results\": [\n%s\n  ],\n  \"targets\": [\n%s\n  ]\n}\n",
-      flags.model_dir, at::get_num_threads(),
+      flags.model_dir, flags.device.name(), at::get_num_threads(),
       flags.reuse_transient_buffers ? "true" : "false",
       absl::StrJoin(configs, ",\n"), absl::StrJoin(target_json, ",\n"));
   if (!out) std::fprintf(stderr, "could not write %s\n", path.c_str());
@@ -601,6 +625,11 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\nusage: see the top of %s\n",
                  flags.status().ToString().c_str(), __FILE__);
     return 2;
+  }
+  if (absl::Status available = casting::CheckDeviceAvailable(flags->device);
+      !available.ok()) {
+    std::fprintf(stderr, "%s\n", available.ToString().c_str());
+    return 3;
   }
   std::vector<BenchConfig> configs;
   for (const std::string& name : flags->configs) {
@@ -614,10 +643,17 @@ int Main(int argc, char** argv) {
   if (flags->threads > 0) at::set_num_threads(flags->threads);
   // The daemon's allocator setting, so forwards fault in the same pages.
   casting::UseServingMallocSettings();
-  if (!casting::TrackingAllocator::InstallTrackingCpuAllocator().ok()) {
+  absl::StatusOr<casting::TrackingAllocator*> tracking =
+      casting::TrackingAllocator::InstallTrackingCpuAllocator();
+  if (!tracking.ok()) {
     std::fprintf(stderr, "could not install the tracking allocator\n");
     return 1;
   }
+  std::vector<std::unique_ptr<casting::DeviceMemoryStats>> cuda_memory =
+      casting::NewCudaDeviceMemoryStats();
+  flags->memory = flags->device.is_cpu()
+                      ? static_cast<casting::DeviceMemoryStats*>(*tracking)
+                      : cuda_memory.at(flags->device.index()).get();
   std::printf("model %s, %d intra-op threads; MB = 2^20 bytes\n",
               flags->model_dir.c_str(), at::get_num_threads());
   std::printf("%-30s %5s %9s %9s %9s %10s %17s %9s\n", "config", "batch",

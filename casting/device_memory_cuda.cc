@@ -20,10 +20,10 @@ using ::c10::CachingDeviceAllocator::TraceEntry;
 void OnTrace(const TraceEntry& entry) {
   switch (entry.action_) {
     case TraceEntry::ALLOC:
-      DeviceModelMemory::Global().OnAllocate(
-          ScopedModelTag::CurrentModelId(), entry.device_,
-          static_cast<uint64_t>(entry.addr_),
-          static_cast<int64_t>(entry.size_));
+      DeviceModelMemory::Global().OnAllocate(ScopedModelTag::CurrentModelId(),
+                                             entry.device_,
+                                             static_cast<uint64_t>(entry.addr_),
+                                             static_cast<int64_t>(entry.size_));
       break;
     case TraceEntry::FREE_REQUESTED:
       DeviceModelMemory::Global().OnFree(entry.device_,

@@ -89,8 +89,7 @@ class DeviceModelMemory {
 
   mutable absl::Mutex mu_;
   std::map<std::string, Counters, std::less<>> models_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<int, uint64_t>, Block> blocks_
-      ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<int, uint64_t>, Block> blocks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace castserve::casting
