@@ -368,6 +368,26 @@ def check_daemon(ctx):
         stop_daemon(daemon)
 
 
+def version_tuple(text):
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def check_glibc(pack):
+    """Why the packed binaries cannot run on this glibc, or ""."""
+    try:
+        with open(os.path.join(pack, "GLIBC_REQUIRED")) as f:
+            required = f.read().strip()
+    except OSError:
+        return ""
+    library, version = platform.libc_ver()
+    if library != "glibc" or not version:
+        return ""
+    if version_tuple(version) < version_tuple(required):
+        return (f"the pack needs glibc >= {required}, this machine has "
+                f"{version}: build and pack on an older system")
+    return ""
+
+
 def parse_json(text):
     try:
         return json.loads(text)
@@ -393,6 +413,7 @@ def main(argv):
                "torch": torch_info, "gpus": ctx.gpus, "parts": {}}
     missing = [b for b in ("castserve", "castserve-client")
                if not os.path.exists(os.path.join(ctx.pack, "bin", b))]
+    glibc_problem = check_glibc(ctx.pack)
     checks = {"kernels": check_kernels, "experiment": check_experiment,
               "daemon": check_daemon}
     for name in PARTS:
@@ -402,6 +423,8 @@ def main(argv):
             results["parts"][name] = part(
                 "FAILED", f"{ctx.pack} lacks {missing}: run "
                 "tools/device/pack_daemon.sh where Bazel is")
+        elif glibc_problem:
+            results["parts"][name] = part("FAILED", glibc_problem)
         elif "error" in torch_info and name != "kernels":
             results["parts"][name] = part("SKIPPED", "no torch: " +
                                           torch_info["error"][-200:])

@@ -94,6 +94,18 @@ class HelpersTest(unittest.TestCase):
              "batch": 16, "peak_mb": 1650.0, "latency_median_s": 0.05}])
 
 
+class GlibcTest(unittest.TestCase):
+    def test_a_pack_needing_a_newer_glibc_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "GLIBC_REQUIRED"), "w") as f:
+                f.write("99.0\n")
+            self.assertIn("glibc >= 99.0", gpu_check.check_glibc(tmp))
+            with open(os.path.join(tmp, "GLIBC_REQUIRED"), "w") as f:
+                f.write("2.0\n")
+            self.assertEqual(gpu_check.check_glibc(tmp), "")
+            self.assertEqual(gpu_check.check_glibc(tmp + "/none"), "")
+
+
 class WithoutGpuTest(unittest.TestCase):
     def test_every_part_is_skipped_with_its_reason(self):
         with tempfile.TemporaryDirectory() as tmp:

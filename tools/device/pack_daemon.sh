@@ -39,6 +39,13 @@ for target in "${targets[@]}"; do
   path="bazel-bin/${target#//}"
   path="${path/://}"
   [[ -x "$path" ]] || { echo "pack_daemon: missing $path (build with --config=cuda)" >&2; exit 1; }
+  # A default build's binary (bazel-bin holds whichever was built last) has
+  # no CUDA: refuse it.
+  libs=$(ldd "$path")
+  if [[ "$libs" == *libtorch_cpu* && "$libs" != *libtorch_cuda* ]]; then
+    echo "pack_daemon: $path was built without --config=cuda" >&2
+    exit 1
+  fi
   binaries+=("$path")
   install -m 755 "$path" "$out/bin/"
   strip --strip-unneeded "$out/bin/$(basename "$path")"
@@ -65,9 +72,14 @@ done | sort -u | while read -r lib; do
   cp -L "$lib" "$out/lib/"
 done
 strip --strip-unneeded "$out"/lib/*.so* 2>/dev/null || true
-# Which GPU-machine libraries the binaries expect, for the record.
+# The newest glibc symbol version the packed files need: the GPU machine's
+# glibc must be at least this (gpu_check.py checks it first).
+glibc=$(for f in "$out"/bin/* "$out"/lib/*; do objdump -T "$f" 2>/dev/null |
+  grep -o 'GLIBC_[0-9.]*'; done | sort -uV | tail -1)
+echo "${glibc#GLIBC_}" > "$out/GLIBC_REQUIRED"
 {
   echo "packed from $(hostname) at $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD)"
+  echo "needs glibc >= ${glibc#GLIBC_}"
   for binary in "$out"/bin/*; do echo "$(basename "$binary"): $(sha256sum < "$binary" | cut -c1-16)"; done
 } > "$out/MANIFEST"
 
