@@ -76,10 +76,14 @@ generate_protos() {
   done
 }
 
-# The C++ sources in the repository that Bazel targets $1 are built from.
+# The C++ sources in the repository that Bazel targets $1 are built from,
+# with select() resolved for the default configuration (cquery; a plain query
+# would list both halves of a device seam, CUDA and none).
 sources_of() {
-  bazel query --noshow_progress "kind('source file', deps($1)) intersect //...:*" |
-    sed -n 's|^//\(.*\):\(.*\.cc\)$|\1/\2|p' | sed 's|^/||'
+  bazel cquery --noshow_progress \
+    "kind('source file', deps($1)) intersect //...:*" 2>/dev/null |
+    sed -n 's|^//\(.*\):\([^ ]*\.cc\)\( (null)\)\{0,1\}$|\1/\2|p' |
+    sed 's|^/||'
 }
 
 # True when object $1 exists and is newer than every file it was built from.
