@@ -16,11 +16,6 @@
 namespace castserve::casting {
 namespace {
 
-// The codec's view of a checkpoint dtype, for the floating types it reads.
-std::optional<ElementType> CodecElementType(DType dtype) {
-  return RowOf(dtype).element;
-}
-
 // LibTorch's type for integer and bool tensors, which pass through uncast.
 std::optional<at::ScalarType> PassthroughScalarType(DType dtype) {
   const DtypeKind kind = RowOf(dtype).kind;
@@ -117,7 +112,7 @@ absl::StatusOr<std::unique_ptr<Weight>> Weight::Create(
   }
   const bool passthrough = options.pass_through_integers &&
                            PassthroughScalarType(entry->dtype).has_value();
-  if (!passthrough && !CodecElementType(entry->dtype).has_value()) {
+  if (!passthrough && !RowOf(entry->dtype).element.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weight '", entry_name, "' has dtype ", DTypeName(entry->dtype),
         ", which castserve cannot compute with (floating weights must be ",
@@ -181,7 +176,7 @@ absl::StatusOr<at::Tensor> Weight::ReadSource(at::ScalarType dtype) const {
 absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
   const std::optional<at::ScalarType> verbatim =
       passthrough_ ? PassthroughScalarType(entry_.dtype)
-      : *CodecElementType(entry_.dtype) == options_.compute_dtype
+      : *RowOf(entry_.dtype).element == options_.compute_dtype
           ? std::optional(TorchScalarType(options_.compute_dtype))
           : std::nullopt;
   if (verbatim.has_value()) {
@@ -189,7 +184,7 @@ absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
     if (!source.ok()) return source.status();
     return ToDevice(*source, options_.device);
   }
-  const ElementType source_type = *CodecElementType(entry_.dtype);
+  const ElementType source_type = *RowOf(entry_.dtype).element;
   at::Tensor compute =
       NewBuffer(TorchScalarType(options_.compute_dtype), entry_.shape);
   if (options_.device.is_cpu()) {
@@ -274,7 +269,7 @@ absl::StatusOr<at::Tensor> Weight::GatherSourceRows(
 
 absl::Status Weight::DecodeSourceRow(int64_t row, void* dst) const {
   const int64_t row_elements = entry_.numel() / num_rows();
-  const ElementType source_type = *CodecElementType(entry_.dtype);
+  const ElementType source_type = *RowOf(entry_.dtype).element;
   const int64_t row_bytes = row_elements * ElementSizeBytes(source_type);
   if (source_type == options_.compute_dtype) {
     return checkpoint_->CopyRangeTo(
@@ -369,7 +364,7 @@ absl::Status Weight::MakeStorageLocked() {
     ++compute_builds_;
     return absl::OkStatus();
   }
-  ElementType source_type = *CodecElementType(entry_.dtype);
+  ElementType source_type = *RowOf(entry_.dtype).element;
   if (options_.storage == StorageFormat::Plain(source_type)) {
     // Already in the storage format.
     absl::StatusOr<at::Tensor> source =
