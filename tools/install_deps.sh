@@ -10,6 +10,11 @@ packages=(
   libprotobuf-dev libabsl-dev prometheus-cpp-dev
   # The metrics port's HTTP(S) server, and GnuTLS for client certificates.
   libmicrohttpd-dev libgnutls28-dev
+  # Text: RE2 for the tokenizers' pre-tokenizer patterns, SentencePiece for
+  # tokenizer.model files; JSON parsing and writing.
+  libre2-dev libsentencepiece-dev nlohmann-json3-dev rapidjson-dev libsimdjson-dev
+  # perf_analyzer (from PyPI's tritonclient wheel) needs libb64.
+  libb64-0d
   libgtest-dev libgmock-dev libbenchmark-dev
   # The libFuzzer targets (tools/run_fuzzers.sh): clang with its fuzzer and
   # sanitizer runtimes.
