@@ -64,6 +64,10 @@ class BertModel final : public Model {
   Module& root() override;
   casting::Device device() const override { return device_; }
   const BertConfig& config() const { return config_; }
+  // The position table.
+  std::optional<int64_t> max_sequence_length() const override {
+    return config_.max_position_embeddings;
+  }
 
  protected:
   absl::Status ValidateInputs(const NamedTensors& inputs) const override;

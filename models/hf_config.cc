@@ -13,19 +13,60 @@ namespace castserve::models {
 
 using casting::JsonValue;
 
-absl::StatusOr<HfConfig> HfConfig::Load(const std::string& path,
-                                        casting::FileSystem* file_system) {
+namespace {
+
+// The text of `path`, at most kMaxHfConfigBytes: NotFound and DataLoss as
+// they are, any other failure FailedPrecondition.
+absl::StatusOr<std::string> ReadConfigText(const std::string& path,
+                                           casting::FileSystem* file_system) {
   absl::StatusOr<std::string> text =
       file_system->ReadFile(path, kMaxHfConfigBytes);
-  if (!text.ok()) {
-    const absl::StatusCode code = text.status().code();
-    if (code == absl::StatusCode::kNotFound ||
-        code == absl::StatusCode::kDataLoss) {
-      return text.status();
-    }
-    return absl::FailedPreconditionError(text.status().message());
+  if (text.ok()) return text;
+  const absl::StatusCode code = text.status().code();
+  if (code == absl::StatusCode::kNotFound ||
+      code == absl::StatusCode::kDataLoss) {
+    return text.status();
   }
+  return absl::FailedPreconditionError(text.status().message());
+}
+
+}  // namespace
+
+absl::StatusOr<HfConfig> HfConfig::Load(const std::string& path,
+                                        casting::FileSystem* file_system) {
+  absl::StatusOr<std::string> text = ReadConfigText(path, file_system);
+  if (!text.ok()) return text.status();
   return Parse(*text, path);
+}
+
+absl::StatusOr<std::vector<HfConfig>> HfConfig::LoadList(
+    const std::string& path, casting::FileSystem* file_system) {
+  absl::StatusOr<std::string> text = ReadConfigText(path, file_system);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<JsonValue> parsed = casting::ParseJson(*text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", parsed.status().message()));
+  }
+  if (parsed->kind != JsonValue::Kind::kArray) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": expected a JSON list, got ",
+                     casting::JsonKindName(parsed->kind)));
+  }
+  auto document = std::make_shared<const JsonValue>(*std::move(parsed));
+  std::vector<HfConfig> items;
+  for (size_t i = 0; i < document->items.size(); ++i) {
+    const JsonValue& item = document->items[i];
+    if (item.kind != JsonValue::Kind::kObject) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, "[", i, "]: expected a JSON object, got ",
+                       casting::JsonKindName(item.kind)));
+    }
+    // Shares ownership of the whole document, points at the item.
+    items.push_back(HfConfig(std::shared_ptr<const JsonValue>(document, &item),
+                             absl::StrCat(path, "[", i, "]")));
+  }
+  return items;
 }
 
 absl::StatusOr<HfConfig> HfConfig::Parse(absl::string_view json,

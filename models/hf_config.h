@@ -56,6 +56,10 @@ inline constexpr ConfigSizeLimit kConfigSizeLimits[] = {
     {"num_channels", 1, 16},
     {"image_size", 1, 4096},
     {"patch_size", 1, 4096},
+    // sentence-transformers' 1_Pooling/config.json and
+    // sentence_bert_config.json.
+    {"word_embedding_dimension", 1, int64_t{1} << 16},
+    {"max_seq_length", 1, int64_t{1} << 22},
 };
 
 // The largest config.json read (Hugging Face's are a few kilobytes).
@@ -73,6 +77,12 @@ class HfConfig {
   // Parses `json`; `label` (a file name) prefixes error messages.
   static absl::StatusOr<HfConfig> Parse(absl::string_view json,
                                         absl::string_view label);
+  // Reads `path`, a JSON list of objects (sentence-transformers'
+  // modules.json), as one config per item, labelled "<path>[i]". Errors as
+  // Load's; InvalidArgument if it is not a list of objects.
+  static absl::StatusOr<std::vector<HfConfig>> LoadList(
+      const std::string& path,
+      casting::FileSystem* file_system = casting::FileSystem::Default());
 
   // "bert", "llama", ... or "" when the config has none.
   std::string model_type() const;

@@ -212,6 +212,9 @@ class LlamaForCausalLM : public Model {
   const std::vector<TensorSpec>& outputs() const override { return outputs_; }
   Module& root() override { return root_; }
   casting::Device device() const override { return device_; }
+  std::optional<int64_t> max_sequence_length() const override {
+    return config_.max_position_embeddings;
+  }
 
  protected:
   absl::Status ValidateInputs(const NamedTensors& inputs) const override;

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -135,6 +136,13 @@ class Model {
   // How the prefetches of its casting hooks turned out; zeros for a model
   // without prefetch. Thread-safe.
   virtual PrefetchCounts prefetch_counts() const { return {}; }
+
+  // The most tokens one sequence of input_ids may have (the position table,
+  // or a sentence-transformers max_seq_length below it): where text is
+  // truncated. nullopt for a model without a token limit or token inputs.
+  virtual std::optional<int64_t> max_sequence_length() const {
+    return std::nullopt;
+  }
 
  protected:
   // For models that wrap another one (model_loader.cc): the wrapped model's

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -13,6 +14,7 @@
 #include "casting/safetensors_reader.h"
 #include "casting/torch_zip_reader.h"
 #include "models/casting_hooks.h"
+#include "models/sentence_embedding_model.h"
 
 namespace castserve::models {
 namespace {
@@ -46,6 +48,9 @@ class HookedModel final : public Model {
   casting::Device device() const override { return model_->device(); }
   PrefetchCounts prefetch_counts() const override {
     return hooks_->prefetch_counts();
+  }
+  std::optional<int64_t> max_sequence_length() const override {
+    return model_->max_sequence_length();
   }
 
  protected:
@@ -132,6 +137,25 @@ absl::StatusOr<ArchitectureFactory> FindArchitecture(
       names.empty() ? "none linked in" : absl::StrJoin(names, ", ")));
 }
 
+// `model` with the folder's sentence-transformers pipeline after it, or as
+// it is when the folder has none.
+absl::StatusOr<std::unique_ptr<Model>> WithSentenceTransformerPipeline(
+    const std::string& folder, std::unique_ptr<Model> model,
+    casting::FileSystem* file_system) {
+  absl::StatusOr<std::optional<SentenceTransformerConfig>> pipeline =
+      SentenceTransformerConfig::Load(folder, file_system);
+  if (!pipeline.ok()) return pipeline.status();
+  if (!pipeline->has_value()) return model;
+  absl::StatusOr<std::unique_ptr<Model>> wrapped =
+      SentenceEmbeddingModel::Create(std::move(model), **std::move(pipeline));
+  if (!wrapped.ok()) {
+    return absl::Status(
+        wrapped.status().code(),
+        absl::StrCat(folder, "/modules.json: ", wrapped.status().message()));
+  }
+  return wrapped;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
@@ -156,11 +180,15 @@ absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
                         absl::StrCat(folder, " as ", model_type, ": ",
                                      model.status().message()));
   }
-  if (!NeedsCastingHooks(options)) return model;
-  CastingHooks::Options hook_options;
-  hook_options.prefetch = options.prefetch;
-  hook_options.device = options.device;
-  return std::make_unique<HookedModel>(*std::move(model), hook_options);
+  if (NeedsCastingHooks(options)) {
+    CastingHooks::Options hook_options;
+    hook_options.prefetch = options.prefetch;
+    hook_options.device = options.device;
+    model = std::unique_ptr<Model>(
+        std::make_unique<HookedModel>(*std::move(model), hook_options));
+  }
+  return WithSentenceTransformerPipeline(folder, *std::move(model),
+                                         file_system);
 }
 
 }  // namespace castserve::models

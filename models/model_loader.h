@@ -63,8 +63,10 @@ absl::StatusOr<std::unique_ptr<casting::Checkpoint>> OpenHfCheckpoint(
 // InvalidArgument listing the registered ones. With transient compute copies
 // or options.prefetch the model comes with casting hooks attached (prefetch
 // if options.prefetch), so that only the running module holds transient
-// compute copies and the next module's are decoded while it runs. Files are
-// read through `file_system`.
+// compute copies and the next module's are decoded while it runs. A folder
+// with a sentence-transformers modules.json gains its sentence_embedding
+// output (sentence_embedding_model.h; a malformed or unsupported pipeline is
+// InvalidArgument naming the file). Files are read through `file_system`.
 absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
     const std::string& folder, const WeightPolicyOptions& options,
     absl::string_view architecture_override = "",
