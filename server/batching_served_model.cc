@@ -56,9 +56,11 @@ class BatchingServedModel::Impl {
  public:
   Impl(inference::ModelConfig config, std::shared_ptr<models::Model> model,
        std::unique_ptr<TrackedModelId> tracked_id, int intra_op_threads,
-       std::shared_ptr<const models::Cancellation> cancellation)
+       std::shared_ptr<const models::Cancellation> cancellation,
+       std::shared_ptr<const TextInput> text)
       : tracked_id_(std::move(tracked_id)),
         model_(std::move(model)),
+        text_(std::move(text)),
         config_(std::move(config)),
         planner_(BatchPlanner::OptionsFromConfig(config_)),
         queue_(RequestQueue::OptionsFromConfig(config_)),
@@ -104,6 +106,8 @@ class BatchingServedModel::Impl {
   // credited to it.
   const std::unique_ptr<TrackedModelId> tracked_id_;
   const std::shared_ptr<models::Model> model_;
+  // Null without a tokenizer.
+  const std::shared_ptr<const TextInput> text_;
   const inference::ModelConfig config_;
   const BatchPlanner planner_;
   RequestQueue queue_;
@@ -165,7 +169,7 @@ void BatchingServedModel::Impl::Infer(InferenceCall call,
   const inference::ModelInferRequest* wire = call.request;
   absl::StatusOr<DecodedRequest> decoded =
       DecodeRequest(*wire, model_->inputs(), model_->outputs(),
-                    planner_.options().max_batch_size);
+                    planner_.options().max_batch_size, text_.get());
   absl::StatusOr<models::CheckedInputs> checked =
       decoded.ok() ? model_->CheckLimits(std::move(decoded->inputs))
                    : decoded.status();
@@ -256,7 +260,8 @@ absl::StatusOr<std::unique_ptr<BatchingServedModel>>
 BatchingServedModel::Create(
     inference::ModelConfig config, std::shared_ptr<models::Model> model,
     std::unique_ptr<TrackedModelId> tracked_id, int intra_op_threads,
-    std::shared_ptr<const models::Cancellation> cancellation) {
+    std::shared_ptr<const models::Cancellation> cancellation,
+    std::shared_ptr<const TextInput> text) {
   if (model == nullptr) {
     return absl::InvalidArgumentError("BatchingServedModel needs a model");
   }
@@ -271,10 +276,13 @@ BatchingServedModel::Create(
     }
   }
   std::vector<TensorSpec> wire_inputs = WireSpecs(model->inputs());
+  if (text != nullptr && text->available()) {
+    wire_inputs.push_back(TextInput::WireSpec());
+  }
   std::vector<TensorSpec> wire_outputs = WireSpecs(model->outputs());
   auto impl = std::make_shared<Impl>(std::move(config), std::move(model),
                                      std::move(tracked_id), intra_op_threads,
-                                     std::move(cancellation));
+                                     std::move(cancellation), std::move(text));
   impl->Start(impl);
   return absl::WrapUnique(new BatchingServedModel(
       std::move(impl), std::move(wire_inputs), std::move(wire_outputs)));

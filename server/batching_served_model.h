@@ -17,8 +17,11 @@
 // runs as soon as it is full or reaches a preferred batch size, else when the
 // oldest request has waited max_queue_delay_microseconds. Inputs are
 // concatenated along dimension 0 and every output is split back along it.
-// Variable-length text is never padded: only identical shapes join. Without
-// dynamic_batching every request runs alone.
+// Variable-length token inputs are never padded further: only identical
+// shapes join. A text request is padded to its own longest string
+// (text_input.h), so text requests join only when their padded lengths are
+// equal, and every request's outputs are the ones it would get alone.
+// Without dynamic_batching every request runs alone.
 //
 // Deadlines and cancellation are checked while requests wait (a few
 // milliseconds apart) and right before a batch runs. The queue holds at most
@@ -51,6 +54,7 @@
 #include "server/model_statistics_recorder.h"
 #include "server/queued_request.h"
 #include "server/served_model.h"
+#include "server/text_input.h"
 #include "server/tracked_model_id.h"
 
 namespace castserve {
@@ -71,11 +75,15 @@ class BatchingServedModel final : public ServedModel {
   // its forwards on `intra_op_threads` LibTorch threads (0 leaves LibTorch's
   // setting). Once `cancellation` (may be null) is set, running forwards
   // stop at their next module and later ones fail at once: CANCELLED.
-  // InvalidArgument for a negative max_batch_size or instance count.
+  // `text` (may be null: no tokenizer) turns a request's `text` input into
+  // the token inputs; when available, inputs() lists "text" after the
+  // model's inputs. InvalidArgument for a negative max_batch_size or
+  // instance count.
   static absl::StatusOr<std::unique_ptr<BatchingServedModel>> Create(
       inference::ModelConfig config, std::shared_ptr<models::Model> model,
       std::unique_ptr<TrackedModelId> tracked_id, int intra_op_threads = 0,
-      std::shared_ptr<const models::Cancellation> cancellation = nullptr);
+      std::shared_ptr<const models::Cancellation> cancellation = nullptr,
+      std::shared_ptr<const TextInput> text = nullptr);
   ~BatchingServedModel() override;
 
   // Runs `inputs` alone on the calling thread, outside the queue and the

@@ -3,19 +3,24 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "c10/util/Exception.h"
 #include "casting/tracking_allocator.h"
 #include "gtest/gtest.h"
 #include "models/model.h"
+#include "server/test_util/fake_tokenizer.h"
+#include "server/text_input.h"
 
 namespace castserve {
 namespace {
@@ -239,6 +244,106 @@ TEST(BatchingServedModelTest, RequestsOfDifferentShapesNeverJoin) {
   EXPECT_EQ(narrow.get().executed_batch_size, 1);
   EXPECT_EQ(wide.get().executed_batch_size, 1);
   EXPECT_EQ(served->statistics().batches.at(1).first, 2u);
+}
+
+// input_ids / attention_mask [batch, seq] -> "tokens" = the mask's row sums
+// (f32 [batch]); records the sequence length of every forward.
+class TokenCountModel : public models::Model {
+ public:
+  TokenCountModel() : root_("", "TokenCountModel") {}
+  std::string architecture() const override { return "token_count"; }
+  const std::vector<models::TensorSpec>& inputs() const override {
+    return inputs_;
+  }
+  const std::vector<models::TensorSpec>& outputs() const override {
+    return outputs_;
+  }
+  models::Module& root() override { return root_; }
+  std::vector<int64_t> forward_lengths() const {
+    absl::MutexLock lock(&mu_);
+    return lengths_;
+  }
+
+ protected:
+  NamedTensors ForwardImpl(models::ForwardContext& context,
+                           const NamedTensors& inputs) const override {
+    {
+      absl::MutexLock lock(&mu_);
+      lengths_.push_back(inputs.at("input_ids").size(1));
+    }
+    return {{"tokens", inputs.at("attention_mask").sum(1).to(at::kFloat)}};
+  }
+
+ private:
+  models::Module root_;
+  const std::vector<models::TensorSpec> inputs_ = {
+      {"input_ids", at::kLong, {-1, -1}},
+      {"attention_mask", at::kLong, {-1, -1}, true}};
+  const std::vector<models::TensorSpec> outputs_ = {
+      {"tokens", at::kFloat, {-1}}};
+  mutable absl::Mutex mu_;
+  mutable std::vector<int64_t> lengths_ ABSL_GUARDED_BY(mu_);
+};
+
+// One text request in flight through Infer; owns its messages.
+struct TextCall {
+  inference::ModelInferRequest request;
+  inference::ModelInferResponse response;
+  std::promise<absl::Status> done;
+};
+
+std::unique_ptr<TextCall> SendText(ServedModel& model,
+                                   const std::string& text) {
+  auto call = std::make_unique<TextCall>();
+  auto* input = call->request.add_inputs();
+  input->set_name("text");
+  input->set_datatype("BYTES");
+  input->add_shape(1);
+  input->add_shape(1);
+  input->mutable_contents()->add_bytes_contents(text);
+  InferenceCall infer;
+  infer.request = &call->request;
+  infer.response = &call->response;
+  model.Infer(std::move(infer), [done = &call->done](absl::Status status) {
+    done->set_value(status);
+  });
+  return call;
+}
+
+float TokensOf(const inference::ModelInferResponse& response) {
+  float tokens = -1;
+  if (response.raw_output_contents_size() == 1 &&
+      response.raw_output_contents(0).size() == sizeof(float)) {
+    std::memcpy(&tokens, response.raw_output_contents(0).data(), 4);
+  }
+  return tokens;
+}
+
+TEST(BatchingServedModelTest, TextRequestsJoinOnlyAtEqualPaddedLengths) {
+  auto model = std::make_shared<TokenCountModel>();
+  std::shared_ptr<const TextInput> text =
+      TextInput::Create(std::make_shared<test_util::FakeTokenizer>(),
+                        model->inputs(), /*max_length=*/0)
+          .value();
+  absl::StatusOr<std::unique_ptr<BatchingServedModel>> served =
+      BatchingServedModel::Create(BatchingConfig(8, 300'000), model, nullptr, 0,
+                                  nullptr, text);
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ((*served)->inputs().back().name, "text");
+  // Two of 4 tokens ([CLS] w w [SEP]) and two of 5, all queued together.
+  const std::vector<std::string> texts = {"a b", "c d e", "f g", "h i j"};
+  std::vector<std::unique_ptr<TextCall>> calls;
+  for (const std::string& t : texts) calls.push_back(SendText(**served, t));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const absl::Status status = calls[i]->done.get_future().get();
+    ASSERT_TRUE(status.ok()) << status;
+    // Each request's answer is the one it gets alone: no extra padding.
+    EXPECT_EQ(TokensOf(calls[i]->response), i % 2 == 0 ? 4 : 5) << texts[i];
+  }
+  std::vector<int64_t> lengths = model->forward_lengths();
+  std::sort(lengths.begin(), lengths.end());
+  EXPECT_EQ(lengths, (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ((*served)->statistics().batches.at(2).first, 2u);
 }
 
 TEST(BatchingServedModelTest, PreferredBatchSizeRunsWithoutWaiting) {

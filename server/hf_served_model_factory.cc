@@ -26,6 +26,7 @@
 #include "server/repository_boundary.h"
 #include "server/server_flags.h"
 #include "server/tensor_conversion.h"
+#include "server/text_input.h"
 
 namespace castserve {
 namespace {
@@ -192,6 +193,7 @@ absl::Status CheckConfiguredSignature(
     const inference::ModelConfig& config) {
   const bool batched = config.max_batch_size() > 0;
   for (const inference::ModelInput& input : config.input()) {
+    if (input.name() == kTextInputName) continue;  // ApplyTextSignature's.
     absl::Status valid =
         CheckConfiguredTensor("input", input.name(), input.data_type(),
                               input.dims(), inputs, batched);
@@ -325,6 +327,21 @@ absl::Status RunWarmups(BatchingServedModel& served,
   return absl::OkStatus();
 }
 
+// The entries of a checkpoint folder the tokenizer and the
+// sentence-transformers pipeline read: tokenizer.json, tokenizer.model,
+// modules.json, sentence_bert_config.json and the module folders, named
+// "<index>_<Module>" by sentence-transformers.
+bool IsTextOrPipelineEntry(const std::string& name) {
+  if (name == "tokenizer.json" || name == "tokenizer.model" ||
+      name == "modules.json" || name == "sentence_bert_config.json") {
+    return true;
+  }
+  const size_t underscore = name.find('_');
+  return underscore != std::string::npos && underscore > 0 &&
+         std::all_of(name.begin(), name.begin() + underscore,
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // The files a load opens because of the config, checked against the
 // repository on their real paths before any is opened: the model folder,
 // the checkpoint folder, every file of it the loader may open, the warmup
@@ -347,7 +364,8 @@ absl::Status CheckInsideRepository(const std::string& model_directory,
     const std::string& name = (*entries)[i].name;
     if (name == "config.json" || name == "pytorch_model.bin" ||
         absl::EndsWith(name, ".safetensors") ||
-        absl::EndsWith(name, ".safetensors.index.json")) {
+        absl::EndsWith(name, ".safetensors.index.json") ||
+        IsTextOrPipelineEntry(name)) {
       inside = boundary.Check((fs::path(checkpoint_folder) / name).string(),
                               "checkpoint file");
     }
@@ -371,6 +389,47 @@ absl::Status CheckInsideRepository(const std::string& model_directory,
 
 absl::Status WithContext(const absl::Status& status, absl::string_view prefix) {
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+// The text input of `model`, loaded from `folder`: the folder's tokenizer,
+// truncating at model.max_sequence_length() (no limit without one). NotFound
+// when the folder has no tokenizer; the tokenizer's error when it does not
+// load; InvalidArgument when the model takes no token ids.
+absl::StatusOr<std::unique_ptr<TextInput>> LoadTextInput(
+    const std::string& folder, const models::Model& model) {
+  absl::StatusOr<std::unique_ptr<text::Tokenizer>> tokenizer =
+      text::LoadTokenizer(folder);
+  if (absl::IsNotFound(tokenizer.status())) {
+    return absl::NotFoundError(
+        absl::StrCat("the model folder ", folder,
+                     " has no tokenizer (tokenizer.json or tokenizer.model)"));
+  }
+  if (!tokenizer.ok()) {
+    return absl::Status(
+        tokenizer.status().code(),
+        absl::StrCat("the tokenizer of ", folder,
+                     " does not load: ", tokenizer.status().message()));
+  }
+  return TextInput::Create(
+      std::shared_ptr<const text::Tokenizer>(*std::move(tokenizer)),
+      model.inputs(), model.max_sequence_length().value_or(0));
+}
+
+// The text input of `model` (loaded from `folder`), or an unavailable one
+// that says why: a model serves its token inputs whatever its tokenizer.
+// A tokenizer that is there but does not load is logged.
+std::shared_ptr<const TextInput> TextInputFor(const std::string& folder,
+                                              const models::Model& model,
+                                              const std::string& model_name) {
+  absl::StatusOr<std::unique_ptr<TextInput>> text =
+      LoadTextInput(folder, model);
+  if (text.ok()) return *std::move(text);
+  if (!absl::IsNotFound(text.status())) {
+    Log(LogLevel::kWarning, "model serves no text input",
+        {{"model", model_name}, {"error", text.status().message()}});
+  }
+  return TextInput::Unavailable(
+      absl::StrCat("input '", kTextInputName, "': ", text.status().message()));
 }
 
 }  // namespace
@@ -492,6 +551,36 @@ absl::Status ApplySignature(const std::vector<models::TensorSpec>& inputs,
     valid = FillOutputs(outputs, config);
   }
   return valid;
+}
+
+absl::Status ApplyTextSignature(const TextInput& text,
+                                inference::ModelConfig* config) {
+  const std::vector<int64_t> dims = config->max_batch_size() > 0
+                                        ? std::vector<int64_t>{1}
+                                        : std::vector<int64_t>{-1, 1};
+  for (const inference::ModelInput& input : config->input()) {
+    if (input.name() != kTextInputName) continue;
+    if (!text.available()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config lists input ", kTextInputName, ", but ",
+                       text.unavailable_reason()));
+    }
+    if (input.data_type() != inference::TYPE_STRING ||
+        !std::equal(input.dims().begin(), input.dims().end(), dims.begin(),
+                    dims.end())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config input ", kTextInputName, " must be TYPE_STRING with dims [",
+          absl::StrJoin(dims, ","), "] (one string per batch element)"));
+    }
+    return absl::OkStatus();
+  }
+  if (!text.available()) return absl::OkStatus();
+  inference::ModelInput* added = config->add_input();
+  added->set_name(kTextInputName);
+  added->set_data_type(inference::TYPE_STRING);
+  added->mutable_dims()->Add(dims.begin(), dims.end());
+  added->set_optional(true);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<models::NamedTensors> MakeWarmupRequest(
@@ -636,19 +725,21 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
   if (!model.ok()) {
     return WithContext(model.status(), absl::StrCat(*folder, ": "));
   }
+  std::shared_ptr<const TextInput> text =
+      TextInputFor(*folder, **model, config.name());
   inference::ModelConfig effective = config;
   if (effective.platform().empty()) effective.set_platform(kDefaultPlatform);
   if (effective.backend().empty()) effective.set_backend(kDefaultBackend);
-  if (absl::Status valid =
-          ApplySignature((*model)->inputs(), (*model)->outputs(), &effective);
-      !valid.ok()) {
-    return valid;
-  }
+  absl::Status valid =
+      ApplySignature((*model)->inputs(), (*model)->outputs(), &effective);
+  if (valid.ok()) valid = ApplyTextSignature(*text, &effective);
+  if (!valid.ok()) return valid;
   absl::StatusOr<std::unique_ptr<BatchingServedModel>> served =
       BatchingServedModel::Create(
           std::move(effective),
           std::shared_ptr<models::Model>(*std::move(model)),
-          std::move(tracked_id), *intra_op_threads, std::move(cancellation));
+          std::move(tracked_id), *intra_op_threads, std::move(cancellation),
+          std::move(text));
   if (!served.ok()) return served.status();
   if (absl::Status warm =
           RunWarmups(**served, (*served)->config(), model_directory, options_);

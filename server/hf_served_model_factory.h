@@ -19,6 +19,7 @@
 #include "proto/model_config.pb.h"
 #include "server/model_manager.h"
 #include "server/served_model.h"
+#include "server/text_input.h"
 
 namespace castserve {
 
@@ -114,6 +115,14 @@ absl::StatusOr<std::string> CheckpointFolder(
 absl::Status ApplySignature(const std::vector<models::TensorSpec>& inputs,
                             const std::vector<models::TensorSpec>& outputs,
                             inference::ModelConfig* config);
+
+// The `text` input in `config` (text_input.h): added as an optional
+// TYPE_STRING input with dims [1] ([-1, 1] without batching) when `text` is
+// available and the config does not list it; a listed one must have that
+// type and those dims and needs an available `text`. INVALID_ARGUMENT
+// otherwise.
+absl::Status ApplyTextSignature(const TextInput& text,
+                                inference::ModelConfig* config);
 
 // The LibTorch threads each instance of `config` runs a forward on: the
 // model's INTRA_OP_THREAD_COUNT parameter (as in Triton's PyTorch backend),

@@ -15,6 +15,8 @@
 #include "gtest/gtest.h"
 #include "models/test_util/tensor_files.h"
 #include "server/batching_served_model.h"
+#include "server/test_util/fake_tokenizer.h"
+#include "server/text_input.h"
 
 namespace castserve {
 namespace {
@@ -157,6 +159,69 @@ TEST(HfServedModelFactoryTest, ConfiguredSignatureIsCheckedAgainstTheModel) {
   output->add_dims(64);
   EXPECT_EQ(ApplySignature(inputs, outputs, &wrong_output).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HfServedModelFactoryTest, TextInputJoinsTheConfigWhenThereIsATokenizer) {
+  std::unique_ptr<TextInput> text =
+      TextInput::Create(std::make_shared<test_util::FakeTokenizer>(),
+                        {{"input_ids", at::kLong, {-1, -1}}}, 0)
+          .value();
+  inference::ModelConfig config = BertConfig();
+  ASSERT_TRUE(ApplyTextSignature(*text, &config).ok());
+  ASSERT_EQ(config.input_size(), 1);
+  EXPECT_EQ(config.input(0).name(), "text");
+  EXPECT_EQ(config.input(0).data_type(), inference::TYPE_STRING);
+  EXPECT_EQ(std::vector<int64_t>(config.input(0).dims().begin(),
+                                 config.input(0).dims().end()),
+            std::vector<int64_t>{1});
+  EXPECT_TRUE(config.input(0).optional());
+  // Listed already: checked, not added twice.
+  EXPECT_TRUE(ApplyTextSignature(*text, &config).ok());
+  EXPECT_EQ(config.input_size(), 1);
+  config.mutable_input(0)->set_data_type(inference::TYPE_INT64);
+  EXPECT_EQ(ApplyTextSignature(*text, &config).message(),
+            "config input text must be TYPE_STRING with dims [1] (one string "
+            "per batch element)");
+
+  std::unique_ptr<TextInput> none = TextInput::Unavailable(
+      "input 'text': the model folder m has no tokenizer");
+  inference::ModelConfig plain = BertConfig();
+  EXPECT_TRUE(ApplyTextSignature(*none, &plain).ok());
+  EXPECT_EQ(plain.input_size(), 0);
+  plain.add_input()->set_name("text");
+  EXPECT_EQ(ApplyTextSignature(*none, &plain).message(),
+            "config lists input text, but input 'text': the model folder m "
+            "has no tokenizer");
+}
+
+TEST(HfServedModelFactoryTest, FolderWithoutTokenizerRefusesText) {
+  HfServedModelFactory factory(RunfilesOptions());
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      factory.Create(kBertDirectory, BertConfig(), nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (const TensorSpec& input : (*model)->inputs()) {
+    EXPECT_NE(input.name, "text");
+  }
+  inference::ModelInferRequest request;
+  auto* text = request.add_inputs();
+  text->set_name("text");
+  text->set_datatype("BYTES");
+  text->add_shape(1);
+  text->add_shape(1);
+  text->mutable_contents()->add_bytes_contents("hello");
+  inference::ModelInferResponse response;
+  InferenceCall call;
+  call.request = &request;
+  call.response = &response;
+  std::promise<absl::Status> done;
+  (*model)->Infer(std::move(call),
+                  [&done](absl::Status status) { done.set_value(status); });
+  const absl::Status status = done.get_future().get();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      std::string(status.message()),
+      ::testing::HasSubstr("input 'text': the model folder " +
+                           std::string(kBertDirectory) + " has no tokenizer"));
 }
 
 TEST(HfServedModelFactoryTest, WeightPolicyFollowsTheConfig) {

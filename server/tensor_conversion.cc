@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "casting/torch_types.h"
+#include "server/text_input.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the wire's raw tensors are little-endian; so must the host be");
@@ -336,6 +337,157 @@ absl::StatusOr<models::NamedTensors> ConvertInputs(
   return tensors;
 }
 
+// --- The text input ---------------------------------------------------------
+
+std::string TextPrefix() {
+  return absl::StrCat("input '", kTextInputName, "': ");
+}
+
+// The text input's batch size: shape [batch] or [batch, 1], batch in
+// [1, max_batch_size] when batched.
+absl::StatusOr<int64_t> TextBatchSize(const InputTensor& input,
+                                      int64_t max_batch_size) {
+  const auto& shape = input.shape();
+  const bool rank_ok =
+      shape.size() == 1 || (shape.size() == 2 && shape[1] == 1);
+  if (!rank_ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(TextPrefix(), "shape ", ShapeString(shape),
+                     "; expected [batch, 1] (or [batch]): one string per "
+                     "batch element"));
+  }
+  if (shape[0] < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        TextPrefix(), "shape ", ShapeString(shape), " holds no string"));
+  }
+  if (max_batch_size > 0 && shape[0] > max_batch_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(TextPrefix(), "batch size ", shape[0],
+                     " exceeds max_batch_size ", max_batch_size));
+  }
+  return shape[0];
+}
+
+absl::Status CheckTextBytes(size_t bytes, int64_t index) {
+  if (static_cast<int64_t>(bytes) <= kMaxTextBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(TextPrefix(), "element ", index, " has ", bytes,
+                   " bytes, above the limit of ", kMaxTextBytes));
+}
+
+// BYTES raw contents: per element a 4-byte little-endian length, then that
+// many bytes; exactly `count` elements.
+absl::StatusOr<std::vector<std::string>> StringsFromRaw(const std::string& raw,
+                                                        int64_t count) {
+  std::vector<std::string> strings;
+  size_t offset = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (raw.size() - offset < 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          TextPrefix(), "raw data ends before the length of element ", i,
+          " (each BYTES element is a 4-byte little-endian length, then its "
+          "bytes)"));
+    }
+    uint32_t length = 0;
+    std::memcpy(&length, raw.data() + offset, 4);
+    offset += 4;
+    if (absl::Status small = CheckTextBytes(length, i); !small.ok()) {
+      return small;
+    }
+    if (raw.size() - offset < length) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          TextPrefix(), "raw data ends inside element ", i, " (", length,
+          " bytes announced, ", raw.size() - offset, " left)"));
+    }
+    strings.emplace_back(raw.data() + offset, length);
+    offset += length;
+  }
+  if (offset != raw.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(TextPrefix(), "raw data has ", raw.size() - offset,
+                     " bytes after its ", count, " elements"));
+  }
+  return strings;
+}
+
+// BYTES typed contents: bytes_contents, exactly `count` elements.
+absl::StatusOr<std::vector<std::string>> StringsFromTyped(
+    const InputTensor& input, int64_t count) {
+  for (const auto& [field, size] : TypedFields(input.contents())) {
+    if (size > 0 && std::strcmp(field, "bytes_contents") != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          TextPrefix(), "BYTES data belongs in bytes_contents, not ", field));
+    }
+  }
+  const auto& contents = input.contents().bytes_contents();
+  if (contents.size() != count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        TextPrefix(), "bytes_contents has ", contents.size(),
+        " elements; shape ", ShapeString(input.shape()), " needs ", count));
+  }
+  std::vector<std::string> strings;
+  for (int i = 0; i < contents.size(); ++i) {
+    if (absl::Status small = CheckTextBytes(contents[i].size(), i);
+        !small.ok()) {
+      return small;
+    }
+    strings.push_back(contents[i]);
+  }
+  return strings;
+}
+
+// The strings of the request's text input (at `index`), checked.
+absl::StatusOr<std::vector<std::string>> TextStrings(
+    const inference::ModelInferRequest& request, int index,
+    int64_t max_batch_size) {
+  const InputTensor& input = request.inputs(index);
+  if (request.inputs_size() > 1) {
+    const std::string other = request.inputs(index == 0 ? 1 : 0).name();
+    return absl::InvalidArgumentError(
+        absl::StrCat(TextPrefix(),
+                     "a request sends either text or the token inputs, not "
+                     "both (it also has ",
+                     Quoted(other), ")"));
+  }
+  if (input.datatype() != "BYTES") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        TextPrefix(), "datatype ", input.datatype(), ", expected BYTES"));
+  }
+  if (absl::Status layout = CheckRawLayout(request); !layout.ok()) {
+    return layout;
+  }
+  absl::StatusOr<int64_t> count = TextBatchSize(input, max_batch_size);
+  if (!count.ok()) return count.status();
+  return request.raw_input_contents_size() > 0
+             ? StringsFromRaw(request.raw_input_contents(index), *count)
+             : StringsFromTyped(input, *count);
+}
+
+// The token inputs of the request's text input (at `index`).
+absl::StatusOr<models::NamedTensors> InputsFromText(
+    const inference::ModelInferRequest& request, int index,
+    int64_t max_batch_size, const TextInput* text) {
+  if (text == nullptr || !text->available()) {
+    return absl::InvalidArgumentError(
+        text != nullptr
+            ? text->unavailable_reason()
+            : absl::StrCat(TextPrefix(), "the model folder has no tokenizer"));
+  }
+  absl::StatusOr<std::vector<std::string>> strings =
+      TextStrings(request, index, max_batch_size);
+  if (!strings.ok()) return strings.status();
+  return text->Encode(*strings);
+}
+
+// The index of the request's input named `name`, or -1.
+int FindRequestInput(const inference::ModelInferRequest& request,
+                     const std::string& name) {
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    if (request.inputs(i).name() == name) return i;
+  }
+  return -1;
+}
+
 }  // namespace
 
 absl::StatusOr<models::NamedTensors> InputsFromRequest(
@@ -369,15 +521,26 @@ absl::StatusOr<std::vector<std::string>> RequestedOutputs(
 absl::StatusOr<DecodedRequest> DecodeRequest(
     const inference::ModelInferRequest& request,
     const std::vector<models::TensorSpec>& input_specs,
-    const std::vector<models::TensorSpec>& output_specs,
-    int64_t max_batch_size) {
+    const std::vector<models::TensorSpec>& output_specs, int64_t max_batch_size,
+    const TextInput* text) {
   DecodedRequest decoded;
   absl::StatusOr<std::vector<std::string>> requested =
       RequestedOutputs(request, output_specs);
   if (!requested.ok()) return requested.status();
   decoded.requested_outputs = *std::move(requested);
+  if (request.inputs_size() == 0 && text != nullptr && text->available()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request has no input: send ", Quoted(kTextInputName),
+                     " (one string per batch element) or the token inputs ",
+                     SpecNames(input_specs)));
+  }
+  const int text_index = FindSpec(input_specs, kTextInputName) == nullptr
+                             ? FindRequestInput(request, kTextInputName)
+                             : -1;
   absl::StatusOr<models::NamedTensors> inputs =
-      InputsFromRequest(request, input_specs, max_batch_size);
+      text_index >= 0
+          ? InputsFromText(request, text_index, max_batch_size, text)
+          : InputsFromRequest(request, input_specs, max_batch_size);
   if (!inputs.ok()) return inputs.status();
   decoded.inputs = *std::move(inputs);
   if (max_batch_size > 0) {

@@ -24,6 +24,8 @@
 
 namespace castserve {
 
+class TextInput;  // server/text_input.h
+
 // Inputs of `request` as tensors on the CPU, validated against the
 // signature `specs` (shapes include the batch dimension first, -1 =
 // variable). With `max_batch_size` > 0 the first dimension of every input is
@@ -55,11 +57,18 @@ struct DecodedRequest {
 // InputsFromRequest): what the served model checks where a request enters,
 // before anything is queued. The model's own limits (vocabulary, position
 // table) follow in models::Model::CheckLimits.
+//
+// A request whose only input is `text` (text_input.h: BYTES, shape
+// [batch, 1] or [batch], raw length-prefixed or bytes_contents, each string
+// at most kMaxTextBytes) gets its token inputs from `text` instead.
+// INVALID_ARGUMENT for text beside other inputs, for text when `text` is
+// null (no tokenizer) or unavailable (its reason), and for a request with no
+// input at all.
 absl::StatusOr<DecodedRequest> DecodeRequest(
     const inference::ModelInferRequest& request,
     const std::vector<models::TensorSpec>& input_specs,
-    const std::vector<models::TensorSpec>& output_specs,
-    int64_t max_batch_size);
+    const std::vector<models::TensorSpec>& output_specs, int64_t max_batch_size,
+    const TextInput* text = nullptr);
 
 // The signature `specs` in wire terms (datatype strings), as the servable
 // interface shows it; "" for a dtype the protocol has no name for.

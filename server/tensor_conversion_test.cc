@@ -8,6 +8,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/test_util/fake_tokenizer.h"
+#include "server/text_input.h"
 
 namespace castserve {
 namespace {
@@ -385,6 +387,138 @@ TEST(TensorConversionTest, WireSpecsNameEachDtype) {
   EXPECT_EQ(wire[0].datatype, "INT64");
   EXPECT_EQ(wire[0].shape, BertSpecs()[0].shape);
   EXPECT_EQ(wire[1].optional, BertSpecs()[1].optional);
+}
+
+// --- The text input
+// -----------------------------------------------------------
+
+// BYTES raw contents: each string as a 4-byte little-endian length, then it.
+std::string RawStrings(const std::vector<std::string>& strings) {
+  std::string raw;
+  for (const std::string& s : strings) {
+    const uint32_t length = static_cast<uint32_t>(s.size());
+    raw.append(reinterpret_cast<const char*>(&length), 4);
+    raw += s;
+  }
+  return raw;
+}
+
+inference::ModelInferRequest TextRequest(const std::vector<std::string>& texts,
+                                         std::vector<int64_t> shape = {}) {
+  inference::ModelInferRequest request;
+  if (shape.empty()) shape = {static_cast<int64_t>(texts.size()), 1};
+  AddInput(request, "text", "BYTES", shape);
+  request.add_raw_input_contents(RawStrings(texts));
+  return request;
+}
+
+std::unique_ptr<TextInput> FakeText() {
+  return TextInput::Create(std::make_shared<test_util::FakeTokenizer>(),
+                           BertSpecs(), /*max_length=*/16)
+      .value();
+}
+
+const std::vector<models::TensorSpec> kOutputs = {
+    {"last_hidden_state", at::kFloat, {-1, -1, 4}}};
+
+absl::StatusOr<models::NamedTensors> DecodeText(
+    const inference::ModelInferRequest& request, const TextInput* text,
+    int64_t max_batch_size = 8) {
+  absl::StatusOr<DecodedRequest> decoded =
+      DecodeRequest(request, BertSpecs(), kOutputs, max_batch_size, text);
+  if (!decoded.ok()) return decoded.status();
+  return decoded->inputs;
+}
+
+TEST(TensorConversionTest, TextBecomesPaddedTokenInputs) {
+  std::unique_ptr<TextInput> text = FakeText();
+  absl::StatusOr<DecodedRequest> decoded = DecodeRequest(
+      TextRequest({"a bb", "ccc"}), BertSpecs(), kOutputs, 8, text.get());
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->batch_size, 2);
+  const at::Tensor& ids = decoded->inputs.at("input_ids");
+  ASSERT_EQ(ids.sizes(), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(ids[1][3].item<int64_t>(), 0);  // Padding.
+  EXPECT_EQ(decoded->inputs.at("attention_mask").sum().item<int64_t>(), 7);
+}
+
+TEST(TensorConversionTest, TextShapesBatchByOneOrFlatAndTypedContents) {
+  std::unique_ptr<TextInput> text = FakeText();
+  EXPECT_TRUE(DecodeText(TextRequest({"a", "b"}, {2}), text.get()).ok());
+  inference::ModelInferRequest typed;
+  auto* input = AddInput(typed, "text", "BYTES", {2, 1});
+  input->mutable_contents()->add_bytes_contents("a b");
+  input->mutable_contents()->add_bytes_contents("c");
+  absl::StatusOr<models::NamedTensors> tensors = DecodeText(typed, text.get());
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  EXPECT_EQ(tensors->at("input_ids").size(1), 4);
+}
+
+TEST(TensorConversionTest, TextRequestsThatAreWrongSayWhy) {
+  std::unique_ptr<TextInput> text = FakeText();
+  ExpectInvalid(DecodeText(TextRequest({"a", "b"}, {1, 2}), text.get()),
+                "input 'text': shape [1,2]; expected [batch, 1] (or [batch])");
+  ExpectInvalid(DecodeText(TextRequest({}, {0, 1}), text.get()),
+                "input 'text': shape [0,1] holds no string");
+  ExpectInvalid(
+      DecodeText(TextRequest(std::vector<std::string>(9, "a")), text.get()),
+      "input 'text': batch size 9 exceeds max_batch_size 8");
+  inference::ModelInferRequest wrong_type = TextRequest({"a"});
+  wrong_type.mutable_inputs(0)->set_datatype("INT64");
+  ExpectInvalid(DecodeText(wrong_type, text.get()),
+                "input 'text': datatype INT64, expected BYTES");
+  ExpectInvalid(DecodeText(TextRequest({"ok", "bad \xFF"}), text.get()),
+                "input 'text': element 1: not valid UTF-8");
+  ExpectInvalid(
+      DecodeText(TextRequest({std::string(kMaxTextBytes + 1, 'a')}),
+                 text.get()),
+      "input 'text': element 0 has 1048577 bytes, above the limit of 1048576");
+}
+
+TEST(TensorConversionTest, MalformedRawStringsAreRefused) {
+  std::unique_ptr<TextInput> text = FakeText();
+  inference::ModelInferRequest request = TextRequest({"abc", "de"});
+  std::string& raw = *request.mutable_raw_input_contents(0);
+  const std::string whole = raw;
+  raw = whole.substr(0, 9);
+  ExpectInvalid(DecodeText(request, text.get()),
+                "raw data ends before the length of element 1");
+  raw = whole.substr(0, whole.size() - 1);
+  ExpectInvalid(DecodeText(request, text.get()),
+                "raw data ends inside element 1 (2 bytes announced, 1 left)");
+  raw = whole + "x";
+  ExpectInvalid(DecodeText(request, text.get()),
+                "raw data has 1 bytes after its 2 elements");
+  // A length that claims 4 GiB is refused before anything is read.
+  raw = std::string("\xFF\xFF\xFF\xFF", 4);
+  request.mutable_inputs(0)->mutable_shape()->Set(0, 1);
+  ExpectInvalid(DecodeText(request, text.get()),
+                "element 0 has 4294967295 bytes, above the limit");
+}
+
+TEST(TensorConversionTest, TextOrTokensNeverBothNorNeither) {
+  std::unique_ptr<TextInput> text = FakeText();
+  inference::ModelInferRequest both = TextRequest({"a"});
+  AddInput(both, "input_ids", "INT64", {1, 1});
+  both.add_raw_input_contents(Bytes(std::vector<int64_t>{5}));
+  ExpectInvalid(DecodeText(both, text.get()),
+                "input 'text': a request sends either text or the token "
+                "inputs, not both (it also has 'input_ids')");
+  ExpectInvalid(DecodeText(inference::ModelInferRequest(), text.get()),
+                "the request has no input: send 'text' (one string per batch "
+                "element) or the token inputs 'input_ids', "
+                "'attention_mask'");
+  // Token inputs keep working next to a tokenizer.
+  EXPECT_TRUE(DecodeText(RawIds({1, 2}, {3, 4}), text.get()).ok());
+}
+
+TEST(TensorConversionTest, TextWithoutTokenizerNamesTheReason) {
+  ExpectInvalid(DecodeText(TextRequest({"a"}), nullptr),
+                "input 'text': the model folder has no tokenizer");
+  std::unique_ptr<TextInput> none = TextInput::Unavailable(
+      "input 'text': the model folder /m has no tokenizer");
+  ExpectInvalid(DecodeText(TextRequest({"a"}), none.get()),
+                "input 'text': the model folder /m has no tokenizer");
 }
 
 }  // namespace

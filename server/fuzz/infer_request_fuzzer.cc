@@ -8,6 +8,7 @@
 // the rest is the request's wire bytes (ParseFromArray); set, the rest
 // drives RequestBuilder, which builds requests the model nearly accepts.
 // Bit 1 chooses the config's max_batch_size: 8 or 0 (no batch dimension).
+// Requests may carry the text input, tokenized by a fake tokenizer.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstddef>
@@ -23,6 +24,8 @@
 #include "proto/inference.pb.h"
 #include "server/fuzz/bert_fixture.h"
 #include "server/tensor_conversion.h"
+#include "server/test_util/fake_tokenizer.h"
+#include "server/text_input.h"
 
 namespace castserve::fuzz {
 namespace {
@@ -119,13 +122,18 @@ class RequestBuilder {
 
   void AddInput(inference::ModelInferRequest& request, bool raw) {
     InputTensor* input = request.add_inputs();
-    input->set_name(PickName(model_.inputs()));
-    input->set_datatype(PickDatatype());
+    // Sometimes the text input (server/text_input.h), mostly as BYTES.
+    const bool text = provider_.ConsumeIntegralInRange(0, 3) == 0;
+    input->set_name(text ? "text" : PickName(model_.inputs()));
+    input->set_datatype(text && provider_.ConsumeBool() ? "BYTES"
+                                                        : PickDatatype());
     const int rank = provider_.ConsumeIntegralInRange(0, 3);
     for (int i = 0; i < rank; ++i) input->add_shape(PickDimension());
     const int64_t count = PickElementCount(*input);
     const bool small = provider_.ConsumeIntegralInRange(0, 3) != 0;
-    if (raw) {
+    if (input->datatype() == "BYTES") {
+      AddStrings(request, *input, count, raw);
+    } else if (raw) {
       AddRawContents(request, *input, count, small);
     } else {
       AddTypedContents(*input, count, small);
@@ -155,6 +163,32 @@ class RequestBuilder {
         break;
       default:
         break;
+    }
+  }
+
+  // BYTES elements: short strings of words (any bytes, UTF-8 or not), raw
+  // (4-byte little-endian lengths, sometimes cut or lying) or typed.
+  void AddStrings(inference::ModelInferRequest& request, InputTensor& input,
+                  int64_t count, bool raw) {
+    std::string* bytes = raw ? request.add_raw_input_contents() : nullptr;
+    for (int64_t i = 0; i < count; ++i) {
+      const std::string element = provider_.ConsumeRandomLengthString(48);
+      if (!raw) {
+        input.mutable_contents()->add_bytes_contents(element);
+        continue;
+      }
+      uint32_t length = static_cast<uint32_t>(element.size());
+      if (provider_.ConsumeIntegralInRange(0, 15) == 0) {
+        length = provider_.ConsumeIntegral<uint32_t>();
+      }
+      char prefix[4];
+      std::memcpy(prefix, &length, 4);
+      bytes->append(prefix, 4);
+      bytes->append(element);
+    }
+    if (raw && !bytes->empty() &&
+        provider_.ConsumeIntegralInRange(0, 15) == 0) {
+      bytes->pop_back();
     }
   }
 
@@ -218,12 +252,24 @@ void CheckResponse(const inference::ModelInferResponse& response) {
   }
 }
 
+// A text input for the BERT fixture: FakeTokenizer's word ids (length + 10)
+// stay inside its vocabulary for the builder's strings of at most 48 bytes.
+const TextInput& FixtureText(const models::Model& model) {
+  static const TextInput* const text =
+      TextInput::Create(std::make_shared<test_util::FakeTokenizer>(),
+                        model.inputs(), model.max_sequence_length().value_or(0))
+          .value()
+          .release();
+  return *text;
+}
+
 void RunRequest(const models::Model& model,
                 const inference::ModelInferRequest& request,
                 int64_t max_batch_size) {
   // The served model's one validation of a wire request.
   absl::StatusOr<DecodedRequest> decoded =
-      DecodeRequest(request, model.inputs(), model.outputs(), max_batch_size);
+      DecodeRequest(request, model.inputs(), model.outputs(), max_batch_size,
+                    &FixtureText(model));
   TrapUnless(decoded.ok() || absl::IsInvalidArgument(decoded.status()),
              decoded.status(), "a request is refused as INVALID_ARGUMENT");
   if (!decoded.ok()) return;
