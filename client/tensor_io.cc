@@ -191,6 +191,29 @@ absl::Status EncodeData(const Datatype& datatype, const Value& data,
   return EncodeElement(datatype, data, out);
 }
 
+// BYTES data: strings (flat or nested), each as a 4-byte little-endian
+// length followed by its bytes, as on the wire.
+absl::Status EncodeStrings(const Value& data, int64_t* count,
+                           std::string* out) {
+  if (data.kind_case() == Value::kListValue) {
+    for (const Value& element : data.list_value().values()) {
+      if (absl::Status status = EncodeStrings(element, count, out);
+          !status.ok()) {
+        return status;
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (data.kind_case() != Value::kStringValue) {
+    return absl::InvalidArgumentError("BYTES data must be strings");
+  }
+  ++*count;
+  const std::string& text = data.string_value();
+  Append(static_cast<uint32_t>(text.size()), out);
+  out->append(text);
+  return absl::OkStatus();
+}
+
 absl::Status AddInput(const std::string& name,
                       const google::protobuf::Struct& spec,
                       inference::ModelInferRequest* request) {
@@ -204,15 +227,16 @@ absl::Status AddInput(const std::string& name,
     return absl::InvalidArgumentError(
         "needs \"datatype\", \"shape\" (a list) and \"data\"");
   }
+  const bool is_bytes = datatype_field->second.string_value() == "BYTES";
   const Datatype* datatype =
       FindDatatype(datatype_field->second.string_value());
-  if (datatype == nullptr) {
+  if (datatype == nullptr && !is_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unsupported datatype '", datatype_field->second.string_value(), "'"));
   }
   auto* input = request->add_inputs();
   input->set_name(name);
-  input->set_datatype(datatype->name);
+  input->set_datatype(datatype_field->second.string_value());
   int64_t expected = 1;
   for (const Value& dim : shape_field->second.list_value().values()) {
     const int64_t size = static_cast<int64_t>(dim.number_value());
@@ -222,7 +246,8 @@ absl::Status AddInput(const std::string& name,
   std::string* raw = request->add_raw_input_contents();
   int64_t count = 0;
   if (absl::Status status =
-          EncodeData(*datatype, data_field->second, &count, raw);
+          is_bytes ? EncodeStrings(data_field->second, &count, raw)
+                   : EncodeData(*datatype, data_field->second, &count, raw);
       !status.ok()) {
     return status;
   }

@@ -17,7 +17,9 @@ namespace castserve {
 //   {"input_ids": {"datatype": "INT64", "shape": [1, 3], "data": [1, 2, 3]}}
 // `data` is flat or nested (flattened row-major); its element count must
 // match `shape`. Datatypes: BOOL, UINT8, INT8, INT16, INT32, INT64, FP16,
-// BF16, FP32, FP64 (INT64 values beyond 2^53 lose precision in JSON).
+// BF16, FP32, FP64 (INT64 values beyond 2^53 lose precision in JSON), and
+// BYTES with strings as data:
+//   {"text": {"datatype": "BYTES", "shape": [2, 1], "data": ["a", "b"]}}
 absl::Status AddInputsFromJson(const std::string& json,
                                inference::ModelInferRequest* request);
 

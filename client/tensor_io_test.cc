@@ -41,6 +41,24 @@ TEST(TensorIoTest, JsonInputsBecomeRawContentsInNameOrder) {
               ElementsAre(0x3e00, 0xb400));
 }
 
+TEST(TensorIoTest, BytesInputsAreLengthPrefixedStrings) {
+  inference::ModelInferRequest request;
+  ASSERT_TRUE(AddInputsFromJson(R"({
+      "text": {"datatype": "BYTES", "shape": [2, 1], "data": [["café"], ["ok"]]}})",
+                                &request)
+                  .ok());
+  ASSERT_EQ(request.inputs_size(), 1);
+  EXPECT_EQ(request.inputs(0).datatype(), "BYTES");
+  EXPECT_THAT(request.inputs(0).shape(), ElementsAre(2, 1));
+  EXPECT_EQ(request.raw_input_contents(0),
+            std::string("\x05\0\0\0caf\xC3\xA9\x02\0\0\0ok", 15));
+  absl::Status numbers = AddInputsFromJson(
+      R"({"text": {"datatype": "BYTES", "shape": [1], "data": [1]}})",
+      &request);
+  EXPECT_THAT(std::string(numbers.message()),
+              HasSubstr("BYTES data must be strings"));
+}
+
 TEST(TensorIoTest, RejectsBadInputs) {
   inference::ModelInferRequest request;
   absl::Status count = AddInputsFromJson(
