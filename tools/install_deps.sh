@@ -13,6 +13,8 @@ packages=(
   # Text: RE2 for the tokenizers' pre-tokenizer patterns, SentencePiece for
   # tokenizer.model files; JSON parsing and writing.
   libre2-dev libsentencepiece-dev nlohmann-json3-dev rapidjson-dev libsimdjson-dev
+  # ICU: Unicode normalization, categories and lower-casing for //text.
+  libicu-dev
   # perf_analyzer (from PyPI's tritonclient wheel) needs libb64.
   libb64-0d
   libgtest-dev libgmock-dev libbenchmark-dev

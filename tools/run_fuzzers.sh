@@ -13,6 +13,9 @@
 #                  config_pbtxt, config_json: config.pbtxt text and
 #                  RepositoryModelLoad's JSON config through validation
 #                  and the load's checks
+#   text/          tokenizer_encode: Tokenizer::Encode of arbitrary bytes
+#                  over the MiniLM and byte-level BPE tokenizers (ids in
+#                  the vocabulary, BPE decodes back to the text)
 #
 # The committed seed corpora (<folder>/corpus_<target>) are copied to a
 # scratch corpus in $WORK first, so runs never grow them (the scratch corpus
@@ -23,14 +26,14 @@
 # models/testdata/bert); to replay a finding:
 #   $WORK/infer_request_fuzzer $WORK/artifacts_infer_request/crash-...
 #
-#   tools/run_fuzzers.sh                  # build and run all five
+#   tools/run_fuzzers.sh                  # build and run all six
 #   MAX_TOTAL_TIME=600 tools/run_fuzzers.sh infer_request config_json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MAX_TOTAL_TIME="${MAX_TOTAL_TIME:-180}"
 WORK="${WORK:-/tmp/castserve_fuzz}"
-ALL_TARGETS="safetensors torch_zip infer_request config_pbtxt config_json"
+ALL_TARGETS="safetensors torch_zip infer_request config_pbtxt config_json tokenizer_encode"
 read -r -a TARGETS <<<"${*:-$ALL_TARGETS}"
 LIBTORCH="${LIBTORCH:-${CASTSERVE_CACHE:-$HOME/.cache/castserve}/libtorch-2.11.0/torch}"
 mkdir -p "$WORK/obj"
@@ -123,7 +126,8 @@ export -f compile up_to_date
 export WORK CXXFLAGS SANITIZE
 
 declare -A FOLDER=([safetensors]=casting [torch_zip]=casting
-  [infer_request]=server [config_pbtxt]=server [config_json]=server)
+  [infer_request]=server [config_pbtxt]=server [config_json]=server
+  [tokenizer_encode]=text)
 # What each target links, as Bazel targets (their sources are compiled here).
 declare -A LINKS=(
   [safetensors]="//casting:safetensors_reader"
@@ -131,10 +135,12 @@ declare -A LINKS=(
   [infer_request]="//server:tensor_conversion + //models:bert"
   [config_pbtxt]="//server:hf_served_model_factory + //server:model_repository"
   [config_json]="//server:hf_served_model_factory + //server:model_repository"
+  [tokenizer_encode]="//text:load_tokenizer"
 )
 # The server targets' inputs are small: a request or a config file.
 declare -A MAX_LEN=([safetensors]=65536 [torch_zip]=65536
-  [infer_request]=8192 [config_pbtxt]=16384 [config_json]=16384)
+  [infer_request]=8192 [config_pbtxt]=16384 [config_json]=16384
+  [tokenizer_encode]=16384)
 
 for target in "${TARGETS[@]}"; do
   if [[ -z "${FOLDER[$target]:-}" ]]; then
@@ -153,6 +159,9 @@ for target in "${TARGETS[@]}"; do
   if [[ "$folder" == server ]]; then
     srcs+=" $WORK/gen/proto/model_config.pb.cc $WORK/gen/proto/inference.pb.cc"
     libs+=" $SERVER_LIBS"
+  fi
+  if [[ "$folder" == text ]]; then
+    libs+=" -lre2 -licuuc -licudata -lsentencepiece"
   fi
   echo "building ${target}_fuzzer"
   objs="$(printf '%s\n' "$folder/fuzz/${target}_fuzzer.cc" $srcs |

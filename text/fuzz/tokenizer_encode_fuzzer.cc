@@ -1,0 +1,73 @@
+// libFuzzer target: Tokenizer::Encode of untrusted text over the MiniLM
+// (WordPiece) and the Llama 3-style byte-level BPE tokenizers of
+// text/testdata. Checks: invalid UTF-8 is InvalidArgument and nothing else
+// fails; ids are in the vocabulary; byte-level BPE decodes back to the text
+// (the lossless property; "<L>" swallows spaces, so texts with it are
+// skipped). Built by tools/run_fuzzers.sh; run from the repository root.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "text/tokenizer.h"
+
+namespace {
+
+using castserve::text::Encoding;
+using castserve::text::Tokenizer;
+
+const Tokenizer& Load(const char* folder) {
+  auto tokenizer = castserve::text::LoadTokenizer(folder);
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "%s: %s (run from the repository root)\n", folder,
+                 tokenizer.status().ToString().c_str());
+    __builtin_trap();
+  }
+  return **new std::unique_ptr<Tokenizer>(*std::move(tokenizer));
+}
+
+void TrapUnless(bool condition, const char* what) {
+  if (!condition) {
+    std::fprintf(stderr, "invariant broken: %s\n", what);
+    __builtin_trap();
+  }
+}
+
+void CheckIds(const Tokenizer& tokenizer, const Encoding& encoding) {
+  TrapUnless(encoding.ids.size() == encoding.type_ids.size(),
+             "ids and type ids align");
+  for (int64_t id : encoding.ids) {
+    TrapUnless(id >= 0 && id < tokenizer.vocab_size(),
+               "ids are in the vocabulary");
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const Tokenizer& minilm = Load("text/testdata/all-MiniLM-L6-v2");
+  static const Tokenizer& bpe = Load("text/testdata/bpe-llama3");
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  castserve::text::EncodeOptions options;
+  options.max_length = size % 3 == 0 ? 0 : static_cast<int64_t>(size % 64);
+  const absl::StatusOr<Encoding> word_pieces = minilm.Encode(text, options);
+  if (!word_pieces.ok()) {
+    TrapUnless(absl::IsInvalidArgument(word_pieces.status()),
+               "only InvalidArgument");
+    TrapUnless(!bpe.Encode(text, options).ok(), "both refuse invalid UTF-8");
+    return 0;
+  }
+  CheckIds(minilm, *word_pieces);
+  options.add_special_tokens = false;
+  options.max_length = 0;
+  const absl::StatusOr<Encoding> bytes = bpe.Encode(text, options);
+  TrapUnless(bytes.ok(), "BPE encodes what WordPiece accepts");
+  CheckIds(bpe, *bytes);
+  if (text.find("<L>") == std::string_view::npos) {
+    const absl::StatusOr<std::string> decoded = bpe.Decode(bytes->ids, false);
+    TrapUnless(decoded.ok() && *decoded == text, "byte-level BPE round-trips");
+  }
+  return 0;
+}

@@ -1,0 +1,165 @@
+#include "text/json_tokenizer.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "text/tokenizer.h"
+
+namespace castserve::text {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kMiniLmFolder[] = "text/testdata/all-MiniLM-L6-v2";
+
+std::unique_ptr<Tokenizer> LoadMiniLm() {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      LoadTokenizer(kMiniLmFolder);
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  return tokenizer.ok() ? *std::move(tokenizer) : nullptr;
+}
+
+TEST(JsonTokenizerTest, MiniLmEncodesAsTheTokenizersLibrary) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadMiniLm();
+  ASSERT_NE(tokenizer, nullptr);
+  absl::StatusOr<Encoding> hello = tokenizer->Encode("Hello, world!", {});
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  EXPECT_THAT(hello->ids, ElementsAre(101, 7592, 1010, 2088, 999, 102));
+  EXPECT_THAT(hello->type_ids, ElementsAre(0, 0, 0, 0, 0, 0));
+  // Accents stripped, CJK split per character, [MASK] cut out before
+  // normalization, an unknown word split into word pieces.
+  absl::StatusOr<Encoding> mixed =
+      tokenizer->Encode("Héllo Wörld 中文 [MASK] unaffable", {});
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_THAT(mixed->ids, ElementsAre(101, 7592, 2088, 1746, 1861, 103, 14477,
+                                      20961, 3468, 102));
+  absl::StatusOr<Encoding> empty = tokenizer->Encode("", {});
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_THAT(empty->ids, ElementsAre(101, 102));
+}
+
+TEST(JsonTokenizerTest, MiniLmVocabularyAndPadding) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadMiniLm();
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->vocab_size(), 30522);
+  EXPECT_EQ(tokenizer->pad_id(), 0);
+  EXPECT_EQ(tokenizer->TokenToId("[CLS]"), 101);
+  EXPECT_EQ(tokenizer->TokenToId("##able"), 3085);
+  EXPECT_EQ(tokenizer->TokenToId("no-such-token"), std::nullopt);
+}
+
+TEST(JsonTokenizerTest, TruncationKeepsTheSpecialTokens) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadMiniLm();
+  ASSERT_NE(tokenizer, nullptr);
+  EncodeOptions options;
+  options.max_length = 5;
+  absl::StatusOr<Encoding> encoding =
+      tokenizer->Encode("the quick brown fox jumps over", options);
+  ASSERT_TRUE(encoding.ok()) << encoding.status();
+  EXPECT_THAT(encoding->ids, ElementsAre(101, 1996, 4248, 2829, 102));
+  options.max_length = 1;  // less room than the special tokens need
+  encoding = tokenizer->Encode("the quick", options);
+  ASSERT_TRUE(encoding.ok()) << encoding.status();
+  EXPECT_THAT(encoding->ids, ElementsAre(101, 102));
+  options.add_special_tokens = false;
+  options.max_length = 2;
+  encoding = tokenizer->Encode("the quick brown", options);
+  ASSERT_TRUE(encoding.ok()) << encoding.status();
+  EXPECT_THAT(encoding->ids, ElementsAre(1996, 4248));
+  EXPECT_THAT(encoding->type_ids, ElementsAre(0, 0));
+}
+
+TEST(JsonTokenizerTest, InvalidUtf8IsInvalidArgument) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadMiniLm();
+  ASSERT_NE(tokenizer, nullptr);
+  for (const std::string text :
+       {std::string("abc\xff"), std::string("\xc3"),
+        std::string("\xed\xa0\x80"), std::string("\xc0\xaf"),
+        std::string("a\xf4\x90\x80\x80")}) {
+    absl::StatusOr<Encoding> encoding = tokenizer->Encode(text, {});
+    EXPECT_EQ(encoding.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(JsonTokenizerTest, MiniLmDecodesWithTheWordPieceDecoder) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadMiniLm();
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<int64_t> ids = {101, 7592, 1010, 2088, 999, 102};
+  EXPECT_EQ(tokenizer->Decode(ids, true).value(), "hello, world!");
+  EXPECT_EQ(tokenizer->Decode(ids, false).value(), "[CLS] hello, world! [SEP]");
+  EXPECT_EQ(tokenizer->Decode({14477, 20961, 3468}, true).value(), "unaffable");
+  EXPECT_EQ(tokenizer->Decode({-1}, true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JsonTokenizerTest, LoadTokenizerWithoutFilesIsNotFound) {
+  EXPECT_EQ(LoadTokenizer("text/no-such-folder").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// A small valid BPE tokenizer.json with `model`/`pre_tokenizer` replaced.
+std::string BpeJson(const std::string& model,
+                    const std::string& pre_tokenizer) {
+  return R"json({"version": "1.0", "added_tokens": [], "normalizer": null,
+    "pre_tokenizer": )json" +
+         pre_tokenizer + R"json(, "post_processor": null,
+    "decoder": {"type": "ByteLevel"}, "model": )json" +
+         model + "}";
+}
+
+constexpr char kGoodModel[] =
+    R"json({"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]})json";
+constexpr char kGoodPreTokenizer[] =
+    R"json({"type": "Split", "pattern": {"Regex": "\\p{L}+"}, "behavior": "Isolated", "invert": false})json";
+
+std::string ErrorOf(const std::string& json) {
+  absl::StatusOr<std::unique_ptr<JsonTokenizer>> tokenizer =
+      JsonTokenizer::FromJson(json);
+  if (tokenizer.ok()) return "OK";
+  EXPECT_EQ(tokenizer.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(tokenizer.status().message());
+}
+
+TEST(JsonTokenizerTest, MalformedFilesAreInvalidArgumentNamingTheField) {
+  EXPECT_EQ(ErrorOf(BpeJson(kGoodModel, kGoodPreTokenizer)), "OK");
+  EXPECT_THAT(ErrorOf(R"json({"normalizer": null})json"),
+              HasSubstr("model: missing"));
+  EXPECT_THAT(ErrorOf("{not json"), HasSubstr("not valid JSON"));
+  EXPECT_THAT(
+      ErrorOf(BpeJson(R"json({"type": "Unigram", "vocab": {}})json", "null")),
+      HasSubstr("model.type: unsupported model type \"Unigram\""));
+  EXPECT_THAT(
+      ErrorOf(BpeJson(
+          R"json({"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b"]})json",
+          "null")),
+      HasSubstr("model.merges[0]"));
+  EXPECT_THAT(
+      ErrorOf(BpeJson(
+          R"json({"type": "BPE", "vocab": {"a": 0}, "merges": ["a"]})json",
+          "null")),
+      HasSubstr("model.merges[0]"));
+  EXPECT_THAT(
+      ErrorOf(BpeJson(kGoodModel,
+                      R"json({"type": "Split", "pattern": {"Regex": "(a"},
+                                 "behavior": "Isolated"})json")),
+      HasSubstr("pre_tokenizer.pattern: regular expression \"(a\""));
+  EXPECT_THAT(
+      ErrorOf(BpeJson(kGoodModel, R"json({"type": "Sequence", "pretokenizers": [
+          {"type": "Split", "pattern": {"Regex": "a(?=b)"},
+           "behavior": "Isolated"}]})json")),
+      HasSubstr("pre_tokenizer.pretokenizers[0].pattern"));
+  EXPECT_THAT(
+      ErrorOf(BpeJson(kGoodModel, R"json({"type": "Nope"})json")),
+      HasSubstr("pre_tokenizer.type: unsupported pre-tokenizer type \"Nope\""));
+  EXPECT_THAT(
+      ErrorOf(BpeJson(R"json({"type": "WordPiece", "vocab": {"a": 0}})json",
+                      "null")),
+      HasSubstr("model.unk_token"));
+}
+
+}  // namespace
+}  // namespace castserve::text
