@@ -397,8 +397,9 @@ absl::Status WithContext(const absl::Status& status, absl::string_view prefix) {
 // load; InvalidArgument when the model takes no token ids.
 absl::StatusOr<std::unique_ptr<TextInput>> LoadTextInput(
     const std::string& folder, const models::Model& model) {
+  // A tokenizer library that throws fails the text input, not the load.
   absl::StatusOr<std::unique_ptr<text::Tokenizer>> tokenizer =
-      text::LoadTokenizer(folder);
+      models::CatchExceptions([&] { return text::LoadTokenizer(folder); });
   if (absl::IsNotFound(tokenizer.status())) {
     return absl::NotFoundError(
         absl::StrCat("the model folder ", folder,

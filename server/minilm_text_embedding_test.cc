@@ -164,8 +164,8 @@ TEST(MiniLmTextEmbeddingTest, TextGivesTheSentenceTransformersEmbedding) {
       }
     }
     std::printf(
-        "minilm text -> sentence_embedding, %s: min cosine %.6f "
-        "(sentence %zu), mean %.6f over %zu sentences\n",
+        "minilm text -> sentence_embedding, %s: min cosine %.8f "
+        "(sentence %zu), mean %.8f over %zu sentences\n",
         c.label, worst, worst_index, sum / texts.size(), texts.size());
     EXPECT_GE(worst, c.min_cosine) << c.label << ", sentence " << worst_index
                                    << ": " << texts[worst_index];
