@@ -13,9 +13,12 @@ bin=bazel-bin
 cat <<MSG
 
 castserve: serving deploy/model_repository (model "minilm": fp8 layerwise
-casting over a lazily mapped checkpoint). In another shell, try:
+casting over a lazily mapped checkpoint; text in, sentence_embedding out).
+In another shell, try:
 
   $bin/client/castserve-client --url=localhost:8001 ready
+  $bin/client/castserve-client --url=localhost:8001 infer minilm \\
+      --inputs=deploy/examples/minilm_text_request.json --outputs=sentence_embedding
   $bin/client/castserve-client --url=localhost:8001 infer minilm \\
       --inputs=deploy/examples/minilm_request.json --outputs=pooler_output
   $bin/client/castserve-client --url=localhost:8001 stats minilm
