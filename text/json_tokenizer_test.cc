@@ -96,6 +96,73 @@ TEST(JsonTokenizerTest, MiniLmDecodesWithTheWordPieceDecoder) {
             absl::StatusCode::kInvalidArgument);
 }
 
+std::unique_ptr<Tokenizer> LoadLlama3StyleBpe() {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      LoadTokenizer("text/testdata/bpe-llama3");
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  return tokenizer.ok() ? *std::move(tokenizer) : nullptr;
+}
+
+// Expected ids from the tokenizers library on the same file.
+TEST(JsonTokenizerTest, ByteLevelBpeAddsBeginOfTextAndHonoursAddedTokenFlags) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadLlama3StyleBpe();
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_THAT(tokenizer->Encode("Hello world", {})->ids,
+              ElementsAre(0, 2386, 545));
+  // "<L>" (lstrip, rstrip) swallows the spaces around it.
+  EXPECT_THAT(tokenizer->Encode("a <L>  b", {})->ids,
+              ElementsAre(0, 66, 3001, 67));
+  // "[SW]" (single_word) only where no word character touches it.
+  EXPECT_THAT(tokenizer->Encode("x[SW] [SW]", {})->ids,
+              ElementsAre(0, 89, 1617, 62, 222, 3002));
+  // A normalized, non-special added token.
+  EXPECT_THAT(tokenizer->Encode("hello world!", {})->ids,
+              ElementsAre(0, 3003, 2));
+  EXPECT_EQ(tokenizer->TokenToId("<|begin_of_text|>"), 0);
+  EXPECT_EQ(tokenizer->TokenToId("<L>"), 3001);
+  EXPECT_EQ(tokenizer->vocab_size(), 3005);  // model 3000 + 5 added
+  EXPECT_EQ(tokenizer->pad_id(), std::nullopt);
+}
+
+TEST(JsonTokenizerTest, ByteLevelBpeTruncatesBehindBeginOfText) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadLlama3StyleBpe();
+  ASSERT_NE(tokenizer, nullptr);
+  EncodeOptions options;
+  options.max_length = 3;
+  EXPECT_THAT(tokenizer->Encode("the quick brown fox", options)->ids,
+              ElementsAre(0, 1019, 222));
+}
+
+TEST(JsonTokenizerTest, ByteLevelBpeDecodesSkippingSpecialTokens) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadLlama3StyleBpe();
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<int64_t> ids = {0, 3000, 73,
+                                    74};  // <|begin_of_text|><|eot_id|>hi
+  EXPECT_EQ(tokenizer->Decode(ids, true).value(), "hi");
+  EXPECT_EQ(tokenizer->Decode(ids, false).value(),
+            "<|begin_of_text|><|eot_id|>hi");
+  EXPECT_EQ(tokenizer->Decode({3005}, false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JsonTokenizerTest, HostileTextsEncode) {
+  std::unique_ptr<Tokenizer> bpe = LoadLlama3StyleBpe();
+  std::unique_ptr<Tokenizer> minilm = LoadMiniLm();
+  ASSERT_NE(bpe, nullptr);
+  ASSERT_NE(minilm, nullptr);
+  EncodeOptions options;
+  options.add_special_tokens = false;
+  for (const std::string unit :
+       {"a", " ", "\n", "\xc3\xa9", "!", "1", "'", "[MASK]"}) {
+    std::string text;
+    while (text.size() < (size_t{1} << 18)) text += unit;
+    absl::StatusOr<Encoding> bytes = bpe->Encode(text, options);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ(bpe->Decode(bytes->ids, false).value(), text);
+    EXPECT_TRUE(minilm->Encode(text, options).ok());
+  }
+}
+
 TEST(JsonTokenizerTest, LoadTokenizerWithoutFilesIsNotFound) {
   EXPECT_EQ(LoadTokenizer("text/no-such-folder").status().code(),
             absl::StatusCode::kNotFound);

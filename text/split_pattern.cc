@@ -194,31 +194,47 @@ std::vector<SplitPattern::Span> SplitPattern::FindRegex(
     absl::string_view text) const {
   std::vector<Span> matches;
   const re2::StringPiece whole(text.data(), text.size());
-  const int groups = lookahead_group_ + 1;
-  std::vector<re2::StringPiece> submatches(groups);
+  re2::StringPiece match;
   size_t pos = 0;
   while (pos <= text.size()) {
-    if (!regex_->Match(whole, pos, text.size(), re2::RE2::UNANCHORED,
-                       submatches.data(), groups)) {
+    // The match's extent only: RE2 answers this with its DFA.
+    if (!regex_->Match(whole, pos, text.size(), re2::RE2::UNANCHORED, &match,
+                       1)) {
       break;
     }
-    const size_t begin = submatches[0].data() - text.data();
-    size_t end = begin + submatches[0].size();
+    const size_t begin = match.data() - text.data();
+    size_t end = begin + match.size();
     if (begin == end) {  // empty matches split nothing; step one character
       if (end >= text.size()) break;
       pos = end + Utf8Length(static_cast<unsigned char>(text[end]));
       continue;
     }
-    if (lookahead_group_ > 0 &&
-        submatches[lookahead_group_].data() != nullptr && end < text.size()) {
-      size_t last = end - 1;  // the last character's first byte
-      while ((static_cast<unsigned char>(text[last]) & 0xC0) == 0x80) --last;
-      if (last > begin) end = last;  // more than one character
-    }
+    if (end < text.size()) end = LookaheadEnd(text, begin, end);
     matches.emplace_back(begin, end);
     pos = end;
   }
   return matches;
+}
+
+size_t SplitPattern::LookaheadEnd(absl::string_view text, size_t begin,
+                                  size_t end) const {
+  if (lookahead_group_ == 0) return end;
+  size_t last = end - 1;  // the last character's first byte
+  while ((static_cast<unsigned char>(text[last]) & 0xC0) == 0x80) --last;
+  size_t probe = last;
+  // Only a run of two or more whitespace characters can be the emulated
+  // group's and give one back.
+  if (last == begin || !IsWhitespace(NextCodePoint(text, &probe))) return end;
+  // Which alternative matched: the same match anchored at both ends gives
+  // the same (highest-priority) alternative.
+  std::vector<re2::StringPiece> groups(lookahead_group_ + 1);
+  const re2::StringPiece whole(text.data(), text.size());
+  if (!regex_->Match(whole, begin, end, re2::RE2::ANCHOR_BOTH, groups.data(),
+                     static_cast<int>(groups.size())) ||
+      groups[lookahead_group_].data() == nullptr) {
+    return end;
+  }
+  return last;
 }
 
 std::vector<std::pair<SplitPattern::Span, bool>> SplitPattern::Partition(

@@ -63,6 +63,9 @@ class SplitPattern {
                int lookahead_group);
   std::vector<Span> FindLiteral(absl::string_view text) const;
   std::vector<Span> FindRegex(absl::string_view text) const;
+  // The end of the match [begin, end), which more text follows, once the
+  // emulated lookahead has given back what it gives back.
+  size_t LookaheadEnd(absl::string_view text, size_t begin, size_t end) const;
 
   const PatternSpec spec_;
   const std::unique_ptr<re2::RE2> regex_;  // null for a literal pattern

@@ -7,6 +7,8 @@
 #include <unicode/utf16.h>
 #include <unicode/utf8.h>
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -199,6 +201,9 @@ absl::StatusOr<std::string> NormalizeUnicode(absl::string_view text,
   if (U_FAILURE(error)) {
     return absl::InternalError(
         absl::StrCat("ICU normalizer: ", u_errorName(error)));
+  }
+  if (text.size() > static_cast<size_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError("text longer than ICU's 2 GiB");
   }
   const icu::StringPiece piece(text.data(), static_cast<int32_t>(text.size()));
   if (normalizer->isNormalizedUTF8(piece, error) && U_SUCCESS(error)) {

@@ -58,7 +58,8 @@ void AppendLowercase(char32_t c, std::string* out);
 
 enum class NormalizationForm { kNfc, kNfd, kNfkc, kNfkd };
 
-// `text` (valid UTF-8) in the normalization form; Internal if ICU fails.
+// `text` (valid UTF-8) in the normalization form; InvalidArgument past
+// 2 GiB (ICU's int32 lengths), Internal if ICU fails.
 absl::StatusOr<std::string> NormalizeUnicode(absl::string_view text,
                                              NormalizationForm form);
 

@@ -18,14 +18,14 @@ namespace {
 using castserve::text::Encoding;
 using castserve::text::Tokenizer;
 
-const Tokenizer& Load(const char* folder) {
+std::unique_ptr<Tokenizer> Load(const char* folder) {
   auto tokenizer = castserve::text::LoadTokenizer(folder);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "%s: %s (run from the repository root)\n", folder,
                  tokenizer.status().ToString().c_str());
     __builtin_trap();
   }
-  return **new std::unique_ptr<Tokenizer>(*std::move(tokenizer));
+  return *std::move(tokenizer);
 }
 
 void TrapUnless(bool condition, const char* what) {
@@ -47,8 +47,12 @@ void CheckIds(const Tokenizer& tokenizer, const Encoding& encoding) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const Tokenizer& minilm = Load("text/testdata/all-MiniLM-L6-v2");
-  static const Tokenizer& bpe = Load("text/testdata/bpe-llama3");
+  static const std::unique_ptr<Tokenizer> minilm_tokenizer =
+      Load("text/testdata/all-MiniLM-L6-v2");
+  static const std::unique_ptr<Tokenizer> bpe_tokenizer =
+      Load("text/testdata/bpe-llama3");
+  const Tokenizer& minilm = *minilm_tokenizer;
+  const Tokenizer& bpe = *bpe_tokenizer;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   castserve::text::EncodeOptions options;
   options.max_length = size % 3 == 0 ? 0 : static_cast<int64_t>(size % 64);
