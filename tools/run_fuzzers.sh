@@ -160,7 +160,9 @@ for target in "${TARGETS[@]}"; do
     srcs+=" $WORK/gen/proto/model_config.pb.cc $WORK/gen/proto/inference.pb.cc"
     libs+=" $SERVER_LIBS"
   fi
-  if [[ "$folder" == text ]]; then
+  # //text's libraries; the server targets link them through the factory
+  # (the tokenizer), after libprotobuf (see server/BUILD on SentencePiece).
+  if [[ "$folder" == text || "$folder" == server ]]; then
     libs+=" -lre2 -licuuc -licudata -lsentencepiece"
   fi
   echo "building ${target}_fuzzer"
