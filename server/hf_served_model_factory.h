@@ -2,7 +2,10 @@
 // config.pbtxt becomes a weight policy, the folder is loaded with
 // models::LoadHfModel (attributed to the model by the tracking allocator),
 // the config's signature is filled in or checked against the architecture's,
-// and the warmup requests run before the model is handed over.
+// the folder's tokenizer (if any) becomes the model's `text` input
+// (text_input.h; a tokenizer that does not load leaves text unavailable with
+// the reason, logged, and the model serving its token inputs), and the
+// warmup requests run before the model is handed over.
 #ifndef CASTSERVE_SERVER_HF_SERVED_MODEL_FACTORY_H_
 #define CASTSERVE_SERVER_HF_SERVED_MODEL_FACTORY_H_
 
