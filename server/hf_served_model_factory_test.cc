@@ -224,6 +224,49 @@ TEST(HfServedModelFactoryTest, FolderWithoutTokenizerRefusesText) {
                            std::string(kBertDirectory) + " has no tokenizer"));
 }
 
+// A folder with a SentencePiece tokenizer.model: Debian's libsentencepiece
+// carries its own protobuf, which the daemon's must not meet. Whatever the
+// tokenizer does, the model loads and serves its token inputs, and text is
+// either served or refused with the reason: never a crash.
+TEST(HfServedModelFactoryTest, SentencePieceFolderNeverFailsTheLoad) {
+  const std::string folder =
+      models::test_util::MakeScratchDir("bert_sentencepiece");
+  for (const char* name : {"config.json", "model.safetensors"}) {
+    fs::copy_file(fs::path(kBertDirectory) / name, fs::path(folder) / name);
+  }
+  fs::copy_file("text/testdata/sentencepiece/tokenizer.model",
+                fs::path(folder) / "tokenizer.model");
+  HfServedModelFactory factory(RunfilesOptions());
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      factory.Create(folder, BertConfig(), nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  InferenceResult result = InferNow(**model, ReferenceRequest(Reference()));
+  EXPECT_TRUE(result.outputs.ok()) << result.outputs.status();
+  const bool serves_text = (*model)->inputs().back().name == "text";
+  inference::ModelInferRequest request;
+  auto* text = request.add_inputs();
+  text->set_name("text");
+  text->set_datatype("BYTES");
+  text->add_shape(1);
+  text->mutable_contents()->add_bytes_contents("hello world");
+  inference::ModelInferResponse response;
+  InferenceCall call;
+  call.request = &request;
+  call.response = &response;
+  std::promise<absl::Status> done;
+  (*model)->Infer(std::move(call),
+                  [&done](absl::Status status) { done.set_value(status); });
+  const absl::Status status = done.get_future().get();
+  if (!serves_text) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()),
+                ::testing::HasSubstr("tokenizer"));
+  } else if (!status.ok()) {
+    // Served text whose ids leave the fixture's small vocabulary.
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  }
+}
+
 TEST(HfServedModelFactoryTest, WeightPolicyFollowsTheConfig) {
   inference::WeightPolicy weights;
   weights.set_residency(inference::RESIDENCY_MAPPED);
