@@ -1,5 +1,7 @@
 #include "text/json_tokenizer.h"
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -143,6 +145,38 @@ TEST(JsonTokenizerTest, ByteLevelBpeDecodesSkippingSpecialTokens) {
             "<|begin_of_text|><|eot_id|>hi");
   EXPECT_EQ(tokenizer->Decode({3005}, false).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// ByteLevel as GPT-2 and RoBERTa declare it (add_prefix_space, its own
+// regex) over the Llama 3-style vocabulary; expected tokens from the
+// tokenizers library with the same pre-tokenizer.
+TEST(JsonTokenizerTest, ByteLevelWithPrefixSpaceAndGpt2Regex) {
+  std::ifstream file("text/testdata/bpe-llama3/tokenizer.json");
+  std::stringstream json;
+  json << file.rdbuf();
+  absl::StatusOr<TokenizerSpec> spec = ParseTokenizerJson(json.str());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  PreTokenizerSpec byte_level;
+  byte_level.type = PreTokenizerSpec::Type::kByteLevel;
+  byte_level.add_prefix_space = true;
+  byte_level.use_regex = true;
+  spec->pre_tokenizer = byte_level;
+  absl::StatusOr<std::unique_ptr<JsonTokenizer>> tokenizer =
+      JsonTokenizer::Create(*spec);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EncodeOptions options;
+  options.add_special_tokens = false;
+  auto ids_of = [&](std::vector<std::string> tokens) {
+    std::vector<int64_t> ids;
+    for (const std::string& token : tokens)
+      ids.push_back((*tokenizer)->TokenToId(token).value());
+    return ids;
+  };
+  EXPECT_EQ((*tokenizer)->Encode("hi there", options)->ids,
+            ids_of({"\u0120h", "i", "\u0120there"}));
+  EXPECT_EQ((*tokenizer)->Encode(" x", options)->ids, ids_of({"\u0120x"}));
+  EXPECT_EQ((*tokenizer)->Encode(" ", options)->ids, ids_of({"\u0120"}));
+  EXPECT_TRUE((*tokenizer)->Encode("", options)->ids.empty());
 }
 
 TEST(JsonTokenizerTest, HostileTextsEncode) {
