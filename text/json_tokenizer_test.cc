@@ -179,6 +179,91 @@ TEST(JsonTokenizerTest, ByteLevelWithPrefixSpaceAndGpt2Regex) {
   EXPECT_TRUE((*tokenizer)->Encode("", options)->ids.empty());
 }
 
+// The Metaspace pre-tokenizer (Mistral's files) over the Llama 2-style
+// vocabulary without its normalizer: every prepend scheme, with and without
+// split. Expected ids from the tokenizers library with the same settings.
+TEST(JsonTokenizerTest, MetaspacePreTokenizer) {
+  struct Case {
+    std::string scheme;
+    bool split;
+    std::string text;
+    std::vector<int64_t> ids;
+  };
+  const std::vector<Case> cases = {
+      {"first", false, "Hello world", {619, 889, 1125, 60}},
+      {"first", false, "</s>a b", {2, 57, 135, 58}},
+      {"first", false, " x", {135, 80}},
+      {"first",
+       false,
+       "Hello  world </s>x y",
+       {619, 889, 135, 457, 2, 80, 135, 81}},
+      {"first", false, "", {}},
+      {"first", true, "Hello world", {619, 888, 71, 135, 1125, 60}},
+      {"first", true, "</s>a b", {2, 57, 135, 58}},
+      {"first", true, " x", {135, 80}},
+      {"first",
+       true,
+       "Hello  world </s>x y",
+       {619, 888, 71, 135, 135, 1125, 60, 135, 2, 80, 135, 81}},
+      {"first", true, "", {}},
+      {"always", false, "Hello world", {619, 889, 1125, 60}},
+      {"always", false, "</s>a b", {2, 659, 135, 58}},
+      {"always", false, " x", {135, 80}},
+      {"always",
+       false,
+       "Hello  world </s>x y",
+       {619, 889, 135, 457, 2, 135, 80, 135, 81}},
+      {"always", false, "", {}},
+      {"always", true, "Hello world", {619, 888, 71, 135, 1125, 60}},
+      {"always", true, "</s>a b", {2, 659, 135, 58}},
+      {"always", true, " x", {135, 80}},
+      {"always",
+       true,
+       "Hello  world </s>x y",
+       {619, 888, 71, 135, 135, 1125, 60, 135, 2, 135, 80, 135, 81}},
+      {"always", true, "", {}},
+      {"never", false, "Hello world", {39, 889, 1125, 60}},
+      {"never", false, "</s>a b", {2, 57, 135, 58}},
+      {"never", false, " x", {135, 80}},
+      {"never",
+       false,
+       "Hello  world </s>x y",
+       {39, 889, 135, 457, 2, 80, 135, 81}},
+      {"never", false, "", {}},
+      {"never", true, "Hello world", {39, 888, 71, 135, 1125, 60}},
+      {"never", true, "</s>a b", {2, 57, 135, 58}},
+      {"never", true, " x", {135, 80}},
+      {"never",
+       true,
+       "Hello  world </s>x y",
+       {39, 888, 71, 135, 135, 1125, 60, 135, 2, 80, 135, 81}},
+      {"never", true, "", {}},
+  };
+  std::ifstream file("text/testdata/bpe-llama2/tokenizer.json");
+  std::stringstream json;
+  json << file.rdbuf();
+  absl::StatusOr<TokenizerSpec> spec = ParseTokenizerJson(json.str());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->normalizer.reset();
+  EncodeOptions options;
+  options.add_special_tokens = false;
+  for (const Case& c : cases) {
+    PreTokenizerSpec metaspace;
+    metaspace.type = PreTokenizerSpec::Type::kMetaspace;
+    metaspace.split = c.split;
+    metaspace.prepend_scheme =
+        c.scheme == "first"    ? PreTokenizerSpec::PrependScheme::kFirst
+        : c.scheme == "always" ? PreTokenizerSpec::PrependScheme::kAlways
+                               : PreTokenizerSpec::PrependScheme::kNever;
+    spec->pre_tokenizer = metaspace;
+    absl::StatusOr<std::unique_ptr<JsonTokenizer>> tokenizer =
+        JsonTokenizer::Create(*spec);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    EXPECT_EQ((*tokenizer)->Encode(c.text, options)->ids, c.ids)
+        << c.scheme << " split " << c.split << " \"" << c.text << "\"";
+  }
+}
+
 TEST(JsonTokenizerTest, HostileTextsEncode) {
   std::unique_ptr<Tokenizer> bpe = LoadLlama3StyleBpe();
   std::unique_ptr<Tokenizer> minilm = LoadMiniLm();

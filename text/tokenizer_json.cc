@@ -220,6 +220,31 @@ absl::Status ReadBehavior(const Json& json, absl::string_view path,
                     absl::StrCat("unsupported behavior \"", behavior, "\""));
 }
 
+absl::Status ReadMetaspace(const Json& json, absl::string_view path,
+                           PreTokenizerSpec* spec) {
+  using Scheme = PreTokenizerSpec::PrependScheme;
+  RETURN_IF_ERROR(ReadString(json, path, "replacement", &spec->replacement));
+  RETURN_IF_ERROR(ReadBool(json, path, "split", &spec->split));
+  bool add_prefix_space = true;  // files before prepend_scheme
+  RETURN_IF_ERROR(ReadBool(json, path, "add_prefix_space", &add_prefix_space));
+  std::string scheme = add_prefix_space ? "always" : "never";
+  RETURN_IF_ERROR(ReadString(json, path, "prepend_scheme", &scheme));
+  if (scheme == "always") {
+    spec->prepend_scheme = Scheme::kAlways;
+  } else if (scheme == "first") {
+    spec->prepend_scheme = Scheme::kFirst;
+  } else if (scheme == "never") {
+    spec->prepend_scheme = Scheme::kNever;
+  } else {
+    return FieldError(Child(path, "prepend_scheme"),
+                      absl::StrCat("unsupported \"", scheme, "\""));
+  }
+  if (spec->replacement.empty()) {
+    return FieldError(Child(path, "replacement"), "must not be empty");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PreTokenizerSpec> ParsePreTokenizer(const Json& json,
                                                    const std::string& path) {
   using T = PreTokenizerSpec::Type;
@@ -230,6 +255,7 @@ absl::StatusOr<PreTokenizerSpec> ParsePreTokenizer(const Json& json,
       {"Whitespace", T::kWhitespace},
       {"WhitespaceSplit", T::kWhitespaceSplit},
       {"Punctuation", T::kPunctuation},
+      {"Metaspace", T::kMetaspace},
       {"Sequence", T::kSequence},
   };
   absl::StatusOr<T> type = ReadType(json, path, "pre-tokenizer", kTypes);
@@ -251,6 +277,9 @@ absl::StatusOr<PreTokenizerSpec> ParsePreTokenizer(const Json& json,
       break;
     case T::kPunctuation:
       RETURN_IF_ERROR(ReadBehavior(json, path, &spec.behavior));
+      break;
+    case T::kMetaspace:
+      RETURN_IF_ERROR(ReadMetaspace(json, path, &spec));
       break;
     case T::kSequence: {
       absl::StatusOr<const Json*> list =

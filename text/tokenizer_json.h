@@ -60,6 +60,7 @@ struct PreTokenizerSpec {
     kSplit,
     kWhitespace,
     kWhitespaceSplit,
+    kMetaspace,
     kPunctuation,
     kSequence,
   };
@@ -79,6 +80,11 @@ struct PreTokenizerSpec {
   // ByteLevel
   bool add_prefix_space = false;
   bool use_regex = true;
+  // Metaspace
+  enum class PrependScheme { kAlways, kFirst, kNever };
+  std::string replacement = "\u2581";
+  PrependScheme prepend_scheme = PrependScheme::kAlways;
+  bool split = true;
   std::vector<PreTokenizerSpec> pretokenizers;  // Sequence
 };
 
