@@ -264,6 +264,33 @@ TEST(JsonTokenizerTest, MetaspacePreTokenizer) {
   }
 }
 
+// The Metaspace decoder; expected text from the tokenizers library.
+TEST(JsonTokenizerTest, MetaspaceDecoder) {
+  std::ifstream file("text/testdata/bpe-llama2/tokenizer.json");
+  std::stringstream json;
+  json << file.rdbuf();
+  absl::StatusOr<TokenizerSpec> spec = ParseTokenizerJson(json.str());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::vector<int64_t> ids = {619, 888, 71,  135, 135, 1125, 60,
+                                    135, 2,   135, 80,  135, 81};
+  for (const bool prepend : {true, false}) {  // always/first; never
+    DecoderSpec metaspace;
+    metaspace.type = DecoderSpec::Type::kMetaspace;
+    metaspace.replacement = "\u2581";
+    metaspace.add_prefix_space = prepend;
+    spec->decoder = metaspace;
+    absl::StatusOr<std::unique_ptr<JsonTokenizer>> tokenizer =
+        JsonTokenizer::Create(*spec);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    const std::string prefix = prepend ? "" : " ";
+    EXPECT_EQ((*tokenizer)->Decode(ids, false).value(),
+              prefix + "Hello  world </s> x y");
+    EXPECT_EQ((*tokenizer)->Decode(ids, true).value(),
+              prefix + "Hello  world  x y");
+    EXPECT_EQ((*tokenizer)->Decode({135, 80}, true).value(), prefix + "x");
+  }
+}
+
 TEST(JsonTokenizerTest, HostileTextsEncode) {
   std::unique_ptr<Tokenizer> bpe = LoadLlama3StyleBpe();
   std::unique_ptr<Tokenizer> minilm = LoadMiniLm();
