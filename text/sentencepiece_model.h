@@ -2,7 +2,9 @@
 // sentencepiece_processor.h declares `absl::string_view` as std::string_view
 // while Debian's Abseil has its own class of that name: the two cannot meet
 // in one translation unit, so this class's .cc includes no Abseil header
-// and the rest of //text includes no SentencePiece header.
+// and the rest of //text includes no SentencePiece header. The library is
+// not linked but loaded in isolation on first use (the .cc says why and
+// how); Load reports a machine without it as an error.
 //
 // Immutable after Load; thread-safe.
 #ifndef CASTSERVE_TEXT_SENTENCEPIECE_MODEL_H_

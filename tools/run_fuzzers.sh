@@ -161,7 +161,7 @@ for target in "${TARGETS[@]}"; do
     libs+=" $SERVER_LIBS"
   fi
   if [[ "$folder" == text ]]; then
-    libs+=" -lre2 -licuuc -licudata -lsentencepiece"
+    libs+=" -lre2 -licuuc -licudata -ldl"
   fi
   echo "building ${target}_fuzzer"
   objs="$(printf '%s\n' "$folder/fuzz/${target}_fuzzer.cc" $srcs |
