@@ -26,7 +26,7 @@ namespace {
 using Processor = sentencepiece::SentencePieceProcessor;
 
 struct Library {
-  void (*construct)(Processor*) = nullptr;
+  void (*construct)(void*) = nullptr;
   void (*destroy_status)(void*) = nullptr;
   const char* (*status_message)(const void*) = nullptr;
   std::string error;  // why the library is unusable; empty when it is
@@ -77,25 +77,35 @@ class Status {
 static_assert(sizeof(Status) == sizeof(sentencepiece::util::Status));
 
 // The vtable entry of a virtual member function (Itanium C++ ABI: a
-// pointer to a virtual member holds 1 + its byte offset in the vtable).
-template <typename MemberFunction>
-void* VirtualEntry(const Processor* processor, MemberFunction member) {
+// pointer to a virtual member holds 1 + its byte offset in the vtable), as
+// a plain function taking the object first. Nothing here calls a member of
+// the processor directly: UBSan's vptr checks would need its typeinfo,
+// which only the unlinked library has.
+template <typename Function, typename MemberFunction>
+Function Entry(const void* processor, MemberFunction member) {
   struct {
     uintptr_t pointer;
     ptrdiff_t adjustment;
   } raw;
   static_assert(sizeof(raw) == sizeof(member));
   std::memcpy(&raw, &member, sizeof(raw));
-  void* const* vtable = *reinterpret_cast<void* const* const*>(processor);
-  return vtable[(raw.pointer - 1) / sizeof(void*)];
+  void* const* vtable = *static_cast<void* const* const*>(processor);
+  return reinterpret_cast<Function>(vtable[(raw.pointer - 1) / sizeof(void*)]);
+}
+
+// The destructor is the class's first virtual function: vtable entries 0
+// (complete-object destructor) and 1 (deleting destructor).
+void DeleteProcessor(void* processor) {
+  void* const* vtable = *static_cast<void* const* const*>(processor);
+  reinterpret_cast<void (*)(void*)>(vtable[1])(processor);
 }
 
 }  // namespace
 
-SentencePieceModel::SentencePieceModel(std::unique_ptr<Processor> processor)
-    : processor_(std::move(processor)) {}
+SentencePieceModel::SentencePieceModel(void* processor)
+    : processor_(processor) {}
 
-SentencePieceModel::~SentencePieceModel() = default;
+SentencePieceModel::~SentencePieceModel() { DeleteProcessor(processor_); }
 
 std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(
     const std::string& path, std::string* error) {
@@ -104,65 +114,74 @@ std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(
     *error = library.error;
     return nullptr;
   }
-  void* memory = ::operator new(sizeof(Processor));
-  library.construct(static_cast<Processor*>(memory));
-  std::unique_ptr<Processor> processor(static_cast<Processor*>(memory));
-  using LoadFunction = Status (*)(Processor*, std::string_view);
-  const auto load = reinterpret_cast<LoadFunction>(VirtualEntry(
-      processor.get(),
+  void* processor = ::operator new(sizeof(Processor));
+  library.construct(processor);
+  std::unique_ptr<SentencePieceModel> model(new SentencePieceModel(processor));
+  const auto load = Entry<Status (*)(void*, std::string_view)>(
+      processor,
       static_cast<sentencepiece::util::Status (Processor::*)(std::string_view)>(
-          &Processor::Load)));
-  const Status status = load(processor.get(), path);
+          &Processor::Load));
+  const Status status = load(processor, path);
   if (!status.ok()) {
     *error = status.message();
     return nullptr;
   }
-  return std::unique_ptr<SentencePieceModel>(
-      new SentencePieceModel(std::move(processor)));
+  return model;
 }
 
 bool SentencePieceModel::Encode(std::string_view text, std::vector<int>* ids,
                                 std::string* error) const {
-  using EncodeFunction =
-      Status (*)(const Processor*, std::string_view, std::vector<int>*);
-  const auto encode = reinterpret_cast<EncodeFunction>(VirtualEntry(
-      processor_.get(),
-      static_cast<sentencepiece::util::Status (Processor::*)(
-          std::string_view, std::vector<int>*) const>(&Processor::Encode)));
-  const Status status = encode(processor_.get(), text, ids);
+  const auto encode =
+      Entry<Status (*)(const void*, std::string_view, std::vector<int>*)>(
+          processor_,
+          static_cast<sentencepiece::util::Status (Processor::*)(
+              std::string_view, std::vector<int>*) const>(&Processor::Encode));
+  const Status status = encode(processor_, text, ids);
   if (!status.ok()) *error = status.message();
   return status.ok();
 }
 
 bool SentencePieceModel::Decode(const std::vector<int>& ids, std::string* text,
                                 std::string* error) const {
-  using DecodeFunction =
-      Status (*)(const Processor*, const std::vector<int>&, std::string*);
-  const auto decode = reinterpret_cast<DecodeFunction>(VirtualEntry(
-      processor_.get(),
-      static_cast<sentencepiece::util::Status (Processor::*)(
-          const std::vector<int>&, std::string*) const>(&Processor::Decode)));
-  const Status status = decode(processor_.get(), ids, text);
+  const auto decode =
+      Entry<Status (*)(const void*, const std::vector<int>&, std::string*)>(
+          processor_, static_cast<sentencepiece::util::Status (Processor::*)(
+                          const std::vector<int>&, std::string*) const>(
+                          &Processor::Decode));
+  const Status status = decode(processor_, ids, text);
   if (!status.ok()) *error = status.message();
   return status.ok();
 }
 
 int SentencePieceModel::piece_count() const {
-  return processor_->GetPieceSize();
+  return Entry<int (*)(const void*)>(processor_,
+                                     &Processor::GetPieceSize)(processor_);
 }
 
-int SentencePieceModel::bos_id() const { return processor_->bos_id(); }
+int SentencePieceModel::bos_id() const {
+  return Entry<int (*)(const void*)>(processor_,
+                                     &Processor::bos_id)(processor_);
+}
 
-int SentencePieceModel::pad_id() const { return processor_->pad_id(); }
+int SentencePieceModel::pad_id() const {
+  return Entry<int (*)(const void*)>(processor_,
+                                     &Processor::pad_id)(processor_);
+}
 
 bool SentencePieceModel::IsControl(int id) const {
-  return processor_->IsControl(id);
+  return Entry<bool (*)(const void*, int)>(processor_, &Processor::IsControl)(
+      processor_, id);
 }
 
 int SentencePieceModel::PieceToId(std::string_view piece) const {
-  const int id = processor_->PieceToId(piece);
+  const int id = Entry<int (*)(const void*, std::string_view)>(
+      processor_, &Processor::PieceToId)(processor_, piece);
+  const bool unknown = Entry<bool (*)(const void*, int)>(
+      processor_, &Processor::IsUnknown)(processor_, id);
   // Unknown pieces map to the unknown piece's id.
-  if (processor_->IsUnknown(id) && processor_->IdToPiece(id) != piece) {
+  if (unknown &&
+      Entry<const std::string& (*)(const void*, int)>(
+          processor_, &Processor::IdToPiece)(processor_, id) != piece) {
     return -1;
   }
   return id;

@@ -15,10 +15,6 @@
 #include <string_view>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace castserve::text {
 
 class SentencePieceModel {
@@ -27,6 +23,8 @@ class SentencePieceModel {
   static std::unique_ptr<SentencePieceModel> Load(const std::string& path,
                                                   std::string* error);
   ~SentencePieceModel();
+  SentencePieceModel(const SentencePieceModel&) = delete;
+  SentencePieceModel& operator=(const SentencePieceModel&) = delete;
 
   // False, with *error set, when the library fails.
   bool Encode(std::string_view text, std::vector<int>* ids,
@@ -42,10 +40,10 @@ class SentencePieceModel {
   int PieceToId(std::string_view piece) const;
 
  private:
-  explicit SentencePieceModel(
-      std::unique_ptr<sentencepiece::SentencePieceProcessor> processor);
+  explicit SentencePieceModel(void* processor);
 
-  const std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  // A sentencepiece::SentencePieceProcessor of the loaded library; owned.
+  void* const processor_;
 };
 
 }  // namespace castserve::text
