@@ -13,6 +13,11 @@ namespace {
 using ::testing::ElementsAre;
 
 TEST(SentencePieceBesideProtobufTest, LoadsAndEncodes) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Sanitizer runtimes refuse RTLD_DEEPBIND, so sanitized builds load the
+  // library unisolated (sentencepiece_model.cc).
+  GTEST_SKIP() << "needs RTLD_DEEPBIND, which sanitizers refuse";
+#endif
   GOOGLE_PROTOBUF_VERIFY_VERSION;  // libprotobuf is really here
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
       LoadTokenizer("text/testdata/sentencepiece");

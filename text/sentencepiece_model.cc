@@ -25,6 +25,22 @@ namespace {
 
 using Processor = sentencepiece::SentencePieceProcessor;
 
+// The sanitizers' runtimes refuse RTLD_DEEPBIND (they must see every
+// allocation); sanitized builds load the library without it, which is fine
+// where libprotobuf is not in the process (//text's own tests).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CASTSERVE_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define CASTSERVE_SANITIZED 1
+#endif
+#endif
+#ifdef CASTSERVE_SANITIZED
+constexpr int kIsolation = 0;
+#else
+constexpr int kIsolation = RTLD_DEEPBIND;
+#endif
+
 struct Library {
   void (*construct)(void*) = nullptr;
   void (*destroy_status)(void*) = nullptr;
@@ -43,7 +59,7 @@ const Library& GetLibrary() {
   static const Library* const library = [] {
     auto* loaded = new Library();
     void* handle =
-        dlopen("libsentencepiece.so.0", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+        dlopen("libsentencepiece.so.0", RTLD_NOW | RTLD_LOCAL | kIsolation);
     if (handle == nullptr) {
       const char* reason = dlerror();
       loaded->error = reason != nullptr ? reason : "dlopen failed";
