@@ -7,7 +7,9 @@
 # $WORK/artifacts_<target>/ (until the next run), the log in
 # $WORK/<target>.log.
 #
-#   casting/fuzz/  safetensors, torch_zip: the checkpoint readers
+#   casting/fuzz/  safetensors, torch_zip: the checkpoint readers (the
+#                  safetensors header through casting/json_parser.h, i.e.
+#                  nlohmann/json's parser and castserve's bounded builder)
 #   server/fuzz/   infer_request: a ModelInferRequest against the BERT
 #                  fixture (conversion, checks, forward, response);
 #                  config_pbtxt, config_json: config.pbtxt text and
@@ -132,6 +134,9 @@ declare -A LINKS=(
   [config_pbtxt]="//server:hf_served_model_factory + //server:model_repository"
   [config_json]="//server:hf_served_model_factory + //server:model_repository"
 )
+# libFuzzer dictionaries (tokens the mutator splices in), where a target has
+# one: the safetensors header's JSON grammar, keys and dtype names.
+declare -A DICT=([safetensors]=casting/fuzz/safetensors.dict)
 # The server targets' inputs are small: a request or a config file.
 declare -A MAX_LEN=([safetensors]=65536 [torch_zip]=65536
   [infer_request]=8192 [config_pbtxt]=16384 [config_json]=16384)
@@ -167,7 +172,9 @@ for target in "${TARGETS[@]}"; do
   mkdir -p "$corpus" "$WORK/artifacts_${target}"
   cp "${FOLDER[$target]}/fuzz/corpus_${target}"/* "$corpus/"
   echo "running ${target}_fuzzer for ${MAX_TOTAL_TIME}s (log: $WORK/${target}.log)"
-  "$WORK/${target}_fuzzer" -max_total_time="$MAX_TOTAL_TIME" \
+  dict=()
+  [[ -n "${DICT[$target]:-}" ]] && dict=(-dict="${DICT[$target]}")
+  "$WORK/${target}_fuzzer" -max_total_time="$MAX_TOTAL_TIME" "${dict[@]}" \
     -max_len="${MAX_LEN[$target]}" -timeout=25 -rss_limit_mb=4096 \
     -print_final_stats=1 -artifact_prefix="$WORK/artifacts_${target}/" \
     "$corpus" >"$WORK/${target}.log" 2>&1 &
