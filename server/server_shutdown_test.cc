@@ -228,6 +228,7 @@ TEST_F(ServerShutdownTest, ShutdownUnderLoadEndsEverythingItStarted) {
     options.bind_address = "127.0.0.1";
     options.grpc_port = 0;
     options.metrics_port = 0;
+    options.http_port = 0;
     options.model_factory = &factory;
     absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
     ASSERT_TRUE(server.ok()) << server.status();

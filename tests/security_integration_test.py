@@ -107,7 +107,8 @@ class SecureDaemonCase(unittest.TestCase):
 
     def start(self, *flags):
         daemon = Daemon(CASTSERVE, f"--model-repository={self.repository}",
-                        "--grpc-port=0", "--metrics-port=0", *flags)
+                        "--grpc-port=0", "--metrics-port=0",
+                        "--http-port=0", *flags)
         self.addCleanup(daemon.kill)
         return daemon.wait_ready()
 
@@ -308,7 +309,7 @@ class BindPolicyTest(SecureDaemonCase):
         daemon = self.start()
         self.assertIn("no authentication configured: listening on 127.0.0.1",
                       daemon.output())
-        for port in (daemon.grpc_port, daemon.metrics_port):
+        for port in (daemon.grpc_port, daemon.metrics_port, daemon.http_port):
             self.assertEqual(listening_addresses(port), {"127.0.0.1"})
         with_tokens = self.start(f"--auth-token-file={self.tokens}")
         self.assertEqual(listening_addresses(with_tokens.grpc_port), {"any"})
@@ -333,7 +334,8 @@ class BindPolicyTest(SecureDaemonCase):
                  "--grpc-tls-cert-file needs --grpc-tls-key-file")]:
             with self.subTest(problem):
                 result = run(CASTSERVE, f"--model-repository={self.repository}",
-                             "--grpc-port=0", "--metrics-port=0", *flags)
+                             "--grpc-port=0", "--metrics-port=0",
+                             "--http-port=0", *flags)
                 self.assertIn(result.returncode, (1, 2), result.stderr)
                 self.assertIn(problem, result.stderr)
 

@@ -14,7 +14,9 @@
 #                  fixture (conversion, checks, forward, response);
 #                  config_pbtxt, config_json: config.pbtxt text and
 #                  RepositoryModelLoad's JSON config through validation
-#                  and the load's checks
+#                  and the load's checks; rest_infer: a KServe v2 REST
+#                  inference body (JSON tensors, the binary extension)
+#                  decoded and its inputs encoded back as a response
 #
 # The committed seed corpora (<folder>/corpus_<target>) are copied to a
 # scratch corpus in $WORK first, so runs never grow them (the scratch corpus
@@ -25,14 +27,14 @@
 # models/testdata/bert); to replay a finding:
 #   $WORK/infer_request_fuzzer $WORK/artifacts_infer_request/crash-...
 #
-#   tools/run_fuzzers.sh                  # build and run all five
+#   tools/run_fuzzers.sh                  # build and run all six
 #   MAX_TOTAL_TIME=600 tools/run_fuzzers.sh infer_request config_json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MAX_TOTAL_TIME="${MAX_TOTAL_TIME:-180}"
 WORK="${WORK:-/tmp/castserve_fuzz}"
-ALL_TARGETS="safetensors torch_zip infer_request config_pbtxt config_json"
+ALL_TARGETS="safetensors torch_zip infer_request config_pbtxt config_json rest_infer"
 read -r -a TARGETS <<<"${*:-$ALL_TARGETS}"
 LIBTORCH="${LIBTORCH:-${CASTSERVE_CACHE:-$HOME/.cache/castserve}/libtorch-2.11.0/torch}"
 mkdir -p "$WORK/obj"
@@ -125,7 +127,8 @@ export -f compile up_to_date
 export WORK CXXFLAGS SANITIZE
 
 declare -A FOLDER=([safetensors]=casting [torch_zip]=casting
-  [infer_request]=server [config_pbtxt]=server [config_json]=server)
+  [infer_request]=server [config_pbtxt]=server [config_json]=server
+  [rest_infer]=server)
 # What each target links, as Bazel targets (their sources are compiled here).
 declare -A LINKS=(
   [safetensors]="//casting:safetensors_reader"
@@ -133,13 +136,15 @@ declare -A LINKS=(
   [infer_request]="//server:tensor_conversion + //models:bert"
   [config_pbtxt]="//server:hf_served_model_factory + //server:model_repository"
   [config_json]="//server:hf_served_model_factory + //server:model_repository"
+  [rest_infer]="//server:rest_infer_codec"
 )
 # libFuzzer dictionaries (tokens the mutator splices in), where a target has
 # one: the safetensors header's JSON grammar, keys and dtype names.
 declare -A DICT=([safetensors]=casting/fuzz/safetensors.dict)
 # The server targets' inputs are small: a request or a config file.
 declare -A MAX_LEN=([safetensors]=65536 [torch_zip]=65536
-  [infer_request]=8192 [config_pbtxt]=16384 [config_json]=16384)
+  [infer_request]=8192 [config_pbtxt]=16384 [config_json]=16384
+  [rest_infer]=16384)
 
 for target in "${TARGETS[@]}"; do
   if [[ -z "${FOLDER[$target]:-}" ]]; then

