@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """End-to-end: Triton's perf_analyzer drives the daemon serving the BERT
-fixture for a few seconds and reports a throughput and no failed request.
+fixture for a few seconds, over gRPC and over the KServe v2 REST port, and
+reports a throughput and no failed request.
 
 perf_analyzer comes from PyPI's tritonclient 2.35.0 wheel through
 tools/fetch_perf_analyzer.sh, which prints the path of a wrapper that finds
@@ -65,6 +66,7 @@ class PerfAnalyzerTest(unittest.TestCase):
         cls.write_input_data(cls.input_data)
         cls.daemon = Daemon(CASTSERVE, f"--model-repository={repository}",
                             "--grpc-port=0", "--metrics-port=0",
+                            "--http-port=0",
                             "--bind-address=127.0.0.1").wait_ready()
 
     @classmethod
@@ -136,6 +138,10 @@ class PerfAnalyzerTest(unittest.TestCase):
 
     def test_grpc(self):
         self.check_run("grpc", f"127.0.0.1:{self.daemon.grpc_port}")
+
+    def test_http(self):
+        """The KServe v2 REST port (-i http)."""
+        self.check_run("http", f"127.0.0.1:{self.daemon.http_port}")
 
 
 if __name__ == "__main__":
