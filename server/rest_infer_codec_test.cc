@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
