@@ -427,9 +427,21 @@ absl::StatusOr<casting::Device> DeviceFromConfig(
 absl::StatusOr<models::WeightPolicyOptions> WeightPolicyFromConfig(
     const inference::WeightPolicy& weights) {
   models::WeightPolicyOptions options;
-  options.residency = weights.residency() == inference::RESIDENCY_MAPPED
-                          ? casting::Residency::kMapped
-                          : casting::Residency::kResident;
+  switch (weights.residency()) {
+    case inference::RESIDENCY_RESIDENT:
+      options.residency = casting::Residency::kResident;
+      break;
+    case inference::RESIDENCY_MAPPED:
+      options.residency = casting::Residency::kMapped;
+      break;
+    case inference::RESIDENCY_HOST:
+      options.residency = casting::Residency::kResident;
+      options.storage_on_host = true;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weights.residency: unknown value ", weights.residency()));
+  }
   options.compute_copy =
       weights.compute_copy() == inference::COMPUTE_COPY_TRANSIENT
           ? casting::ComputeCopyPolicy::kTransient

@@ -206,8 +206,35 @@ TEST(HfServedModelFactoryTest, WeightPolicyFollowsTheConfig) {
   EXPECT_FALSE(WeightPolicyFromConfig(inference::WeightPolicy())->casting);
 }
 
-TEST(HfServedModelFactoryTest, LayerwiseCastingMatchesTheRoundTripReference) {
-  inference::ModelConfig config = BertConfig();
+TEST(HfServedModelFactoryTest, ResidencySaysWhereStorageLives) {
+  inference::WeightPolicy weights;
+  struct Case {
+    inference::Residency residency;
+    casting::Residency expected;
+    bool on_host;
+  };
+  for (const Case& c :
+       {Case{inference::RESIDENCY_RESIDENT, casting::Residency::kResident,
+             false},
+        Case{inference::RESIDENCY_MAPPED, casting::Residency::kMapped, false},
+        Case{inference::RESIDENCY_HOST, casting::Residency::kResident, true}}) {
+    weights.set_residency(c.residency);
+    absl::StatusOr<models::WeightPolicyOptions> options =
+        WeightPolicyFromConfig(weights);
+    ASSERT_TRUE(options.ok()) << options.status();
+    EXPECT_EQ(options->residency, c.expected) << c.residency;
+    EXPECT_EQ(options->storage_on_host, c.on_host) << c.residency;
+  }
+  weights.set_residency(static_cast<inference::Residency>(7));
+  absl::Status unknown = WeightPolicyFromConfig(weights).status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(unknown.message()),
+              ::testing::HasSubstr("weights.residency: unknown value 7"));
+}
+
+// Serves `config` (fp8 e4m3 per-row storage, f32 compute, transient copies)
+// and compares with the round-trip reference.
+void ExpectRoundTripReference(inference::ModelConfig config) {
   inference::WeightPolicy* weights = config.mutable_weights();
   weights->set_compute_copy(inference::COMPUTE_COPY_TRANSIENT);
   weights->set_materialization(inference::MATERIALIZATION_EAGER);
@@ -231,6 +258,17 @@ TEST(HfServedModelFactoryTest, LayerwiseCastingMatchesTheRoundTripReference) {
           result.outputs->at("last_hidden_state"),
           reference.at("roundtrip.F8_E4M3FN:per_row.output.last_hidden_state")),
       1e-4);
+}
+
+// On the CPU, host residency is resident storage: same copies, same result.
+TEST(HfServedModelFactoryTest, LayerwiseCastingMatchesTheRoundTripReference) {
+  for (inference::Residency residency :
+       {inference::RESIDENCY_RESIDENT, inference::RESIDENCY_HOST}) {
+    SCOPED_TRACE(inference::Residency_Name(residency));
+    inference::ModelConfig config = BertConfig();
+    config.mutable_weights()->set_residency(residency);
+    ExpectRoundTripReference(config);
+  }
 }
 
 TEST(HfServedModelFactoryTest, UnloadReleasesTheTrackedMemory) {

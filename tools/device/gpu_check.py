@@ -23,7 +23,9 @@ PARTS = ("kernels", "experiment", "daemon")
 GPU_TESTS = ("codec_cuda_device_test", "weight_cuda_test",
              "device_model_memory_cuda_test")
 CONFIGS = ("resident/F32", "resident/BF16", "cast/F8_E5M2/BF16",
-           "cast/F8_E4M3FN:per_row/BF16")
+           "cast/F8_E4M3FN:per_row/BF16",
+           # Storage in pinned host memory, streamed per layer (RESIDENCY_HOST).
+           "host/F8_E4M3FN:per_row/BF16")
 MODEL = "siglip"
 GRPC_PORT, METRICS_PORT = 18001, 18002
 # castserve-client's answer on a machine without a GPU (device_probe.h).
