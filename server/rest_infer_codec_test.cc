@@ -1,6 +1,7 @@
 #include "server/rest_infer_codec.h"
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
