@@ -432,6 +432,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const std::string& address, int port, const HttpServerOptions& options,
     HttpService* service) {
+  if (service == nullptr) {  // Start(..., {}) picks this form: no paths.
+    return Start(address, port, options, std::map<std::string, HttpHandler>());
+  }
   return StartImpl(address, port, options, service, nullptr);
 }
 

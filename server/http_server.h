@@ -75,7 +75,7 @@ using HttpHandler = std::function<HttpResponse(const HttpRequest& request)>;
 class HttpServer {
  public:
   // Binds `address:port` (0 picks a free port) and starts serving
-  // `service` (not owned; it must outlive the server).
+  // `service` (not owned; it must outlive the server; null serves no path).
   // FailedPrecondition naming the address when it cannot be bound;
   // InvalidArgument with libmicrohttpd's reason when the TLS credentials are
   // unusable (a key that does not match the certificate, say).

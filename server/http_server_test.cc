@@ -324,6 +324,13 @@ TEST(HttpServerTlsTest, UnreadableClientCaIsAPreciseError) {
   EXPECT_THAT(server.status().message(), HasSubstr("trust certificate"));
 }
 
+TEST(HttpServerStartTest, NoHandlersAnswer404) {
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("127.0.0.1", 0, {}, {});
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT(Get((*server)->port(), "/metrics"), StartsWith("HTTP/1.1 404"));
+}
+
 TEST(HttpServerStartTest, PortInUseNamesTheAddress) {
   absl::StatusOr<std::unique_ptr<HttpServer>> first =
       HttpServer::Start("127.0.0.1", 0, {}, {});

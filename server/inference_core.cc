@@ -106,6 +106,10 @@ void FillStatistics(const ServedModel& model, inference::ModelStatistics* out) {
               infer->mutable_compute_infer());
   SetDuration(stats.success_count, absl::ZeroDuration(),
               infer->mutable_compute_output());
+  // No response cache: written as zeros, as Triton's clients and
+  // perf_analyzer read every field of the REST statistics.
+  SetDuration(0, absl::ZeroDuration(), infer->mutable_cache_hit());
+  SetDuration(0, absl::ZeroDuration(), infer->mutable_cache_miss());
   for (const auto& [batch_size, count_and_duration] : stats.batches) {
     inference::InferBatchStatistics* batch = out->add_batch_stats();
     batch->set_batch_size(batch_size);

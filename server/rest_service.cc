@@ -179,9 +179,9 @@ void ServeRepository(InferenceCore* core, const RestRoute& route,
       [](const auto&) { return Empty(200); }, std::move(reply));
 }
 
-// The GET paths: health, metadata, config, statistics.
-void ServeQuery(InferenceCore* core, const RestRoute& route, CallContext call,
-                HttpReply reply) {
+// The server's GET paths: health and metadata.
+void ServeServerQuery(InferenceCore* core, const RestRoute& route,
+                      CallContext call, HttpReply reply) {
   using namespace inference;  // NOLINT: the message names below.
   switch (route.operation) {
     case RestOperation::kServerLive:
@@ -200,10 +200,18 @@ void ServeQuery(InferenceCore* core, const RestRoute& route, CallContext call,
                                 {{"ready", response.ready()}});
           },
           std::move(reply));
-    case RestOperation::kServerMetadata:
+    default:  // kServerMetadata
       return Run<ServerMetadataRequest, ServerMetadataResponse>(
           core, &InferenceCore::ServerMetadata, std::move(call), {},
           AsJson<ServerMetadataResponse>, std::move(reply));
+  }
+}
+
+// A model's GET paths: ready, metadata, config, statistics.
+void ServeModelQuery(InferenceCore* core, const RestRoute& route,
+                     CallContext call, HttpReply reply) {
+  using namespace inference;  // NOLINT: the message names below.
+  switch (route.operation) {
     case RestOperation::kModelReady: {
       ModelReadyRequest request;
       request.set_name(route.model);
@@ -322,8 +330,12 @@ void RestService::Handle(HttpRequest request, HttpReply reply,
     case RestOperation::kRepositoryUnload:
       return ServeRepository(core_, route, request, std::move(call),
                              std::move(reply));
+    case RestOperation::kServerLive:
+    case RestOperation::kServerReady:
+    case RestOperation::kServerMetadata:
+      return ServeServerQuery(core_, route, std::move(call), std::move(reply));
     default:
-      return ServeQuery(core_, route, std::move(call), std::move(reply));
+      return ServeModelQuery(core_, route, std::move(call), std::move(reply));
   }
 }
 

@@ -294,6 +294,10 @@ TEST_F(RestServiceTest, StatisticsCountRestRequests) {
   EXPECT_EQ(one.Json()["model_stats"][0]["inference_count"], 2);
   EXPECT_EQ(one.Json()["model_stats"][0]["inference_stats"]["success"]["count"],
             1);
+  // Every field Triton writes, the cache's zeros too (perf_analyzer reads
+  // them).
+  EXPECT_EQ(
+      one.Json()["model_stats"][0]["inference_stats"]["cache_hit"]["count"], 0);
   Reply all = Call("GET", "/v2/models/stats");
   ASSERT_EQ(all.status, 200);
   EXPECT_EQ(all.Json()["model_stats"][0]["name"], "fake");
