@@ -341,7 +341,9 @@ TEST(JsonTokenizerTest, MalformedFilesAreInvalidArgumentNamingTheField) {
   EXPECT_EQ(ErrorOf(BpeJson(kGoodModel, kGoodPreTokenizer)), "OK");
   EXPECT_THAT(ErrorOf(R"json({"normalizer": null})json"),
               HasSubstr("model: missing"));
-  EXPECT_THAT(ErrorOf("{not json"), HasSubstr("not valid JSON"));
+  EXPECT_THAT(ErrorOf("{not json"), HasSubstr("invalid JSON at byte"));
+  EXPECT_THAT(ErrorOf(R"json({"model": {}, "model": {}})json"),
+              HasSubstr("duplicate key"));
   EXPECT_THAT(
       ErrorOf(BpeJson(R"json({"type": "Unigram", "vocab": {}})json", "null")),
       HasSubstr("model.type: unsupported model type \"Unigram\""));
