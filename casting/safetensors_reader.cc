@@ -7,13 +7,30 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "casting/json_value.h"
+#include "casting/json_parser.h"
 
 namespace castserve::casting {
 namespace {
 
+using Json = nlohmann::json;
+
 constexpr uint64_t kLengthPrefixBytes = 8;
 constexpr absl::string_view kMetadataKey = "__metadata__";
+// Headers and indexes nest three deep; the bound only has to be finite.
+constexpr int kMaxJsonDepth = 64;
+
+absl::StatusOr<Json> ParseBoundedJson(absl::string_view text) {
+  JsonLimits limits;
+  limits.max_depth = kMaxJsonDepth;
+  limits.max_bytes = kMaxSafetensorsHeaderBytes;
+  return ParseJson(text, limits);
+}
+
+// The value of a non-negative integer (JSON numbers without sign, fraction
+// or exponent that fit 64 bits), nullptr for anything else.
+const uint64_t* AsUint64(const Json& value) {
+  return value.get_ptr<const Json::number_unsigned_t*>();
+}
 
 absl::Status HeaderError(absl::string_view file_label, absl::string_view tensor,
                          absl::string_view what) {
@@ -21,16 +38,16 @@ absl::Status HeaderError(absl::string_view file_label, absl::string_view tensor,
       absl::StrCat(file_label, ": tensor '", tensor, "': ", what));
 }
 
-absl::StatusOr<std::vector<int64_t>> ParseShape(const JsonValue& value,
+absl::StatusOr<std::vector<int64_t>> ParseShape(const Json& value,
                                                 absl::string_view file_label,
                                                 absl::string_view name) {
-  if (value.kind != JsonValue::Kind::kArray) {
+  if (!value.is_array()) {
     return HeaderError(file_label, name, "\"shape\" must be an array");
   }
   std::vector<int64_t> shape;
-  for (const JsonValue& item : value.items) {
-    absl::StatusOr<uint64_t> dim = item.AsUint64();
-    if (!dim.ok() || *dim > static_cast<uint64_t>(INT64_MAX)) {
+  for (const Json& item : value) {
+    const uint64_t* dim = AsUint64(item);
+    if (dim == nullptr || *dim > static_cast<uint64_t>(INT64_MAX)) {
       return HeaderError(file_label, name,
                          "\"shape\" entries must be non-negative integers");
     }
@@ -40,15 +57,14 @@ absl::StatusOr<std::vector<int64_t>> ParseShape(const JsonValue& value,
 }
 
 absl::StatusOr<std::pair<uint64_t, uint64_t>> ParseOffsets(
-    const JsonValue& value, absl::string_view file_label,
-    absl::string_view name) {
-  if (value.kind != JsonValue::Kind::kArray || value.items.size() != 2) {
+    const Json& value, absl::string_view file_label, absl::string_view name) {
+  if (!value.is_array() || value.size() != 2) {
     return HeaderError(file_label, name,
                        "\"data_offsets\" must be an array [begin, end]");
   }
-  absl::StatusOr<uint64_t> begin = value.items[0].AsUint64();
-  absl::StatusOr<uint64_t> end = value.items[1].AsUint64();
-  if (!begin.ok() || !end.ok()) {
+  const uint64_t* begin = AsUint64(value[0]);
+  const uint64_t* end = AsUint64(value[1]);
+  if (begin == nullptr || end == nullptr) {
     return HeaderError(file_label, name,
                        "\"data_offsets\" must hold non-negative integers");
   }
@@ -60,25 +76,31 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> ParseOffsets(
   return std::make_pair(*begin, *end);
 }
 
+// The member `key` of object `value`, nullptr if absent.
+const Json* Member(const Json& value, const char* key) {
+  auto it = value.find(key);
+  return it == value.end() ? nullptr : &*it;
+}
+
 absl::StatusOr<SafetensorsHeader::Tensor> ParseTensor(
-    const std::string& name, const JsonValue& value,
-    absl::string_view file_label) {
-  if (value.kind != JsonValue::Kind::kObject) {
+    const std::string& name, const Json& value, absl::string_view file_label) {
+  if (!value.is_object()) {
     return HeaderError(file_label, name, "entry must be an object");
   }
   SafetensorsHeader::Tensor tensor;
   tensor.name = name;
-  const JsonValue* dtype = value.Member("dtype");
-  const JsonValue* shape = value.Member("shape");
-  const JsonValue* offsets = value.Member("data_offsets");
+  const Json* dtype = Member(value, "dtype");
+  const Json* shape = Member(value, "shape");
+  const Json* offsets = Member(value, "data_offsets");
   if (dtype == nullptr || shape == nullptr || offsets == nullptr) {
     return HeaderError(file_label, name,
                        "needs \"dtype\", \"shape\" and \"data_offsets\"");
   }
-  if (dtype->kind != JsonValue::Kind::kString) {
+  if (!dtype->is_string()) {
     return HeaderError(file_label, name, "\"dtype\" must be a string");
   }
-  absl::StatusOr<DType> parsed_dtype = DTypeFromName(dtype->text);
+  absl::StatusOr<DType> parsed_dtype =
+      DTypeFromName(dtype->get_ref<const std::string&>());
   if (!parsed_dtype.ok()) {
     return HeaderError(file_label, name, parsed_dtype.status().message());
   }
@@ -93,27 +115,25 @@ absl::StatusOr<SafetensorsHeader::Tensor> ParseTensor(
   return tensor;
 }
 
+// An object of strings; with `allow_scalars`, numbers and booleans too, as
+// their JSON text.
 absl::StatusOr<std::map<std::string, std::string>> ParseStringMap(
-    const JsonValue& value, absl::string_view file_label,
-    absl::string_view what, bool allow_scalars) {
-  if (value.kind != JsonValue::Kind::kObject) {
+    const Json& value, absl::string_view file_label, absl::string_view what,
+    bool allow_scalars) {
+  if (!value.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_label, ": ", what, " must be an object"));
   }
   std::map<std::string, std::string> result;
-  for (const auto& [key, item] : value.members) {
-    const bool scalar = item.kind == JsonValue::Kind::kNumber ||
-                        item.kind == JsonValue::Kind::kBool;
-    if (item.kind == JsonValue::Kind::kString) {
-      result[key] = item.text;
-    } else if (allow_scalars && scalar) {
-      result[key] = item.kind == JsonValue::Kind::kNumber
-                        ? item.text
-                        : (item.boolean ? "true" : "false");
+  for (const auto& [key, item] : value.get_ref<const Json::object_t&>()) {
+    if (item.is_string()) {
+      result[key] = item.get_ref<const std::string&>();
+    } else if (allow_scalars && (item.is_number() || item.is_boolean())) {
+      result[key] = item.dump();
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat(file_label, ": ", what, " value of \"", key,
-                       "\" must be a string, got ", JsonKindName(item.kind)));
+                       "\" must be a string, got ", JsonTypeName(item)));
     }
   }
   return result;
@@ -192,7 +212,8 @@ absl::StatusOr<std::string> ReadIndexFile(const std::string& path,
 }
 
 struct ShardIndex {
-  std::vector<std::string> shard_files;  // In order of first appearance.
+  // Sorted by file name ("-00001-of-00002" first): the files' indexes.
+  std::set<std::string> shard_files;
   std::unordered_map<std::string, std::string> shard_of_tensor;
   std::map<std::string, std::string> metadata;
 };
@@ -201,13 +222,14 @@ absl::StatusOr<ShardIndex> ParseIndex(const std::string& index_path,
                                       FileSystem& file_system) {
   absl::StatusOr<std::string> text = ReadIndexFile(index_path, file_system);
   if (!text.ok()) return text.status();
-  absl::StatusOr<JsonValue> json = ParseJson(*text);
+  absl::StatusOr<Json> json = ParseBoundedJson(*text);
   if (!json.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(index_path, ": ", json.status().message()));
   }
-  const JsonValue* weight_map = json->Member("weight_map");
-  if (weight_map == nullptr || weight_map->kind != JsonValue::Kind::kObject) {
+  const Json* weight_map =
+      json->is_object() ? Member(*json, "weight_map") : nullptr;
+  if (weight_map == nullptr || !weight_map->is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(index_path, ": needs a \"weight_map\" object"));
   }
@@ -215,18 +237,17 @@ absl::StatusOr<ShardIndex> ParseIndex(const std::string& index_path,
       ParseStringMap(*weight_map, index_path, "weight_map", false);
   if (!map.ok()) return map.status();
   ShardIndex index;
-  std::set<std::string> seen;
-  for (const auto& [tensor, shard] : weight_map->members) {
-    if (shard.text.empty() || shard.text == "." || shard.text == ".." ||
-        shard.text.find('/') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          index_path, ": shard name '", shard.text, "' of tensor '", tensor,
-          "' is not a file name in the index's folder"));
+  for (const auto& [tensor, shard] : *map) {
+    if (shard.empty() || shard == "." || shard == ".." ||
+        shard.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(index_path, ": shard name '", shard, "' of tensor '",
+                       tensor, "' is not a file name in the index's folder"));
     }
-    index.shard_of_tensor[tensor] = shard.text;
-    if (seen.insert(shard.text).second) index.shard_files.push_back(shard.text);
+    index.shard_of_tensor[tensor] = shard;
+    index.shard_files.insert(shard);
   }
-  if (const JsonValue* metadata = json->Member("metadata")) {
+  if (const Json* metadata = Member(*json, "metadata")) {
     auto parsed = ParseStringMap(*metadata, index_path, "metadata", true);
     if (!parsed.ok()) return parsed.status();
     index.metadata = std::move(*parsed);
@@ -258,17 +279,17 @@ absl::Status CheckShardAgainstIndex(const SafetensorsHeader& header,
 
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(
     absl::string_view json, absl::string_view file_label) {
-  absl::StatusOr<JsonValue> root = ParseJson(json);
+  absl::StatusOr<Json> root = ParseBoundedJson(json);
   if (!root.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_label, ": header: ", root.status().message()));
   }
-  if (root->kind != JsonValue::Kind::kObject) {
+  if (!root->is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_label, ": header must be a JSON object"));
   }
   SafetensorsHeader header;
-  for (const auto& [name, value] : root->members) {
+  for (const auto& [name, value] : root->get_ref<const Json::object_t&>()) {
     if (name == kMetadataKey) {
       auto metadata = ParseStringMap(value, file_label, kMetadataKey, false);
       if (!metadata.ok()) return metadata.status();

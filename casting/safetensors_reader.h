@@ -22,9 +22,9 @@ namespace castserve::casting {
 // Opening reads the header with pread (never through the mapping) and maps
 // the file; no data page is touched. All failures are absl::Status errors
 // whose message names the file and, where there is one, the tensor; malformed
-// input never crashes. The JSON parser is strict (RFC 8259, nesting depth at
-// most 64, no duplicate keys). Tensors may come in any order and leave gaps
-// between them; they must not overlap.
+// input never crashes. The JSON is read by casting/json_parser.h: strict
+// (RFC 8259, UTF-8), nesting depth at most 64, no duplicate keys. Tensors
+// may come in any order and leave gaps between them; they must not overlap.
 
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100 * 1000 * 1000;
 
@@ -37,7 +37,7 @@ struct SafetensorsHeader {
     uint64_t begin = 0;
     uint64_t end = 0;
   };
-  std::vector<Tensor> tensors;  // In header order.
+  std::vector<Tensor> tensors;  // Sorted by name.
   std::map<std::string, std::string> metadata;
 };
 
@@ -53,8 +53,9 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensors(
 // named in `weight_map` (plain file names in the index's folder) is opened;
 // each listed tensor must be in its listed shard, each tensor of a shard must
 // be listed for that shard, and no tensor may appear twice. Index `metadata`
-// values are exposed as strings (numbers keep their JSON text), merged with
-// the first shard's `__metadata__`. The index and the shards are read
+// values are exposed as strings (numbers and booleans as JSON text), merged
+// with the first shard's `__metadata__`. Shards take file indexes in the
+// order of their file names. The index and the shards are read
 // through `file_system`; a shard that cannot be opened is NotFound naming the
 // index, the shard and the reason.
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensorsIndex(

@@ -1,17 +1,17 @@
 #include "models/hf_config.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "casting/json_value.h"
+#include "casting/json_parser.h"
 
 namespace castserve::models {
 
-using casting::JsonValue;
+using Json = nlohmann::json;
 
 namespace {
 
@@ -71,34 +71,36 @@ absl::StatusOr<std::vector<HfConfig>> HfConfig::LoadList(
 
 absl::StatusOr<HfConfig> HfConfig::Parse(absl::string_view json,
                                          absl::string_view label) {
-  absl::StatusOr<JsonValue> parsed = casting::ParseJson(json);
+  casting::JsonLimits limits;
+  limits.max_bytes = kMaxHfConfigBytes;
+  absl::StatusOr<Json> parsed = casting::ParseJson(json, limits);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(label, ": ", parsed.status().message()));
   }
-  if (parsed->kind != JsonValue::Kind::kObject) {
+  if (!parsed->is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(label, ": expected a JSON object, got ",
-                     casting::JsonKindName(parsed->kind)));
+                     casting::JsonTypeName(*parsed)));
   }
-  return HfConfig(std::make_shared<const JsonValue>(*std::move(parsed)),
+  return HfConfig(std::make_shared<const Json>(*std::move(parsed)),
                   std::string(label));
 }
 
-HfConfig::HfConfig(std::shared_ptr<const JsonValue> object, std::string label)
+HfConfig::HfConfig(std::shared_ptr<const Json> object, std::string label)
     : object_(std::move(object)), label_(std::move(label)) {}
 
 std::string HfConfig::model_type() const {
-  const JsonValue* value = Lookup("model_type");
-  return value != nullptr && value->kind == JsonValue::Kind::kString
-             ? value->text
+  const Json* value = Lookup("model_type");
+  return value != nullptr && value->is_string()
+             ? value->get_ref<const std::string&>()
              : "";
 }
 
-const JsonValue* HfConfig::Lookup(absl::string_view key) const {
-  const JsonValue* value = object_->Member(key);
-  if (value == nullptr || value->kind == JsonValue::Kind::kNull) return nullptr;
-  return value;
+const Json* HfConfig::Lookup(absl::string_view key) const {
+  auto it = object_->find(std::string_view(key.data(), key.size()));
+  if (it == object_->end() || it->is_null()) return nullptr;
+  return &*it;
 }
 
 bool HfConfig::Has(absl::string_view key) const {
@@ -118,20 +120,30 @@ absl::Status HfConfig::WrongType(absl::string_view key,
 
 namespace {
 
-bool ToInt(const JsonValue& value, int64_t* out) {
-  return value.kind == JsonValue::Kind::kNumber &&
-         absl::SimpleAtoi(value.text, out);
+// An integer (no fraction, no exponent) within int64_t.
+bool ToInt(const Json& value, int64_t* out) {
+  if (const auto* u = value.get_ptr<const Json::number_unsigned_t*>()) {
+    if (*u > static_cast<uint64_t>(INT64_MAX)) return false;
+    *out = static_cast<int64_t>(*u);
+    return true;
+  }
+  if (const auto* i = value.get_ptr<const Json::number_integer_t*>()) {
+    *out = *i;
+    return true;
+  }
+  return false;
 }
 
-bool ToDouble(const JsonValue& value, double* out) {
-  return value.kind == JsonValue::Kind::kNumber &&
-         absl::SimpleAtod(value.text, out);
+bool ToDouble(const Json& value, double* out) {
+  if (!value.is_number()) return false;
+  *out = value.get<double>();
+  return true;
 }
 
 }  // namespace
 
 absl::StatusOr<int64_t> HfConfig::GetInt(absl::string_view key) const {
-  const JsonValue* value = Lookup(key);
+  const Json* value = Lookup(key);
   if (value == nullptr) return Missing(key);
   int64_t out = 0;
   if (!ToInt(*value, &out)) return WrongType(key, "an integer");
@@ -139,7 +151,7 @@ absl::StatusOr<int64_t> HfConfig::GetInt(absl::string_view key) const {
 }
 
 absl::StatusOr<double> HfConfig::GetDouble(absl::string_view key) const {
-  const JsonValue* value = Lookup(key);
+  const Json* value = Lookup(key);
   if (value == nullptr) return Missing(key);
   double out = 0;
   if (!ToDouble(*value, &out)) return WrongType(key, "a number");
@@ -147,58 +159,48 @@ absl::StatusOr<double> HfConfig::GetDouble(absl::string_view key) const {
 }
 
 absl::StatusOr<bool> HfConfig::GetBool(absl::string_view key) const {
-  const JsonValue* value = Lookup(key);
+  const Json* value = Lookup(key);
   if (value == nullptr) return Missing(key);
-  if (value->kind != JsonValue::Kind::kBool) return WrongType(key, "a boolean");
-  return value->boolean;
+  if (!value->is_boolean()) return WrongType(key, "a boolean");
+  return value->get<bool>();
 }
 
 absl::StatusOr<std::string> HfConfig::GetString(absl::string_view key) const {
-  const JsonValue* value = Lookup(key);
+  const Json* value = Lookup(key);
   if (value == nullptr) return Missing(key);
-  if (value->kind != JsonValue::Kind::kString) {
-    return WrongType(key, "a string");
-  }
-  return value->text;
+  if (!value->is_string()) return WrongType(key, "a string");
+  return value->get_ref<const std::string&>();
 }
 
 absl::StatusOr<HfConfig> HfConfig::GetObject(absl::string_view key) const {
-  const JsonValue* value = Lookup(key);
+  const Json* value = Lookup(key);
   if (value == nullptr) return Missing(key);
-  if (value->kind != JsonValue::Kind::kObject) {
-    return WrongType(key, "an object");
-  }
+  if (!value->is_object()) return WrongType(key, "an object");
   // Shares ownership of the whole document, points at the member.
-  return HfConfig(std::shared_ptr<const JsonValue>(object_, value),
+  return HfConfig(std::shared_ptr<const Json>(object_, value),
                   absl::StrCat(label_, ":", key));
 }
 
 absl::StatusOr<std::vector<std::string>> HfConfig::GetStringList(
     absl::string_view key) const {
-  const JsonValue* value = Lookup(key);
+  const Json* value = Lookup(key);
   if (value == nullptr) return Missing(key);
   std::vector<std::string> out;
-  if (value->kind != JsonValue::Kind::kArray) {
-    return WrongType(key, "a list of strings");
-  }
-  for (const JsonValue& item : value->items) {
-    if (item.kind != JsonValue::Kind::kString) {
-      return WrongType(key, "a list of strings");
-    }
-    out.push_back(item.text);
+  if (!value->is_array()) return WrongType(key, "a list of strings");
+  for (const Json& item : *value) {
+    if (!item.is_string()) return WrongType(key, "a list of strings");
+    out.push_back(item.get_ref<const std::string&>());
   }
   return out;
 }
 
 absl::StatusOr<std::vector<int64_t>> HfConfig::GetIntList(
     absl::string_view key) const {
-  const JsonValue* value = Lookup(key);
+  const Json* value = Lookup(key);
   if (value == nullptr) return Missing(key);
-  if (value->kind != JsonValue::Kind::kArray) {
-    return WrongType(key, "a list of integers");
-  }
+  if (!value->is_array()) return WrongType(key, "a list of integers");
   std::vector<int64_t> out;
-  for (const JsonValue& item : value->items) {
+  for (const Json& item : *value) {
     int64_t number = 0;
     if (!ToInt(item, &number)) return WrongType(key, "a list of integers");
     out.push_back(number);

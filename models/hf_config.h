@@ -14,16 +14,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "casting/file_system.h"
-
-namespace castserve::casting {
-struct JsonValue;
-}  // namespace castserve::casting
 
 namespace castserve::models {
 
@@ -70,7 +67,7 @@ class HfConfig {
   // Reads `path` through `file_system` and parses it. NotFound if it does not
   // exist; FailedPrecondition naming the path and the reason if it cannot be
   // read or holds more than kMaxHfConfigBytes; InvalidArgument if it is not
-  // a JSON object.
+  // a JSON object (casting/json_parser.h: strict, nesting at most 64).
   static absl::StatusOr<HfConfig> Load(
       const std::string& path,
       casting::FileSystem* file_system = casting::FileSystem::Default());
@@ -125,10 +122,10 @@ class HfConfig {
                                         absl::string_view default_value) const;
 
  private:
-  HfConfig(std::shared_ptr<const casting::JsonValue> object, std::string label);
+  HfConfig(std::shared_ptr<const nlohmann::json> object, std::string label);
 
   // The value of `key`, nullptr if absent or null.
-  const casting::JsonValue* Lookup(absl::string_view key) const;
+  const nlohmann::json* Lookup(absl::string_view key) const;
   // NotFound naming the key.
   absl::Status Missing(absl::string_view key) const;
   // InvalidArgument: `key` is not a `expected`.
@@ -136,7 +133,7 @@ class HfConfig {
                          absl::string_view expected) const;
 
   // Points into a shared parsed document (aliasing shared_ptr).
-  std::shared_ptr<const casting::JsonValue> object_;
+  std::shared_ptr<const nlohmann::json> object_;
   std::string label_;
 };
 

@@ -15,10 +15,12 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "server/log.h"
 #include "server/port_check.h"
@@ -32,7 +34,7 @@ constexpr int kListenBacklog = 128;
 constexpr absl::Duration kDeadlineCheckInterval = absl::Milliseconds(250);
 
 HttpResponse TextResponse(int status_code, std::string body) {
-  return {status_code, "text/plain; charset=utf-8", std::move(body)};
+  return {status_code, "text/plain; charset=utf-8", std::move(body), {}};
 }
 
 // A listening, non-blocking socket on `address:port`: libmicrohttpd's
@@ -60,15 +62,31 @@ MHD_Result AddHeader(void* cls, MHD_ValueKind /*kind*/, const char* name,
   return MHD_YES;
 }
 
-// Whether the request announces a body. A response queued before the body is
-// read makes libmicrohttpd skip the body and close the connection.
-bool HasBody(MHD_Connection* connection) {
+// Why the body the request announces cannot be taken (413), if so. A
+// response queued before the body is read makes libmicrohttpd skip the body
+// and close the connection.
+std::optional<HttpResponse> BodyRefusal(MHD_Connection* connection,
+                                        int64_t max_body_bytes) {
   const char* length = MHD_lookup_connection_value(
       connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-  return (length != nullptr && std::strcmp(length, "0") != 0) ||
-         MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
-                                     MHD_HTTP_HEADER_TRANSFER_ENCODING) !=
-             nullptr;
+  const bool chunked =
+      MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+                                  MHD_HTTP_HEADER_TRANSFER_ENCODING) != nullptr;
+  uint64_t bytes = 0;
+  if (length != nullptr && !absl::SimpleAtoi(length, &bytes)) {
+    return TextResponse(MHD_HTTP_BAD_REQUEST, "malformed Content-Length\n");
+  }
+  if (max_body_bytes == 0 && (bytes > 0 || chunked)) {
+    return TextResponse(MHD_HTTP_CONTENT_TOO_LARGE,
+                        "request bodies are not accepted\n");
+  }
+  if (bytes > static_cast<uint64_t>(max_body_bytes)) {
+    return TextResponse(MHD_HTTP_CONTENT_TOO_LARGE,
+                        absl::StrCat("the request body is ", bytes,
+                                     " bytes, above the limit of ",
+                                     max_body_bytes, " bytes\n"));
+  }
+  return std::nullopt;
 }
 
 // Whether the TLS peer sent a certificate that verifies against the trusted
@@ -96,8 +114,8 @@ MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
   if (reply == nullptr) return MHD_NO;
   MHD_add_response_header(reply, MHD_HTTP_HEADER_CONTENT_TYPE,
                           response.content_type.c_str());
-  if (response.status_code == MHD_HTTP_METHOD_NOT_ALLOWED) {
-    MHD_add_response_header(reply, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+  for (const auto& [name, value] : response.headers) {
+    MHD_add_response_header(reply, name.c_str(), value.c_str());
   }
   const MHD_Result queued =
       MHD_queue_response(connection, response.status_code, reply);
@@ -105,50 +123,188 @@ MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
   return queued;
 }
 
+// The fixed-path server of HttpServer::Start's second form.
+class FixedPathService : public HttpService {
+ public:
+  explicit FixedPathService(std::map<std::string, HttpHandler> handlers)
+      : handlers_(std::move(handlers)) {}
+
+  std::optional<HttpResponse> Screen(const HttpRequest& head) override {
+    if (handlers_.find(head.path) == handlers_.end()) {
+      return TextResponse(MHD_HTTP_NOT_FOUND, "not found\n");
+    }
+    if (head.method != "GET" && head.method != "HEAD") {
+      HttpResponse refusal =
+          TextResponse(MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+      refusal.headers.emplace_back(MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+      return refusal;
+    }
+    return std::nullopt;
+  }
+
+  void Handle(HttpRequest request, HttpReply reply,
+              HttpClientGone /*client_gone*/) override {
+    reply(handlers_.at(request.path)(request));
+  }
+
+ private:
+  const std::map<std::string, HttpHandler> handlers_;
+};
+
+// One request's answer, shared by the polling thread that parks the
+// connection and whoever gives the answer.
+class PendingAnswer {
+ public:
+  PendingAnswer(MHD_Connection* connection, int fd, SocketDeadlines* deadlines,
+                absl::Duration send_timeout)
+      : connection_(connection),
+        fd_(fd),
+        deadlines_(deadlines),
+        send_timeout_(send_timeout) {}
+
+  // The answer, once; a parked connection is resumed, with the send
+  // timeout as its deadline. Returns false when the answer had been given
+  // already.
+  bool Give(HttpResponse response) {
+    bool resume = false;
+    {
+      absl::MutexLock lock(&mutex_);
+      if (response_.has_value()) return false;
+      response_ = std::move(response);
+      resume = parked_;
+    }
+    // Outside the lock: libmicrohttpd takes locks of its own. The
+    // connection stays parked until this call, so it is still open.
+    if (resume) {
+      deadlines_->Set(fd_, absl::Now() + send_timeout_);
+      MHD_resume_connection(connection_);
+    }
+    return true;
+  }
+
+  // On the polling thread, once Handle returned: true when the answer is
+  // in; otherwise the connection is parked until it comes. Parks under the
+  // lock, so that Give resumes only a parked connection.
+  bool AnsweredOrPark() {
+    absl::MutexLock lock(&mutex_);
+    if (response_.has_value()) return true;
+    parked_ = true;
+    MHD_suspend_connection(connection_);
+    return false;
+  }
+
+  // The answer; only once Give ran.
+  const HttpResponse& response() {
+    absl::MutexLock lock(&mutex_);
+    return *response_;
+  }
+
+  // True once answered, or once the peer closed its end or the socket
+  // failed. Until the answer, the connection is in a callback or parked, so
+  // libmicrohttpd has not closed the socket.
+  bool ClientGone() {
+    absl::MutexLock lock(&mutex_);
+    if (response_.has_value()) return true;
+    char byte;
+    const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 ||
+           (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  }
+
+ private:
+  MHD_Connection* const connection_;
+  const int fd_;
+  SocketDeadlines* const deadlines_;
+  const absl::Duration send_timeout_;
+  absl::Mutex mutex_;
+  std::optional<HttpResponse> response_ ABSL_GUARDED_BY(mutex_);
+  bool parked_ ABSL_GUARDED_BY(mutex_) = false;
+};
+
+// What libmicrohttpd keeps for one request between the calls of
+// AnswerRequest.
+struct RequestState {
+  HttpRequest request;
+  // Set once the request went to HttpService::Handle.
+  std::shared_ptr<PendingAnswer> answer;
+};
+
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(std::map<std::string, HttpHandler> handlers,
-       std::optional<HttpTlsCredentials> tls, absl::Duration request_timeout)
-      : handlers(std::move(handlers)),
+  Impl(HttpService* service, std::unique_ptr<HttpService> owned_service,
+       std::optional<HttpTlsCredentials> tls, const HttpServerLimits& limits)
+      : owned_service(std::move(owned_service)),
+        service(service != nullptr ? service : this->owned_service.get()),
         tls(std::move(tls)),
-        request_timeout(request_timeout),
+        request_timeout(absl::Seconds(limits.request_timeout_seconds)),
+        max_body_bytes(limits.max_body_bytes),
         deadlines(kDeadlineCheckInterval) {}
 
-  // Stops libmicrohttpd (joining its threads) while the handlers still live.
+  // Stops libmicrohttpd (joining its threads) while the service still
+  // lives, once no connection is parked (libmicrohttpd must not be stopped
+  // with one).
   ~Impl() {
+    WaitUntilIdle();
     if (daemon != nullptr) MHD_stop_daemon(daemon);
   }
 
-  // The answer to a request that no handler sees, if it is one.
+  void WaitUntilIdle() {
+    absl::MutexLock lock(&mutex);
+    mutex.Await(absl::Condition(
+        +[](int* due) { return *due == 0; }, &answers_due));
+  }
+
+  // The answer to a request that is refused before its body is read, if it
+  // is.
   std::optional<HttpResponse> Refusal(MHD_Connection* connection,
-                                      const char* path,
-                                      absl::string_view method) const {
+                                      const HttpRequest& head) {
+    {
+      absl::MutexLock lock(&mutex);
+      if (stopping) {
+        return TextResponse(MHD_HTTP_SERVICE_UNAVAILABLE,
+                            "the server is stopping\n");
+      }
+    }
     if (tls.has_value() && !tls->client_ca_pem.empty() &&
         !HasTrustedClientCertificate(connection)) {
       return TextResponse(MHD_HTTP_FORBIDDEN,
                           "a trusted client certificate is required\n");
     }
-    if (handlers.find(path) == handlers.end()) {
-      return TextResponse(MHD_HTTP_NOT_FOUND, "not found\n");
+    if (std::optional<HttpResponse> refusal = service->Screen(head)) {
+      return refusal;
     }
-    if (method != "GET" && method != "HEAD") {
-      return TextResponse(MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n");
-    }
-    if (HasBody(connection)) {
-      return TextResponse(MHD_HTTP_PAYLOAD_TOO_LARGE,
-                          "request bodies are not accepted\n");
-    }
-    return std::nullopt;
+    return BodyRefusal(connection, max_body_bytes);
   }
 
-  // The handler's answer to a request Refusal let through.
-  HttpResponse Answer(MHD_Connection* connection, const char* path,
-                      const char* method) const {
-    HttpRequest request{method, path, {}};
-    MHD_get_connection_values(connection, MHD_HEADER_KIND, &AddHeader,
-                              &request.headers);
-    return handlers.at(request.path)(request);
+  // Hands a complete request to the service; queues its answer when it
+  // came inline, else parks the connection until it comes.
+  MHD_Result Dispatch(MHD_Connection* connection, RequestState* state) {
+    const int fd = ConnectionFd(connection);
+    state->answer = std::make_shared<PendingAnswer>(connection, fd, &deadlines,
+                                                    request_timeout);
+    {
+      absl::MutexLock lock(&mutex);
+      ++answers_due;
+    }
+    // The work takes what it takes (its own deadline bounds it); sending
+    // the answer gets a request timeout of its own (Answered).
+    deadlines.Forget(fd);
+    std::shared_ptr<PendingAnswer> answer = state->answer;
+    service->Handle(
+        std::move(state->request),
+        [this, answer](HttpResponse response) {
+          if (answer->Give(std::move(response))) AnswerGiven();
+        },
+        [answer] { return answer->ClientGone(); });
+    if (!answer->AnsweredOrPark()) return MHD_YES;
+    deadlines.Set(fd, absl::Now() + request_timeout);
+    return Queue(connection, answer->response());
+  }
+
+  void AnswerGiven() {
+    absl::MutexLock lock(&mutex);
+    --answers_due;
   }
 
   // libmicrohttpd's messages: collected while starting (they explain a
@@ -167,27 +323,44 @@ struct HttpServer::Impl {
     }
   }
 
-  // Called twice per request. First once its head is in: a refusal is
+  // Called several times per request: once its head is in (a refusal is
   // queued at once, which makes libmicrohttpd close the connection after it
-  // and leave any body unread. A request to answer is marked and answered on
-  // the second call, once the (empty) request is complete, so that the
-  // connection stays open for the next request.
+  // and leave any body unread), once per piece of body, once the request
+  // is complete (it goes to the service), and once more after a parked
+  // connection was resumed (its answer is queued).
   static MHD_Result AnswerRequest(void* cls, MHD_Connection* connection,
                                   const char* path, const char* method,
                                   const char* /*version*/,
-                                  const char* /*upload_data*/,
+                                  const char* upload_data,
                                   size_t* upload_data_size,
                                   void** request_context) {
-    if (*upload_data_size != 0) return MHD_NO;  // A body after the refusal.
     auto* impl = static_cast<Impl*>(cls);
-    if (*request_context == nullptr) {
-      std::optional<HttpResponse> refusal =
-          impl->Refusal(connection, path, method);
-      if (refusal.has_value()) return Queue(connection, *refusal);
-      *request_context = impl;  // Any non-null mark.
+    auto* state = static_cast<RequestState*>(*request_context);
+    if (state == nullptr) {
+      HttpRequest head{method, path, {}, {}};
+      MHD_get_connection_values(connection, MHD_HEADER_KIND, &AddHeader,
+                                &head.headers);
+      if (std::optional<HttpResponse> refusal =
+              impl->Refusal(connection, head)) {
+        return Queue(connection, *refusal);
+      }
+      *request_context = new RequestState{std::move(head), nullptr};
       return MHD_YES;
     }
-    return Queue(connection, impl->Answer(connection, path, method));
+    if (*upload_data_size != 0) {
+      // A chunked body past the limit: no answer can be queued while the
+      // body is being read, so the connection is closed.
+      if (state->answer != nullptr ||
+          state->request.body.size() + *upload_data_size >
+              static_cast<uint64_t>(impl->max_body_bytes)) {
+        return MHD_NO;
+      }
+      state->request.body.append(upload_data, *upload_data_size);
+      *upload_data_size = 0;
+      return MHD_YES;
+    }
+    if (state->answer == nullptr) return impl->Dispatch(connection, state);
+    return Queue(connection, state->answer->response());
   }
 
   // A connection's first request is due within the request timeout of its
@@ -207,9 +380,11 @@ struct HttpServer::Impl {
   // The next request on a kept-alive connection is due within the request
   // timeout of this one's end.
   static void RequestCompleted(void* cls, MHD_Connection* connection,
-                               void** /*request_context*/,
+                               void** request_context,
                                MHD_RequestTerminationCode /*code*/) {
     auto* impl = static_cast<Impl*>(cls);
+    delete static_cast<RequestState*>(*request_context);
+    *request_context = nullptr;
     impl->deadlines.Set(ConnectionFd(connection),
                         absl::Now() + impl->request_timeout);
   }
@@ -226,10 +401,12 @@ struct HttpServer::Impl {
     starting = false;
   }
 
-  const std::map<std::string, HttpHandler> handlers;
+  const std::unique_ptr<HttpService> owned_service;
+  HttpService* const service;
   // Kept while the server runs: libmicrohttpd holds pointers into it.
   const std::optional<HttpTlsCredentials> tls;
   const absl::Duration request_timeout;
+  const int64_t max_body_bytes;
   // Outlives the daemon: connections closed as it stops forget theirs.
   SocketDeadlines deadlines;
   int port = 0;
@@ -237,12 +414,33 @@ struct HttpServer::Impl {
 
   absl::Mutex mutex;
   bool starting ABSL_GUARDED_BY(mutex) = true;
+  bool stopping ABSL_GUARDED_BY(mutex) = false;
+  // Requests handed to the service and not answered yet.
+  int answers_due ABSL_GUARDED_BY(mutex) = 0;
   std::vector<std::string> start_messages ABSL_GUARDED_BY(mutex);
 };
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const std::string& address, int port, const HttpServerOptions& options,
     std::map<std::string, HttpHandler> handlers) {
+  HttpServerOptions fixed = options;
+  fixed.limits.max_body_bytes = 0;
+  return StartImpl(address, port, fixed, nullptr,
+                   std::make_unique<FixedPathService>(std::move(handlers)));
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const std::string& address, int port, const HttpServerOptions& options,
+    HttpService* service) {
+  if (service == nullptr) {  // Start(..., {}) picks this form: no paths.
+    return Start(address, port, options, std::map<std::string, HttpHandler>());
+  }
+  return StartImpl(address, port, options, service, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::StartImpl(
+    const std::string& address, int port, const HttpServerOptions& options,
+    HttpService* service, std::unique_ptr<HttpService> owned_service) {
   absl::StatusOr<int> listen_fd = Listen(address, port);
   if (!listen_fd.ok()) return listen_fd.status();
   absl::StatusOr<int> bound_port = BoundPort(*listen_fd);
@@ -250,9 +448,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     close(*listen_fd);
     return bound_port.status();
   }
-  auto impl = std::make_unique<Impl>(
-      std::move(handlers), options.tls,
-      absl::Seconds(options.limits.request_timeout_seconds));
+  auto impl = std::make_unique<Impl>(service, std::move(owned_service),
+                                     options.tls, options.limits);
   impl->port = *bound_port;
 
   const HttpServerLimits& limits = options.limits;
@@ -279,8 +476,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   if (limits.threads > 1) {
     items.push_back({MHD_OPTION_THREAD_POOL_SIZE, limits.threads, nullptr});
   }
-  unsigned int flags =
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+  unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                       MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
   if (impl->tls.has_value()) {
     flags |= MHD_USE_TLS;
     items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0,
@@ -313,5 +510,12 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpServer::~HttpServer() = default;
 
 int HttpServer::port() const { return impl_->port; }
+
+void HttpServer::StopIntake() {
+  absl::MutexLock lock(&impl_->mutex);
+  impl_->stopping = true;
+}
+
+void HttpServer::WaitUntilIdle() { impl_->WaitUntilIdle(); }
 
 }  // namespace castserve

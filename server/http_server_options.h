@@ -21,12 +21,18 @@ struct HttpServerLimits {
   // A connection that has sent and received nothing for this long is closed,
   // whatever state its request is in.
   int connection_timeout_seconds = 10;
-  // Each request must be received and answered within this many seconds of
-  // the connection opening (or of the previous answer on it), or the
-  // connection is closed: a client that trickles its request head a byte at
-  // a time is never idle, so the inactivity timeout alone would let it keep
-  // its slot for hours.
+  // Each request must be received within this many seconds of the
+  // connection opening (or of the previous answer on it), and an answer
+  // given later (HttpService::Handle) must be sent within this many seconds
+  // of being given, or the connection is closed: a client that trickles its
+  // request a byte at a time is never idle, so the inactivity timeout alone
+  // would let it keep its slot for hours. The time the work behind an
+  // answer takes is not counted: its own deadline bounds it.
   int request_timeout_seconds = 30;
+  // Largest request body, in bytes; a larger one gets 413 (at once when its
+  // Content-Length says so; a chunked body is cut off and the connection
+  // closed). 0: requests with a body get 413.
+  int64_t max_body_bytes = 0;
   // Memory each connection may use for its request head (request line and
   // headers) and the response's head. A larger request head gets 431 (414
   // for a long request line).

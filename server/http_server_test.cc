@@ -324,6 +324,13 @@ TEST(HttpServerTlsTest, UnreadableClientCaIsAPreciseError) {
   EXPECT_THAT(server.status().message(), HasSubstr("trust certificate"));
 }
 
+TEST(HttpServerStartTest, NoHandlersAnswer404) {
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("127.0.0.1", 0, {}, {});
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT(Get((*server)->port(), "/metrics"), StartsWith("HTTP/1.1 404"));
+}
+
 TEST(HttpServerStartTest, PortInUseNamesTheAddress) {
   absl::StatusOr<std::unique_ptr<HttpServer>> first =
       HttpServer::Start("127.0.0.1", 0, {}, {});
@@ -334,6 +341,132 @@ TEST(HttpServerStartTest, PortInUseNamesTheAddress) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(second.status().message(),
               HasSubstr("127.0.0.1:" + std::to_string((*first)->port())));
+}
+
+// An HttpService that keeps each request and its reply for the test to
+// answer from its own thread.
+class ParkingService : public HttpService {
+ public:
+  std::optional<HttpResponse> Screen(const HttpRequest& head) override {
+    if (head.path != "/echo") return HttpResponse{404, "text/plain", "", {}};
+    return std::nullopt;
+  }
+  void Handle(HttpRequest request, HttpReply reply,
+              HttpClientGone client_gone) override {
+    absl::MutexLock lock(&mutex_);
+    body_ = request.body;
+    reply_ = std::move(reply);
+    client_gone_ = std::move(client_gone);
+  }
+  // Waits for a parked request; answers it with its body.
+  bool AnswerWithBody(int status_code) {
+    absl::MutexLock lock(&mutex_);
+    if (!mutex_.AwaitWithTimeout(
+            absl::Condition(
+                +[](HttpReply* reply) { return *reply != nullptr; }, &reply_),
+            absl::Seconds(5))) {
+      return false;
+    }
+    HttpReply reply = std::move(reply_);
+    reply_ = nullptr;
+    reply({status_code, "text/plain", body_, {{"X-Echo", "1"}}});
+    return true;
+  }
+  bool ClientGone() {
+    absl::MutexLock lock(&mutex_);
+    return client_gone_ != nullptr && client_gone_();
+  }
+
+ private:
+  absl::Mutex mutex_;
+  std::string body_ ABSL_GUARDED_BY(mutex_);
+  HttpReply reply_ ABSL_GUARDED_BY(mutex_);
+  HttpClientGone client_gone_ ABSL_GUARDED_BY(mutex_);
+};
+
+class HttpServerServiceTest : public ::testing::Test {
+ protected:
+  void StartServer(int64_t max_body_bytes) {
+    HttpServerOptions options;
+    options.limits.max_body_bytes = max_body_bytes;
+    absl::StatusOr<std::unique_ptr<HttpServer>> server =
+        HttpServer::Start("127.0.0.1", 0, options, &service_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  ParkingService service_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+TEST_F(HttpServerServiceTest, BodiesReachTheServiceAndAnswersComeLater) {
+  StartServer(1024);
+  const int fd = Connect(server_->port());
+  const std::string request =
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello";
+  ASSERT_EQ(write(fd, request.data(), request.size()),
+            static_cast<ssize_t>(request.size()));
+  EXPECT_FALSE(service_.ClientGone());
+  ASSERT_TRUE(service_.AnswerWithBody(201));
+  char buffer[1024];
+  const ssize_t n = read(fd, buffer, sizeof buffer);
+  ASSERT_GT(n, 0);
+  const std::string response(buffer, n);
+  EXPECT_THAT(response, StartsWith("HTTP/1.1 201"));
+  EXPECT_THAT(response, HasSubstr("X-Echo: 1"));
+  EXPECT_THAT(response, HasSubstr("\r\n\r\nhello"));
+  // Kept alive: a chunked body on the same connection.
+  const std::string chunked =
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+      "Connection: close\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+  ASSERT_EQ(write(fd, chunked.data(), chunked.size()),
+            static_cast<ssize_t>(chunked.size()));
+  ASSERT_TRUE(service_.AnswerWithBody(200));
+  EXPECT_THAT(ReadToEnd(fd), HasSubstr("\r\n\r\nabcde"));
+  close(fd);
+}
+
+TEST_F(HttpServerServiceTest, ClientGoneOnceTheClientCloses) {
+  StartServer(1024);
+  const int fd = Connect(server_->port());
+  const std::string request =
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi";
+  ASSERT_EQ(write(fd, request.data(), request.size()),
+            static_cast<ssize_t>(request.size()));
+  // Parked once Handle has run.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(service_.ClientGone());
+  close(fd);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_TRUE(service_.ClientGone());
+  ASSERT_TRUE(service_.AnswerWithBody(200));
+}
+
+TEST_F(HttpServerServiceTest, BodiesPastTheLimitAreRefused) {
+  StartServer(8);
+  EXPECT_THAT(Exchange(server_->port(),
+                       "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 9"
+                       "\r\n\r\n123456789"),
+              StartsWith("HTTP/1.1 413"));
+  // A chunked body cannot be answered while it is read: past the limit the
+  // connection is closed.
+  EXPECT_EQ(Exchange(server_->port(),
+                     "POST /echo HTTP/1.1\r\nHost: x\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n9\r\n123456789\r\n"),
+            "");
+  EXPECT_THAT(Exchange(server_->port(),
+                       "POST /nope HTTP/1.1\r\nHost: x\r\nContent-Length: 9"
+                       "\r\n\r\n123456789"),
+              StartsWith("HTTP/1.1 404"));
+}
+
+TEST_F(HttpServerServiceTest, StopIntakeAnswers503) {
+  StartServer(8);
+  server_->StopIntake();
+  EXPECT_THAT(Exchange(server_->port(),
+                       "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2"
+                       "\r\n\r\nhi"),
+              StartsWith("HTTP/1.1 503"));
 }
 
 }  // namespace

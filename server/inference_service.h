@@ -1,19 +1,17 @@
 #ifndef CASTSERVE_SERVER_INFERENCE_SERVICE_H_
 #define CASTSERVE_SERVER_INFERENCE_SERVICE_H_
 
-#include <atomic>
-
-#include "casting/executor.h"
 #include "proto/inference.grpc.pb.h"
-#include "server/auth.h"
-#include "server/model_manager.h"
+#include "server/inference_core.h"
 
 namespace castserve {
 
 // The KServe v2 gRPC service and the Triton extensions tooling calls, on
-// gRPC's callback API. Handlers are stateless and short: they validate,
-// delegate to the ModelManager / ServedModel, and convert statuses at the
-// edge (status_conversion.h). RPCs not overridden here answer UNIMPLEMENTED.
+// gRPC's callback API. Each handler is one line: it hands the call's
+// metadata, deadline and cancellation (a CallContext) with the messages to
+// the InferenceCore, which the REST port shares, and finishes the reactor
+// with the converted status (status_conversion.h). RPCs not overridden here
+// answer UNIMPLEMENTED. The operations' contracts are InferenceCore's.
 //
 // No handler blocks a gRPC thread for long: a call that needs a model that
 // is not READY yet (first-request load) or a repository load/unload runs on
@@ -25,20 +23,8 @@ namespace castserve {
 class InferenceService final
     : public inference::GRPCInferenceService::CallbackService {
  public:
-  // `ready` says whether the server takes requests. Both pointers are owned
-  // by the caller and must outlive the service. An inference response
-  // larger than `max_response_bytes` (the server's --max-message-bytes)
-  // fails with RESOURCE_EXHAUSTED naming both sizes.
-  // With `auth` (may be null; not owned, outlives the service), every RPC
-  // but ServerLive and ServerReady needs a bearer token in the
-  // `authorization` metadata: `admin` for the repository RPCs, `infer` for
-  // the others (UNAUTHENTICATED / PERMISSION_DENIED otherwise).
-  // `executor` (may be null: casting::Executor::Default(); not owned,
-  // outlives the service) runs the calls that wait.
-  InferenceService(const std::atomic<bool>* ready, ModelManager* manager,
-                   int64_t max_response_bytes,
-                   TokenAuthenticator* auth = nullptr,
-                   casting::Executor* executor = nullptr);
+  // `core` (not owned) must outlive the service.
+  explicit InferenceService(InferenceCore* core);
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -55,13 +41,11 @@ class InferenceService final
       const inference::ServerMetadataRequest* request,
       inference::ServerMetadataResponse* response) override;
 
-  // READY or not; an unknown model is not ready (no error), as in Triton.
   grpc::ServerUnaryReactor* ModelReady(
       grpc::CallbackServerContext* context,
       const inference::ModelReadyRequest* request,
       inference::ModelReadyResponse* response) override;
 
-  // Metadata and config need the model: a first_request model loads here.
   grpc::ServerUnaryReactor* ModelMetadata(
       grpc::CallbackServerContext* context,
       const inference::ModelMetadataRequest* request,
@@ -72,11 +56,6 @@ class InferenceService final
       const inference::ModelConfigRequest* request,
       inference::ModelConfigResponse* response) override;
 
-  // Deadline: the call's, shortened by a "timeout" request parameter
-  // (microseconds). Cancellation: the call's, also while queued. Every
-  // request counts once in the statistics and metrics, whichever step
-  // refused it: against its model once one was found (ServedModel::Infer
-  // validates and counts it), otherwise in UnroutedRequests.
   grpc::ServerUnaryReactor* ModelInfer(
       grpc::CallbackServerContext* context,
       const inference::ModelInferRequest* request,
@@ -88,7 +67,6 @@ class InferenceService final
                           inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* context) override;
 
-  // READY models only (or the named one, zeros if it is not loaded).
   grpc::ServerUnaryReactor* ModelStatistics(
       grpc::CallbackServerContext* context,
       const inference::ModelStatisticsRequest* request,
@@ -99,9 +77,6 @@ class InferenceService final
       const inference::RepositoryIndexRequest* request,
       inference::RepositoryIndexResponse* response) override;
 
-  // Parameter "config" (string): a ModelConfig as JSON, used instead of the
-  // model's config.pbtxt. Other keys are ignored except "file:*", which is
-  // rejected (castserve does not take model files over the wire).
   grpc::ServerUnaryReactor* RepositoryModelLoad(
       grpc::CallbackServerContext* context,
       const inference::RepositoryModelLoadRequest* request,
@@ -113,20 +88,7 @@ class InferenceService final
       inference::RepositoryModelUnloadResponse* response) override;
 
  private:
-  const std::atomic<bool>* ready_;
-  ModelManager* manager_;
-  casting::Executor* const executor_;
-  const int64_t max_response_bytes_;
-  TokenAuthenticator* const auth_;
-
-  // OK without `auth_`, else TokenAuthenticator::Authorize of the call's
-  // `authorization` metadata.
-  absl::Status Authorize(const grpc::CallbackServerContext& context,
-                         Scope scope) const;
-  // Null when the call may go on; otherwise the reactor that finished it
-  // with Authorize's status.
-  grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context,
-                                   Scope scope) const;
+  InferenceCore* const core_;
 };
 
 }  // namespace castserve

@@ -60,8 +60,9 @@ class InferenceServiceTest : public ::testing::Test {
   // (Re)starts the service with a response limit.
   void Start(int64_t max_response_bytes) {
     if (server_ != nullptr) TearDown();
-    service_ = std::make_unique<InferenceService>(
+    core_ = std::make_unique<InferenceCore>(
         &ready_, &manager_, max_response_bytes, /*auth=*/nullptr, executor_);
+    service_ = std::make_unique<InferenceService>(core_.get());
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -89,6 +90,7 @@ class InferenceServiceTest : public ::testing::Test {
   // Runs the calls that wait; null: casting::Executor::Default().
   casting::Executor* executor_ = nullptr;
   testing::FakeModelManager manager_;
+  std::unique_ptr<InferenceCore> core_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
@@ -209,9 +211,9 @@ TEST_F(InferenceServiceTest, ServerMetadataListsWorkingExtensions) {
   grpc::ClientContext context;
   inference::ServerMetadataResponse response;
   ASSERT_TRUE(stub_->ServerMetadata(&context, {}, &response).ok());
-  EXPECT_THAT(
-      response.extensions(),
-      ElementsAre("model_repository", "model_configuration", "statistics"));
+  EXPECT_THAT(response.extensions(),
+              ElementsAre("model_repository", "model_configuration",
+                          "statistics", "binary_tensor_data"));
 }
 
 TEST_F(InferenceServiceTest, StatisticsCountBatchesAndMemory) {

@@ -65,22 +65,26 @@ absl::Status ReadPemFlag(const char* flag, const std::string& path,
   return absl::OkStatus();
 }
 
-// The metrics port's limits, and its TLS credentials read from the files
-// the flags name. InvalidArgument naming the flag and the file when one
-// cannot be used.
-absl::StatusOr<HttpServerOptions> MetricsHttpOptions(const ServerFlags& flags) {
+// An HTTP port's limits, and its TLS credentials read from the files the
+// flags --<prefix>-tls-* name. InvalidArgument naming the flag and the file
+// when one cannot be used.
+absl::StatusOr<HttpServerOptions> HttpOptions(const std::string& prefix,
+                                              const HttpServerLimits& limits,
+                                              const std::string& cert_file,
+                                              const std::string& key_file,
+                                              const std::string& ca_file) {
   HttpServerOptions http;
-  http.limits = flags.metrics_limits;
-  if (flags.metrics_tls_cert_file.empty()) return http;
+  http.limits = limits;
+  if (cert_file.empty()) return http;
   HttpTlsCredentials& tls = http.tls.emplace();
+  const std::string flag = "--" + prefix + "-tls-";
   for (absl::Status status :
-       {ReadPemFlag("--metrics-tls-cert-file", flags.metrics_tls_cert_file,
+       {ReadPemFlag((flag + "cert-file").c_str(), cert_file,
                     PemKind::kCertificate, &tls.certificate_pem),
-        ReadPemFlag("--metrics-tls-key-file", flags.metrics_tls_key_file,
-                    PemKind::kPrivateKey, &tls.private_key_pem),
-        ReadPemFlag("--metrics-tls-client-ca-file",
-                    flags.metrics_tls_client_ca_file, PemKind::kCertificate,
-                    &tls.client_ca_pem)}) {
+        ReadPemFlag((flag + "key-file").c_str(), key_file, PemKind::kPrivateKey,
+                    &tls.private_key_pem),
+        ReadPemFlag((flag + "client-ca-file").c_str(), ca_file,
+                    PemKind::kCertificate, &tls.client_ca_pem)}) {
     if (!status.ok()) return status;
   }
   return http;
@@ -151,14 +155,22 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const ServerFlags& flags) {
     Log(LogLevel::kInfo,
         "no authentication configured: listening on 127.0.0.1 only",
         {{"hint",
-          "--auth-token-file or --grpc-tls-client-ca-file to serve other "
-          "machines"}});
+          "--auth-token-file (or client certificates on the gRPC and REST "
+          "ports) to serve other machines"}});
   }
   options.grpc_port = flags.grpc_port;
   options.metrics_port = flags.metrics_port;
-  absl::StatusOr<HttpServerOptions> metrics_http = MetricsHttpOptions(flags);
+  options.http_port = flags.http_port;
+  absl::StatusOr<HttpServerOptions> metrics_http =
+      HttpOptions("metrics", flags.metrics_limits, flags.metrics_tls_cert_file,
+                  flags.metrics_tls_key_file, flags.metrics_tls_client_ca_file);
   if (!metrics_http.ok()) return metrics_http.status();
   options.metrics_http = *std::move(metrics_http);
+  absl::StatusOr<HttpServerOptions> http =
+      HttpOptions("http", flags.http_limits, flags.http_tls_cert_file,
+                  flags.http_tls_key_file, flags.http_tls_client_ca_file);
+  if (!http.ok()) return http.status();
+  options.http = *std::move(http);
   // gRPC reads the files itself (and again when they change); read here
   // once for errors that name the flag and the file.
   for (absl::Status status :

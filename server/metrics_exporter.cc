@@ -4,6 +4,7 @@
 #include "prometheus/text_serializer.h"
 #include "server/auth.h"
 #include "server/http_server.h"
+#include "server/status_conversion.h"
 
 namespace castserve {
 
@@ -23,9 +24,10 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
                header == request.headers.end() ? "" : header->second,
                Scope::kMetrics);
            if (!allowed.ok()) {
-             return HttpResponse{absl::IsPermissionDenied(allowed) ? 403 : 401,
+             return HttpResponse{ToHttpStatusCode(allowed.code()),
                                  "text/plain; charset=utf-8",
-                                 absl::StrCat(allowed.message(), "\n")};
+                                 absl::StrCat(allowed.message(), "\n"),
+                                 {}};
            }
          }
          return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",

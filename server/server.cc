@@ -17,6 +17,8 @@
 #include "casting/tracking_allocator.h"
 #include "server/auth.h"
 #include "server/hf_served_model_factory.h"
+#include "server/http_server.h"
+#include "server/inference_core.h"
 #include "server/inference_service.h"
 #include "server/log.h"
 #include "server/metrics_exporter.h"
@@ -24,6 +26,7 @@
 #include "server/model_repository.h"
 #include "server/port_check.h"
 #include "server/process_metrics.h"
+#include "server/rest_service.h"
 #include "server/serving_metrics.h"
 
 namespace castserve {
@@ -137,12 +140,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   if (!metrics.ok()) return metrics.status();
   server->metrics_ = *std::move(metrics);
 
-  if (options.grpc_port != 0) {
-    // Before the models load: a busy port should fail at once, and gRPC
-    // reports a failed bind with several lines of its own where this gives
-    // one precise error.
-    if (absl::Status status =
-            CheckPortAvailable(options.bind_address, options.grpc_port);
+  // Before the models load: a busy port should fail at once, and gRPC
+  // reports a failed bind with several lines of its own where this gives
+  // one precise error.
+  for (int port : {options.grpc_port, options.http_port.value_or(0)}) {
+    if (port == 0) continue;
+    if (absl::Status status = CheckPortAvailable(options.bind_address, port);
         !status.ok()) {
       return status;
     }
@@ -151,13 +154,26 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
     return status;
   }
   manager_ref->store(server->manager_.get());
+  server->core_ = std::make_unique<InferenceCore>(
+      &server->ready_, server->manager_.get(), options.max_message_bytes,
+      server->auth_.get(), server->executor_.get());
   if (absl::Status status = server->StartGrpc(options); !status.ok()) {
     return status;
   }
+  if (absl::Status status = server->StartRest(options); !status.ok()) {
+    return status;
+  }
   server->ready_ = true;
-  Log(LogLevel::kInfo, "castserve ready",
-      {{"grpc_port", server->grpc_port_},
-       {"metrics_port", server->metrics_port()}});
+  if (server->rest_http_ != nullptr) {
+    Log(LogLevel::kInfo, "castserve ready",
+        {{"grpc_port", server->grpc_port_},
+         {"metrics_port", server->metrics_port()},
+         {"http_port", server->http_port()}});
+  } else {
+    Log(LogLevel::kInfo, "castserve ready",
+        {{"grpc_port", server->grpc_port_},
+         {"metrics_port", server->metrics_port()}});
+  }
   return server;
 }
 
@@ -184,9 +200,7 @@ absl::Status Server::StartModels(const ServerOptions& options) {
 
 absl::Status Server::StartGrpc(const ServerOptions& options) {
   grpc::EnableDefaultHealthCheckService(true);
-  service_ = std::make_unique<InferenceService>(&ready_, manager_.get(),
-                                                options.max_message_bytes,
-                                                auth_.get(), executor_.get());
+  service_ = std::make_unique<InferenceService>(core_.get());
   grpc::ServerBuilder builder;
   // Two daemons must not silently share a port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -209,29 +223,55 @@ absl::Status Server::StartGrpc(const ServerOptions& options) {
   return absl::OkStatus();
 }
 
+absl::Status Server::StartRest(const ServerOptions& options) {
+  if (!options.http_port.has_value()) return absl::OkStatus();
+  rest_service_ = std::make_unique<RestService>(core_.get(), executor_.get());
+  HttpServerOptions http = options.http;
+  http.limits.max_body_bytes = options.max_message_bytes;
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(
+      options.bind_address, *options.http_port, http, rest_service_.get());
+  if (!server.ok()) return server.status();
+  rest_http_ = *std::move(server);
+  return absl::OkStatus();
+}
+
 int Server::metrics_port() const { return metrics_->port(); }
+
+int Server::http_port() const {
+  return rest_http_ != nullptr ? rest_http_->port() : 0;
+}
+
+void Server::DrainCalls(absl::Duration grace) {
+  if (grpc_server_ != nullptr) {
+    grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  }
+  if (rest_http_ != nullptr) rest_http_->StopIntake();
+  if (grpc_server_ == nullptr && rest_http_ == nullptr) return;
+  // gRPC cancels the calls still running at the deadline but waits for
+  // their handlers, and the REST port waits for its answers; cancelling the
+  // models' forwards then ends them at their next module instead of after
+  // the whole forward.
+  absl::Notification drained;
+  std::unique_ptr<casting::Thread> canceller =
+      executor_->StartThread([this, grace, &drained] {
+        if (drained.WaitForNotificationWithTimeout(grace)) return;
+        Log(LogLevel::kWarning,
+            "grace period over; cancelling the forwards still running");
+        manager_->CancelAll("the daemon is shutting down");
+      });
+  if (grpc_server_ != nullptr) {
+    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    grpc_server_->Wait();
+  }
+  if (rest_http_ != nullptr) rest_http_->WaitUntilIdle();
+  drained.Notify();
+  canceller->Join();
+}
 
 void Server::Shutdown(absl::Duration grace) {
   if (shut_down_.exchange(true)) return;
   ready_ = false;
-  if (grpc_server_ != nullptr) {
-    grpc_server_->GetHealthCheckService()->SetServingStatus(false);
-    // gRPC cancels the calls still running at the deadline but waits for
-    // their handlers; cancelling the models' forwards then ends them at
-    // their next module instead of after the whole forward.
-    absl::Notification drained;
-    std::unique_ptr<casting::Thread> canceller =
-        executor_->StartThread([this, grace, &drained] {
-          if (drained.WaitForNotificationWithTimeout(grace)) return;
-          Log(LogLevel::kWarning,
-              "grace period over; cancelling the forwards still running");
-          manager_->CancelAll("the daemon is shutting down");
-        });
-    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
-    grpc_server_->Wait();
-    drained.Notify();
-    canceller->Join();
-  }
+  DrainCalls(grace);
   // No call is left that could reach a model. The metrics exporter goes
   // first: its scrapes read the manager. Loads and repository calls that
   // requests started may still run: cancelled, they stop at their next step,
@@ -239,6 +279,8 @@ void Server::Shutdown(absl::Duration grace) {
   metrics_.reset();
   if (manager_ != nullptr) manager_->CancelAll("the daemon is shutting down");
   if (executor_ != nullptr) executor_->Drain();
+  // Every REST answer has been given: the port can stop.
+  rest_http_.reset();
   manager_.reset();
 }
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -20,21 +21,28 @@ namespace casting {
 class Executor;
 }
 
+class HttpServer;
+class InferenceCore;
 class InferenceService;
 class MetricsExporter;
 class ModelManager;
 class ModelRepository;
+class RestService;
 class ServedModelFactory;
 class TokenAuthenticator;
 
 struct ServerOptions {
   std::string model_repository;
   std::string bind_address = "0.0.0.0";
-  // 0 picks a free port; see grpc_port() / metrics_port().
+  // 0 picks a free port; see grpc_port() / metrics_port() / http_port().
   int grpc_port = 8001;
   int metrics_port = 8002;
+  // The KServe v2 REST port; nullopt: none.
+  std::optional<int> http_port = 8000;
   // The metrics port's connection limits and optional TLS.
   HttpServerOptions metrics_http;
+  // The REST port's; its request bodies are bounded by max_message_bytes.
+  HttpServerOptions http;
   // TLS on the gRPC port: PEM files, watched and reloaded when they change
   // (checked every 10 s). Empty cert_file: plaintext. With client_ca_file,
   // clients must present a certificate it signed.
@@ -43,13 +51,14 @@ struct ServerOptions {
     std::string key_file;
     std::string client_ca_file;
   } grpc_tls;
-  // Bearer tokens for both ports (InferenceService, MetricsExporter); null:
+  // Bearer tokens for every port (InferenceCore, MetricsExporter); null:
   // none needed.
   std::shared_ptr<TokenAuthenticator> auth;
   // Memory models may use together; 0 means no budget (ModelManager).
   int64_t memory_budget_bytes = 0;
-  // Largest gRPC message received or sent; a larger request fails with
-  // RESOURCE_EXHAUSTED before any handler runs.
+  // Largest gRPC message received or sent, and largest REST request body
+  // (413); a larger request fails with RESOURCE_EXHAUSTED before any
+  // handler runs.
   int64_t max_message_bytes = int64_t{256} << 20;
   // LibTorch threads and the limits on model configs (FactoryOptions).
   int intra_op_threads = 0;
@@ -66,7 +75,8 @@ struct ServerOptions {
 };
 
 // The running daemon: the gRPC server (KServe v2 service and
-// grpc.health.v1), the metrics exporter, the model repository and the
+// grpc.health.v1), the REST port (KServe v2 over HTTP), both on one
+// InferenceCore, the metrics exporter, the model repository and the
 // ModelManager serving its models (built by HfServedModelFactory).
 // Create starts everything; Shutdown (or the destructor) stops it.
 // Thread-safe.
@@ -74,7 +84,8 @@ class Server {
  public:
   // Opens the repository and logs what it holds, binds the metrics port,
   // loads the `startup` models (a model that fails becomes UNAVAILABLE; the
-  // server still starts), then binds the gRPC port and becomes ready.
+  // server still starts), then binds the gRPC and REST ports and becomes
+  // ready.
   // Errors: the repository's (NotFound, FailedPrecondition, PermissionDenied)
   // or FailedPrecondition naming an address that cannot be bound.
   static absl::StatusOr<std::unique_ptr<Server>> Create(
@@ -90,12 +101,18 @@ class Server {
 
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const;
+  // 0 when there is no REST port.
+  int http_port() const;
 
  private:
   Server();
 
   absl::Status StartModels(const ServerOptions& options);
   absl::Status StartGrpc(const ServerOptions& options);
+  absl::Status StartRest(const ServerOptions& options);
+  // Stops intake on both ports and waits for their calls, cancelling every
+  // forward and load once `grace` has passed.
+  void DrainCalls(absl::Duration grace);
 
   std::atomic<bool> ready_{false};
   std::atomic<bool> shut_down_{false};
@@ -108,8 +125,13 @@ class Server {
   ServedModelFactory* factory_ = nullptr;  // owned_factory_ or the options'.
   // Destroyed before the factory and the repository it points to.
   std::unique_ptr<ModelManager> manager_;
+  // Outlives both protocols' services.
+  std::unique_ptr<InferenceCore> core_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<RestService> rest_service_;
+  // Destroyed before the service it serves.
+  std::unique_ptr<HttpServer> rest_http_;
   std::unique_ptr<MetricsExporter> metrics_;
   int grpc_port_ = 0;
   std::shared_ptr<TokenAuthenticator> auth_;

@@ -79,44 +79,22 @@ absl::Status ParseFilePath(absl::string_view flag, const std::string& value,
   return absl::OkStatus();
 }
 
-// The TLS files go together: a certificate needs its key, client
-// certificates need the server's own.
-absl::Status CheckMetricsTlsFiles(const ServerFlags& flags) {
-  if (flags.metrics_tls_cert_file.empty() !=
-      flags.metrics_tls_key_file.empty()) {
+// The TLS files of port `prefix` ("metrics", "grpc", "http") go together:
+// a certificate needs its key, client certificates need the server's own.
+absl::Status CheckTlsFiles(absl::string_view prefix, const std::string& cert,
+                           const std::string& key,
+                           const std::string& client_ca) {
+  const std::string cert_flag = absl::StrCat("--", prefix, "-tls-cert-file");
+  const std::string key_flag = absl::StrCat("--", prefix, "-tls-key-file");
+  if (cert.empty() != key.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        flags.metrics_tls_cert_file.empty() ? "--metrics-tls-key-file"
-                                            : "--metrics-tls-cert-file",
-        " needs ",
-        flags.metrics_tls_cert_file.empty() ? "--metrics-tls-cert-file"
-                                            : "--metrics-tls-key-file",
-        ": give both or neither"));
+        cert.empty() ? key_flag : cert_flag, " needs ",
+        cert.empty() ? cert_flag : key_flag, ": give both or neither"));
   }
-  if (!flags.metrics_tls_client_ca_file.empty() &&
-      flags.metrics_tls_cert_file.empty()) {
+  if (!client_ca.empty() && cert.empty()) {
     return absl::InvalidArgumentError(
-        "--metrics-tls-client-ca-file needs --metrics-tls-cert-file and "
-        "--metrics-tls-key-file");
-  }
-  return absl::OkStatus();
-}
-
-// The same for the gRPC port.
-absl::Status CheckGrpcTlsFiles(const ServerFlags& flags) {
-  if (flags.grpc_tls_cert_file.empty() != flags.grpc_tls_key_file.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flags.grpc_tls_cert_file.empty() ? "--grpc-tls-key-file"
-                                                      : "--grpc-tls-cert-file",
-                     " needs ",
-                     flags.grpc_tls_cert_file.empty() ? "--grpc-tls-cert-file"
-                                                      : "--grpc-tls-key-file",
-                     ": give both or neither"));
-  }
-  if (!flags.grpc_tls_client_ca_file.empty() &&
-      flags.grpc_tls_cert_file.empty()) {
-    return absl::InvalidArgumentError(
-        "--grpc-tls-client-ca-file needs --grpc-tls-cert-file and "
-        "--grpc-tls-key-file");
+        absl::StrCat("--", prefix, "-tls-client-ca-file needs ", cert_flag,
+                     " and ", key_flag));
   }
   return absl::OkStatus();
 }
@@ -129,157 +107,185 @@ bool IsLoopback(absl::string_view address) {
 
 using ValueSetter =
     std::function<absl::Status(const std::string& value, ServerFlags& flags)>;
+using FlagMap = std::map<std::string, ValueSetter, std::less<>>;
+
+// The flags of an HTTP port (metrics, REST): its connection limits and TLS
+// files, named --<prefix>-max-connections, ..., --<prefix>-tls-cert-file.
+void AddHttpPortFlags(const std::string& prefix,
+                      HttpServerLimits ServerFlags::*limits,
+                      std::string ServerFlags::*cert,
+                      std::string ServerFlags::*key,
+                      std::string ServerFlags::*client_ca, FlagMap& flags) {
+  struct CountFlag {
+    const char* suffix;
+    const char* what;
+    int min;
+    int max;
+    int HttpServerLimits::*field;
+  };
+  for (const CountFlag& count : {
+           CountFlag{"max-connections", "count", 1, kMaxMetricsConnections,
+                     &HttpServerLimits::max_connections},
+           CountFlag{"max-connections-per-ip", "count", 0,
+                     kMaxMetricsConnections,
+                     &HttpServerLimits::max_connections_per_ip},
+           CountFlag{"connection-timeout-seconds", "whole number of seconds", 1,
+                     3600, &HttpServerLimits::connection_timeout_seconds},
+           CountFlag{"request-timeout-seconds", "whole number of seconds", 1,
+                     3600, &HttpServerLimits::request_timeout_seconds},
+       }) {
+    const std::string name = absl::StrCat(prefix, "-", count.suffix);
+    flags[name] = [name, count, limits](const std::string& v, ServerFlags& f) {
+      return ParseCount(name, v, count.what, count.min, count.max,
+                        &((f.*limits).*(count.field)));
+    };
+  }
+  for (const auto& [suffix, path] :
+       {std::pair<const char*, std::string ServerFlags::*>{"tls-cert-file",
+                                                           cert},
+        {"tls-key-file", key},
+        {"tls-client-ca-file", client_ca}}) {
+    const std::string name = absl::StrCat(prefix, "-", suffix);
+    flags[name] = [name, path = path](const std::string& v, ServerFlags& f) {
+      return ParseFilePath(name, v, &(f.*path));
+    };
+  }
+}
 
 // Flags that take a value, by name.
-const std::map<std::string, ValueSetter, std::less<>>& ValueFlags() {
-  static const auto* flags =
-      new std::map<std::string, ValueSetter, std::less<>>{
-          {"model-repository",
-           [](const std::string& v, ServerFlags& f) {
-             if (v.empty()) {
-               return absl::InvalidArgumentError(
-                   "--model-repository: empty path");
-             }
-             f.model_repository = v;
+const FlagMap& ValueFlags() {
+  static const FlagMap* flags = [] {
+    auto* flags = new FlagMap{
+        {"model-repository",
+         [](const std::string& v, ServerFlags& f) {
+           if (v.empty()) {
+             return absl::InvalidArgumentError(
+                 "--model-repository: empty path");
+           }
+           f.model_repository = v;
+           return absl::OkStatus();
+         }},
+        {"grpc-port",
+         [](const std::string& v, ServerFlags& f) {
+           return ParsePort("grpc-port", v, &f.grpc_port);
+         }},
+        {"metrics-port",
+         [](const std::string& v, ServerFlags& f) {
+           return ParsePort("metrics-port", v, &f.metrics_port);
+         }},
+        {"http-port",
+         [](const std::string& v, ServerFlags& f) {
+           if (v == "off") {
+             f.http_port.reset();
              return absl::OkStatus();
-           }},
-          {"grpc-port",
-           [](const std::string& v, ServerFlags& f) {
-             return ParsePort("grpc-port", v, &f.grpc_port);
-           }},
-          {"metrics-port",
-           [](const std::string& v, ServerFlags& f) {
-             return ParsePort("metrics-port", v, &f.metrics_port);
-           }},
-          {"bind-address",
-           [](const std::string& v, ServerFlags& f) {
-             if (v.empty()) {
-               return absl::InvalidArgumentError(
-                   "--bind-address: empty address");
-             }
-             f.bind_address = v;
-             return absl::OkStatus();
-           }},
-          {"metrics-max-connections",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseCount("metrics-max-connections", v, "count", 1,
-                               kMaxMetricsConnections,
-                               &f.metrics_limits.max_connections);
-           }},
-          {"metrics-max-connections-per-ip",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseCount("metrics-max-connections-per-ip", v, "count", 0,
-                               kMaxMetricsConnections,
-                               &f.metrics_limits.max_connections_per_ip);
-           }},
-          {"metrics-connection-timeout-seconds",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseCount("metrics-connection-timeout-seconds", v,
-                               "whole number of seconds", 1, 3600,
-                               &f.metrics_limits.connection_timeout_seconds);
-           }},
-          {"metrics-request-timeout-seconds",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseCount("metrics-request-timeout-seconds", v,
-                               "whole number of seconds", 1, 3600,
-                               &f.metrics_limits.request_timeout_seconds);
-           }},
-          {"metrics-tls-cert-file",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseFilePath("metrics-tls-cert-file", v,
-                                  &f.metrics_tls_cert_file);
-           }},
-          {"metrics-tls-key-file",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseFilePath("metrics-tls-key-file", v,
-                                  &f.metrics_tls_key_file);
-           }},
-          {"grpc-tls-cert-file",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseFilePath("grpc-tls-cert-file", v,
-                                  &f.grpc_tls_cert_file);
-           }},
-          {"grpc-tls-key-file",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseFilePath("grpc-tls-key-file", v, &f.grpc_tls_key_file);
-           }},
-          {"grpc-tls-client-ca-file",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseFilePath("grpc-tls-client-ca-file", v,
-                                  &f.grpc_tls_client_ca_file);
-           }},
-          {"auth-token-file",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseFilePath("auth-token-file", v, &f.auth_token_file);
-           }},
-          {"metrics-tls-client-ca-file",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseFilePath("metrics-tls-client-ca-file", v,
-                                  &f.metrics_tls_client_ca_file);
-           }},
-          {"log-level",
-           [](const std::string& v, ServerFlags& f) {
-             absl::StatusOr<LogLevel> level = ParseLogLevel(v);
-             if (!level.ok()) {
-               return absl::InvalidArgumentError(
-                   absl::StrCat("--log-level: ", level.status().message()));
-             }
-             f.log_level = *level;
-             return absl::OkStatus();
-           }},
-          {"memory-budget-bytes",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseBytes("memory-budget-bytes", v, 0,
-                               std::numeric_limits<int64_t>::max(),
-                               &f.memory_budget_bytes);
-           }},
-          {"max-message-bytes",
-           [](const std::string& v, ServerFlags& f) {
-             // gRPC takes the limit as an int.
-             return ParseBytes("max-message-bytes", v, 1024,
-                               std::numeric_limits<int32_t>::max(),
-                               &f.max_message_bytes);
-           }},
-          {"intra-op-threads",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseCount("intra-op-threads", v, "thread count", 0,
-                               kMaxThreads, &f.intra_op_threads);
-           }},
-          {"inter-op-threads",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseCount("inter-op-threads", v, "thread count", 0,
-                               kMaxThreads, &f.inter_op_threads);
-           }},
-          {"max-instances-per-model",
-           [](const std::string& v, ServerFlags& f) {
-             return ParseCount("max-instances-per-model", v, "count", 1,
-                               kMaxThreads, &f.max_instances_per_model);
-           }},
-          {"max-warmup-seconds",
-           [](const std::string& v, ServerFlags& f) {
-             double seconds = 0;
-             if (!absl::SimpleAtod(v, &seconds) || !(seconds > 0) ||
-                 seconds > 86400) {
-               return absl::InvalidArgumentError(absl::StrCat(
-                   "--max-warmup-seconds: '", v,
-                   "' is not a number of seconds above 0 and at most 86400"));
-             }
-             f.max_warmup_seconds = seconds;
-             return absl::OkStatus();
-           }},
-          {"shutdown-grace-seconds",
-           [](const std::string& v, ServerFlags& f) {
-             double seconds = 0;
-             if (!absl::SimpleAtod(v, &seconds) || !(seconds >= 0) ||
-                 seconds > 3600) {
-               return absl::InvalidArgumentError(absl::StrCat(
-                   "--shutdown-grace-seconds: '", v,
-                   "' is not a number of seconds between 0 and 3600"));
-             }
-             f.shutdown_grace_seconds = seconds;
-             return absl::OkStatus();
-           }},
-      };
+           }
+           int port = 0;
+           if (absl::Status status = ParsePort("http-port", v, &port);
+               !status.ok()) {
+             return absl::InvalidArgumentError(
+                 absl::StrCat(status.message(), " or off"));
+           }
+           f.http_port = port;
+           return absl::OkStatus();
+         }},
+        {"bind-address",
+         [](const std::string& v, ServerFlags& f) {
+           if (v.empty()) {
+             return absl::InvalidArgumentError("--bind-address: empty address");
+           }
+           f.bind_address = v;
+           return absl::OkStatus();
+         }},
+        {"grpc-tls-cert-file",
+         [](const std::string& v, ServerFlags& f) {
+           return ParseFilePath("grpc-tls-cert-file", v, &f.grpc_tls_cert_file);
+         }},
+        {"grpc-tls-key-file",
+         [](const std::string& v, ServerFlags& f) {
+           return ParseFilePath("grpc-tls-key-file", v, &f.grpc_tls_key_file);
+         }},
+        {"grpc-tls-client-ca-file",
+         [](const std::string& v, ServerFlags& f) {
+           return ParseFilePath("grpc-tls-client-ca-file", v,
+                                &f.grpc_tls_client_ca_file);
+         }},
+        {"auth-token-file",
+         [](const std::string& v, ServerFlags& f) {
+           return ParseFilePath("auth-token-file", v, &f.auth_token_file);
+         }},
+        {"log-level",
+         [](const std::string& v, ServerFlags& f) {
+           absl::StatusOr<LogLevel> level = ParseLogLevel(v);
+           if (!level.ok()) {
+             return absl::InvalidArgumentError(
+                 absl::StrCat("--log-level: ", level.status().message()));
+           }
+           f.log_level = *level;
+           return absl::OkStatus();
+         }},
+        {"memory-budget-bytes",
+         [](const std::string& v, ServerFlags& f) {
+           return ParseBytes("memory-budget-bytes", v, 0,
+                             std::numeric_limits<int64_t>::max(),
+                             &f.memory_budget_bytes);
+         }},
+        {"max-message-bytes",
+         [](const std::string& v, ServerFlags& f) {
+           // gRPC takes the limit as an int.
+           return ParseBytes("max-message-bytes", v, 1024,
+                             std::numeric_limits<int32_t>::max(),
+                             &f.max_message_bytes);
+         }},
+        {"intra-op-threads",
+         [](const std::string& v, ServerFlags& f) {
+           return ParseCount("intra-op-threads", v, "thread count", 0,
+                             kMaxThreads, &f.intra_op_threads);
+         }},
+        {"inter-op-threads",
+         [](const std::string& v, ServerFlags& f) {
+           return ParseCount("inter-op-threads", v, "thread count", 0,
+                             kMaxThreads, &f.inter_op_threads);
+         }},
+        {"max-instances-per-model",
+         [](const std::string& v, ServerFlags& f) {
+           return ParseCount("max-instances-per-model", v, "count", 1,
+                             kMaxThreads, &f.max_instances_per_model);
+         }},
+        {"max-warmup-seconds",
+         [](const std::string& v, ServerFlags& f) {
+           double seconds = 0;
+           if (!absl::SimpleAtod(v, &seconds) || !(seconds > 0) ||
+               seconds > 86400) {
+             return absl::InvalidArgumentError(absl::StrCat(
+                 "--max-warmup-seconds: '", v,
+                 "' is not a number of seconds above 0 and at most 86400"));
+           }
+           f.max_warmup_seconds = seconds;
+           return absl::OkStatus();
+         }},
+        {"shutdown-grace-seconds",
+         [](const std::string& v, ServerFlags& f) {
+           double seconds = 0;
+           if (!absl::SimpleAtod(v, &seconds) || !(seconds >= 0) ||
+               seconds > 3600) {
+             return absl::InvalidArgumentError(absl::StrCat(
+                 "--shutdown-grace-seconds: '", v,
+                 "' is not a number of seconds between 0 and 3600"));
+           }
+           f.shutdown_grace_seconds = seconds;
+           return absl::OkStatus();
+         }},
+    };
+    AddHttpPortFlags("metrics", &ServerFlags::metrics_limits,
+                     &ServerFlags::metrics_tls_cert_file,
+                     &ServerFlags::metrics_tls_key_file,
+                     &ServerFlags::metrics_tls_client_ca_file, *flags);
+    AddHttpPortFlags("http", &ServerFlags::http_limits,
+                     &ServerFlags::http_tls_cert_file,
+                     &ServerFlags::http_tls_key_file,
+                     &ServerFlags::http_tls_client_ca_file, *flags);
+    return flags;
+  }();
   return *flags;
 }
 
@@ -333,11 +339,15 @@ absl::StatusOr<ServerFlags> ParseServerFlags(
       return status;
     }
   }
-  if (absl::Status status = CheckMetricsTlsFiles(flags); !status.ok()) {
-    return status;
-  }
-  if (absl::Status status = CheckGrpcTlsFiles(flags); !status.ok()) {
-    return status;
+  for (absl::Status status :
+       {CheckTlsFiles("metrics", flags.metrics_tls_cert_file,
+                      flags.metrics_tls_key_file,
+                      flags.metrics_tls_client_ca_file),
+        CheckTlsFiles("grpc", flags.grpc_tls_cert_file, flags.grpc_tls_key_file,
+                      flags.grpc_tls_client_ca_file),
+        CheckTlsFiles("http", flags.http_tls_cert_file, flags.http_tls_key_file,
+                      flags.http_tls_client_ca_file)}) {
+    if (!status.ok()) return status;
   }
   if (!flags.bind_address.empty() && !IsLoopback(flags.bind_address) &&
       !AuthenticationConfigured(flags) &&
@@ -345,7 +355,8 @@ absl::StatusOr<ServerFlags> ParseServerFlags(
     return absl::InvalidArgumentError(absl::StrCat(
         "--bind-address=", flags.bind_address,
         " serves other machines, but no authentication is configured: give "
-        "--auth-token-file or --grpc-tls-client-ca-file, or "
+        "--auth-token-file, or --grpc-tls-client-ca-file with "
+        "--http-tls-client-ca-file (or --http-port=off), or "
         "--allow-unauthenticated-remote-access to serve without it"));
   }
   if (!flags.show_help && !flags.show_version &&
@@ -358,7 +369,9 @@ absl::StatusOr<ServerFlags> ParseServerFlags(
 
 bool AuthenticationConfigured(const ServerFlags& flags) {
   return !flags.auth_token_file.empty() ||
-         !flags.grpc_tls_client_ca_file.empty();
+         (!flags.grpc_tls_client_ca_file.empty() &&
+          (!flags.http_port.has_value() ||
+           !flags.http_tls_client_ca_file.empty()));
 }
 
 std::string BindAddress(const ServerFlags& flags) {
@@ -369,12 +382,30 @@ std::string BindAddress(const ServerFlags& flags) {
 std::string ServerUsage() {
   return R"(Usage: castserve --model-repository=PATH [flags]
 
-Serves PyTorch models over the KServe v2 / Open Inference Protocol (gRPC).
+Serves PyTorch models over the KServe v2 / Open Inference Protocol (gRPC
+and REST).
 
 Flags:
   --model-repository=PATH       model repository: one folder per model, each
                                 with a config.pbtxt (required)
   --grpc-port=PORT              gRPC port (default 8001; 0 picks a free one)
+  --http-port=PORT|off          KServe v2 REST port (default 8000; 0 picks a
+                                free one; off: no REST port)
+  --http-max-connections=N      as --metrics-max-connections, for the REST
+                                port (default 256)
+  --http-max-connections-per-ip=N
+                                as --metrics-max-connections-per-ip (32)
+  --http-connection-timeout-seconds=S
+                                as --metrics-connection-timeout-seconds (10)
+  --http-request-timeout-seconds=S
+                                a REST request must arrive, and its answer
+                                leave, within this (default 30); the time an
+                                inference takes does not count
+  --http-tls-cert-file=PEM      serve the REST port over HTTPS with this
+                                certificate (chain); needs the key file
+  --http-tls-key-file=PEM       the certificate's unencrypted private key
+  --http-tls-client-ca-file=PEM require client certificates signed by these
+                                CA certificates on the REST port
   --metrics-port=PORT           Prometheus /metrics and HTTP health port
                                 (default 8002; 0 picks a free one)
   --metrics-max-connections=N   connections the metrics port holds at once
@@ -397,7 +428,7 @@ Flags:
                                 require client certificates signed by these
                                 CA certificates on the metrics port (needs the
                                 certificate and key files)
-  --bind-address=ADDR           address both listeners bind to (default:
+  --bind-address=ADDR           address the listeners bind to (default:
                                 0.0.0.0 with authentication, 127.0.0.1
                                 without; another address without
                                 authentication needs
@@ -415,9 +446,10 @@ Flags:
   --memory-budget-bytes=N       memory models may use together (KiB/MiB/GiB
                                 suffixes allowed); past it the least recently
                                 used idle model is unloaded (default 0: none)
-  --max-message-bytes=N         largest gRPC message accepted or sent; larger
-                                requests fail with RESOURCE_EXHAUSTED
-                                (default 256MiB)
+  --max-message-bytes=N         largest gRPC message accepted or sent and
+                                largest REST request body; larger requests
+                                fail with RESOURCE_EXHAUSTED (gRPC) or 413
+                                (REST) (default 256MiB)
   --intra-op-threads=N          LibTorch threads each model instance runs one
                                 forward on (default 0: the cores divided by
                                 the model's instance count, at least 1; a

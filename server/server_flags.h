@@ -2,6 +2,7 @@
 #define CASTSERVE_SERVER_SERVER_FLAGS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,7 @@ namespace castserve {
 
 // The largest thread count a flag or config accepts.
 inline constexpr int kMaxThreads = 1024;
-// The most connections the metrics port may be asked to hold.
+// The most connections an HTTP port (metrics, REST) may be asked to hold.
 inline constexpr int kMaxMetricsConnections = 65536;
 
 // The daemon's command line, parsed.
@@ -22,6 +23,8 @@ struct ServerFlags {
   // 0 asks the kernel for a free port; the chosen one is logged.
   int grpc_port = 8001;
   int metrics_port = 8002;
+  // The KServe v2 REST port (--http-port); nullopt: --http-port=off.
+  std::optional<int> http_port = 8000;
   // Address the listeners bind to. Empty (the default): 0.0.0.0 when
   // authentication is configured, else 127.0.0.1 (BindAddress).
   std::string bind_address;
@@ -35,6 +38,13 @@ struct ServerFlags {
   std::string metrics_tls_cert_file;
   std::string metrics_tls_key_file;
   std::string metrics_tls_client_ca_file;
+  // The same for the REST port (--http-max-connections, ...,
+  // --http-tls-cert-file, ...). Its bodies are bounded by
+  // --max-message-bytes.
+  HttpServerLimits http_limits;
+  std::string http_tls_cert_file;
+  std::string http_tls_key_file;
+  std::string http_tls_client_ca_file;
   // The same for the gRPC port; the files are watched and reloaded when
   // they change.
   std::string grpc_tls_cert_file;
@@ -76,8 +86,9 @@ struct ServerFlags {
 absl::StatusOr<ServerFlags> ParseServerFlags(
     const std::vector<std::string>& args);
 
-// True when clients must authenticate: a token file or gRPC client
-// certificates.
+// True when clients must authenticate on every port that serves models: a
+// token file, or client certificates on the gRPC port and on the REST port
+// (unless it is off).
 bool AuthenticationConfigured(const ServerFlags& flags);
 
 // The address to bind: --bind-address, or by default 0.0.0.0 with

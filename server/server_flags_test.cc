@@ -174,15 +174,30 @@ TEST(ServerFlagsTest, WithoutAuthenticationOnlyLoopbackByDefault) {
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_FALSE(AuthenticationConfigured(*plain));
   EXPECT_EQ(BindAddress(*plain), "127.0.0.1");
-  for (const char* auth :
-       {"--auth-token-file=/t", "--grpc-tls-client-ca-file=/ca.pem"}) {
-    absl::StatusOr<ServerFlags> flags =
-        Parse({"--model-repository=/r", auth, "--grpc-tls-cert-file=/c.pem",
-               "--grpc-tls-key-file=/k.pem"});
+  // Tokens, or client certificates on every port that serves models.
+  for (const std::vector<std::string>& auth :
+       std::vector<std::vector<std::string>>{
+           {"--auth-token-file=/t"},
+           {"--grpc-tls-client-ca-file=/ca.pem", "--http-port=off"},
+           {"--grpc-tls-client-ca-file=/ca.pem",
+            "--http-tls-client-ca-file=/ca.pem", "--http-tls-cert-file=/c.pem",
+            "--http-tls-key-file=/k.pem"}}) {
+    std::vector<std::string> args = {"--model-repository=/r",
+                                     "--grpc-tls-cert-file=/c.pem",
+                                     "--grpc-tls-key-file=/k.pem"};
+    args.insert(args.end(), auth.begin(), auth.end());
+    absl::StatusOr<ServerFlags> flags = Parse(args);
     ASSERT_TRUE(flags.ok()) << flags.status();
-    EXPECT_TRUE(AuthenticationConfigured(*flags)) << auth;
-    EXPECT_EQ(BindAddress(*flags), "0.0.0.0") << auth;
+    EXPECT_TRUE(AuthenticationConfigured(*flags)) << auth[0];
+    EXPECT_EQ(BindAddress(*flags), "0.0.0.0") << auth[0];
   }
+  // gRPC client certificates leave the REST port open.
+  absl::StatusOr<ServerFlags> grpc_only =
+      Parse({"--model-repository=/r", "--grpc-tls-client-ca-file=/ca.pem",
+             "--grpc-tls-cert-file=/c.pem", "--grpc-tls-key-file=/k.pem"});
+  ASSERT_TRUE(grpc_only.ok()) << grpc_only.status();
+  EXPECT_FALSE(AuthenticationConfigured(*grpc_only));
+  EXPECT_EQ(BindAddress(*grpc_only), "127.0.0.1");
   for (const char* loopback : {"127.0.0.1", "127.0.0.2", "localhost", "::1"}) {
     absl::StatusOr<ServerFlags> flags = Parse(
         {"--model-repository=/r", std::string("--bind-address=") + loopback});
@@ -235,6 +250,55 @@ TEST(ServerFlagsTest, GrpcTlsFilesGoTogether) {
   }
 }
 
+TEST(ServerFlagsTest, HttpPortIsOnByDefaultAndCanBeTurnedOff) {
+  absl::StatusOr<ServerFlags> defaults = Parse({"--model-repository=/r"});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->http_port, 8000);
+  EXPECT_EQ(defaults->http_limits.max_connections, 256);
+  absl::StatusOr<ServerFlags> off =
+      Parse({"--model-repository=/r", "--http-port=off"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->http_port.has_value());
+  absl::StatusOr<ServerFlags> flags = Parse(
+      {"--model-repository=/r", "--http-port", "0", "--http-max-connections=10",
+       "--http-max-connections-per-ip=0", "--http-connection-timeout-seconds=5",
+       "--http-request-timeout-seconds=60", "--http-tls-cert-file=/c.pem",
+       "--http-tls-key-file=/k.pem", "--http-tls-client-ca-file=/ca.pem"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->http_port, 0);
+  EXPECT_EQ(flags->http_limits.max_connections, 10);
+  EXPECT_EQ(flags->http_limits.max_connections_per_ip, 0);
+  EXPECT_EQ(flags->http_limits.connection_timeout_seconds, 5);
+  EXPECT_EQ(flags->http_limits.request_timeout_seconds, 60);
+  EXPECT_EQ(flags->http_tls_cert_file, "/c.pem");
+  EXPECT_EQ(flags->http_tls_key_file, "/k.pem");
+  EXPECT_EQ(flags->http_tls_client_ca_file, "/ca.pem");
+  // The metrics port's limits stay its own.
+  EXPECT_EQ(flags->metrics_limits.max_connections, 256);
+}
+
+TEST(ServerFlagsTest, BadHttpFlagsNameTheFlag) {
+  for (const auto& [arg, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"--http-port=on",
+            "--http-port: 'on' is not a port number "
+            "(0-65535) or off"},
+           {"--http-port=70000", "--http-port: '70000'"},
+           {"--http-max-connections=0",
+            "--http-max-connections: '0' is not a count between 1 and 65536"},
+           {"--http-request-timeout-seconds=0",
+            "--http-request-timeout-seconds: '0'"},
+           {"--http-tls-cert-file=/c.pem",
+            "--http-tls-cert-file needs --http-tls-key-file"},
+           {"--http-tls-client-ca-file=/ca.pem",
+            "--http-tls-client-ca-file needs --http-tls-cert-file"}}) {
+    absl::StatusOr<ServerFlags> rejected =
+        Parse({"--model-repository=/r", arg});
+    ASSERT_FALSE(rejected.ok()) << arg;
+    EXPECT_THAT(rejected.status().message(), HasSubstr(message)) << arg;
+  }
+}
+
 TEST(ServerFlagsTest, UsageListsEveryFlag) {
   for (const char* flag : {"--model-repository",
                            "--grpc-port",
@@ -259,6 +323,14 @@ TEST(ServerFlagsTest, UsageListsEveryFlag) {
                            "--grpc-tls-cert-file",
                            "--grpc-tls-key-file",
                            "--grpc-tls-client-ca-file",
+                           "--http-port",
+                           "--http-max-connections",
+                           "--http-max-connections-per-ip",
+                           "--http-connection-timeout-seconds",
+                           "--http-request-timeout-seconds",
+                           "--http-tls-cert-file",
+                           "--http-tls-key-file",
+                           "--http-tls-client-ca-file",
                            "--auth-token-file",
                            "--allow-unauthenticated-remote-access",
                            "--allow-symlinks-outside-repository"}) {

@@ -1,9 +1,12 @@
-// A shutdown under load: requests in flight, a first-request load in
-// progress and an unload waiting for its in-flight request, when
-// Server::Shutdown runs. Everything the daemon started must end: every
-// call gets its answer, every model is released, the load returns, and
-// no thread is left running (the sanitizer runs: tools/run_sanitizers.sh).
+// A shutdown under load: requests in flight (gRPC and REST), a
+// first-request load in progress and an unload waiting for its in-flight
+// request, when Server::Shutdown runs. Everything the daemon started must end:
+// every call gets its answer, every model is released, the load returns, and no
+// thread is left running (the sanitizer runs: tools/run_sanitizers.sh).
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -15,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "casting/executor.h"
@@ -40,6 +44,34 @@ bool Eventually(const std::function<bool()>& condition) {
     absl::SleepFor(kPoll);
   }
   return true;
+}
+
+// A REST inference of `model` sent on a new connection to 127.0.0.1:port;
+// the connected socket (its reads give up after 30 s), or -1.
+int SendRestInfer(int port, const std::string& model) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const timeval timeout{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    close(fd);
+    return -1;
+  }
+  const std::string body =
+      R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1,2],)"
+      R"("data":[1,2]}]})";
+  const std::string request =
+      absl::StrCat("POST /v2/models/", model, "/infer HTTP/1.1\r\nHost: x\r\n",
+                   "Content-Length: ", body.size(), "\r\n\r\n", body);
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 // Holds every request until the call or the model is cancelled, on a
@@ -222,12 +254,14 @@ TEST_F(ServerShutdownTest, ShutdownUnderLoadEndsEverythingItStarted) {
   constexpr int kBusyRequests = 4;
   HangingFactory factory;
   std::vector<std::unique_ptr<Call>> calls;
+  int rest = -1;
   {
     ServerOptions options;
     options.model_repository = root_.string();
     options.bind_address = "127.0.0.1";
     options.grpc_port = 0;
     options.metrics_port = 0;
+    options.http_port = 0;
     options.model_factory = &factory;
     absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -244,8 +278,11 @@ TEST_F(ServerShutdownTest, ShutdownUnderLoadEndsEverythingItStarted) {
     };
     for (int i = 0; i < kBusyRequests; ++i) infer("busy");
     infer("draining");
+    // And one over REST, its connection parked while the model holds it.
+    rest = SendRestInfer((*server)->http_port(), "busy");
+    ASSERT_GE(rest, 0);
     ASSERT_TRUE(Eventually([&] {
-      return factory.pending("busy") == kBusyRequests &&
+      return factory.pending("busy") == kBusyRequests + 1 &&
              factory.pending("draining") == 1;
     }));
 
@@ -277,6 +314,12 @@ TEST_F(ServerShutdownTest, ShutdownUnderLoadEndsEverythingItStarted) {
   }
   casting::Executor::Default().Drain();
 
+  // The REST call was answered (its forward cancelled: 503) before the
+  // port closed.
+  char answer[64] = {};
+  EXPECT_GT(read(rest, answer, sizeof answer - 1), 0);
+  EXPECT_EQ(std::string(answer).substr(0, 12), "HTTP/1.1 503") << answer;
+  close(rest);
   EXPECT_EQ(factory.live_models(), 0);  // Every model was released.
   EXPECT_EQ(factory.loads_running(), 0);
   ASSERT_EQ(calls.size(), kBusyRequests + 3u);

@@ -25,5 +25,28 @@ TEST(StatusConversionTest, OkIsOk) {
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
 }
 
+TEST(StatusConversionTest, HttpCodesFollowKServe) {
+  EXPECT_EQ(ToHttpStatusCode(absl::StatusCode::kOk), 200);
+  EXPECT_EQ(ToHttpStatusCode(absl::StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(ToHttpStatusCode(absl::StatusCode::kUnauthenticated), 401);
+  EXPECT_EQ(ToHttpStatusCode(absl::StatusCode::kPermissionDenied), 403);
+  EXPECT_EQ(ToHttpStatusCode(absl::StatusCode::kNotFound), 404);
+  EXPECT_EQ(ToHttpStatusCode(absl::StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(ToHttpStatusCode(absl::StatusCode::kInternal), 500);
+  EXPECT_EQ(ToHttpStatusCode(absl::StatusCode::kUnimplemented), 501);
+  EXPECT_EQ(ToHttpStatusCode(absl::StatusCode::kUnavailable), 503);
+  EXPECT_EQ(ToHttpStatusCode(absl::StatusCode::kCancelled), 503);
+  EXPECT_EQ(ToHttpStatusCode(absl::StatusCode::kDeadlineExceeded), 504);
+  EXPECT_EQ(ToHttpStatusCode(absl::StatusCode::kDataLoss), 500);
+}
+
+TEST(StatusConversionTest, EveryCodeHasAnHttpStatus) {
+  for (int code = 0; code <= 16; ++code) {
+    const int http = ToHttpStatusCode(static_cast<absl::StatusCode>(code));
+    EXPECT_TRUE(code == 0 ? http == 200 : http >= 400 && http < 600) << code;
+  }
+  EXPECT_EQ(ToHttpStatusCode(static_cast<absl::StatusCode>(99)), 500);
+}
+
 }  // namespace
 }  // namespace castserve

@@ -62,6 +62,7 @@ class DaemonTest(unittest.TestCase):
                    "max_batch_size: lots\n")
         cls.daemon = Daemon(f"--model-repository={cls.repository}",
                             "--grpc-port=0", "--metrics-port=0",
+                            "--http-port=0",
                             "--bind-address=127.0.0.1").wait_ready()
         cls.url = f"127.0.0.1:{cls.daemon.grpc_port}"
         cls.channel = grpc.insecure_channel(cls.url)
@@ -154,12 +155,14 @@ class DaemonTest(unittest.TestCase):
                                   "/v2/health/ready")[0], 200)
 
     def test_busy_ports_are_one_line_errors(self):
-        for flag, port in [("--grpc-port", self.daemon.grpc_port),
-                           ("--metrics-port", self.daemon.metrics_port)]:
-            other = "--metrics-port=0" if flag == "--grpc-port" else \
-                "--grpc-port=0"
+        ports = {"--grpc-port": self.daemon.grpc_port,
+                 "--metrics-port": self.daemon.metrics_port,
+                 "--http-port": self.daemon.http_port}
+        for flag, port in ports.items():
+            others = [f"{other}=0" for other in ports if other != flag]
             result = run(CASTSERVE, f"--model-repository={self.repository}",
-                         "--bind-address=127.0.0.1", f"{flag}={port}", other)
+                         "--bind-address=127.0.0.1", f"{flag}={port}",
+                         *others)
             self.assertEqual(result.returncode, 1, result.stderr)
             errors = [l for l in result.stderr.splitlines()
                       if "level=error" in l]
@@ -217,6 +220,7 @@ class ShutdownTest(unittest.TestCase):
     def check_stops_cleanly(self, sig):
         daemon = Daemon(f"--model-repository={self.repository}",
                         "--grpc-port=0", "--metrics-port=0",
+                        "--http-port=0",
                         "--bind-address=127.0.0.1").wait_ready()
         try:
             started = time.monotonic()
@@ -238,6 +242,7 @@ class ShutdownTest(unittest.TestCase):
     def test_in_flight_stream_is_bounded_by_grace(self):
         daemon = Daemon(f"--model-repository={self.repository}",
                         "--grpc-port=0", "--metrics-port=0",
+                        "--http-port=0",
                         "--bind-address=127.0.0.1",
                         "--shutdown-grace-seconds=1").wait_ready()
         try:

@@ -57,9 +57,14 @@ class Daemon:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             match = re.search(r'msg="castserve ready" grpc_port=(\d+) '
-                              r'metrics_port=(\d+)', self.output())
+                              r'metrics_port=(\d+)(?: http_port=(\d+))?',
+                              self.output())
             if match:
-                self.grpc_port, self.metrics_port = map(int, match.groups())
+                self.grpc_port = int(match.group(1))
+                self.metrics_port = int(match.group(2))
+                # None with --http-port=off.
+                self.http_port = (int(match.group(3)) if match.group(3)
+                                  else None)
                 return self
             if self.process.poll() is not None:
                 raise AssertionError("daemon exited early:\n" + self.output())
@@ -257,6 +262,7 @@ class RepositoryTestCase(unittest.TestCase):
         cls.daemon = Daemon(cls.castserve,
                             f"--model-repository={cls.repository}",
                             "--grpc-port=0", "--metrics-port=0",
+                            "--http-port=0",
                             "--bind-address=127.0.0.1").wait_ready()
         cls.channel = grpc.insecure_channel(
             f"127.0.0.1:{cls.daemon.grpc_port}")

@@ -314,10 +314,22 @@ class DeployManifestsTest(unittest.TestCase):
 
     def test_inference_service_protocol_must_be_declared_by_runtime(self):
         output = self.broken("protocol", [(
-            "deploy/kserve/inference-service.yaml",
-            "protocolVersion: grpc-v2", "protocolVersion: v2")])
+            "deploy/kserve/cluster-serving-runtime.yaml",
+            "    - v2\n", "")])
         self.assertIn("protocol 'v2' is not one the runtime declares",
                       output)
+
+    def test_kserve_ports_must_match_the_daemon_flags(self):
+        # REST on the runtime's http1 port; gRPC needs an h2c port.
+        output = self.broken("kserve_ports", [
+            ("deploy/kserve/cluster-serving-runtime.yaml",
+             "--http-port=8080", "--http-port=8000"),
+            ("deploy/kserve/inference-service.yaml",
+             "protocolVersion: v2", "protocolVersion: grpc-v2")])
+        self.assertIn("runtime castserve: no port named http1 on --http-port",
+                      output)
+        self.assertIn("InferenceService minilm: grpc-v2 needs a port named "
+                      "h2c on the runtime's --grpc-port", output)
 
     # --- The Dockerfile ------------------------------------------------------
 

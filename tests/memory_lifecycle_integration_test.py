@@ -125,6 +125,7 @@ class Served:
     def __init__(self, repository, *flags):
         self.daemon = Daemon(CASTSERVE, f"--model-repository={repository}",
                              "--grpc-port=0", "--metrics-port=0",
+                             "--http-port=0",
                              "--bind-address=127.0.0.1", *flags).wait_ready()
         self.channel = grpc.insecure_channel(
             f"127.0.0.1:{self.daemon.grpc_port}")

@@ -144,6 +144,7 @@ class MetricsIntegrationTest(unittest.TestCase):
         add_wide_bert(cls.repository, "bert_lazy", LAZY)
         cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
                             "--grpc-port=0", "--metrics-port=0",
+                            "--http-port=0",
                             "--bind-address=127.0.0.1").wait_ready()
         channel = grpc.insecure_channel(f"127.0.0.1:{cls.daemon.grpc_port}")
         stub = inference_pb2_grpc.GRPCInferenceServiceStub(channel)

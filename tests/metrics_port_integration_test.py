@@ -127,6 +127,7 @@ class StarvationTest(unittest.TestCase):
         cls.repository = tempfile.mkdtemp(prefix="castserve-metrics-port-")
         cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
                             "--grpc-port=0", "--metrics-port=0",
+                            "--http-port=0",
                             "--bind-address=127.0.0.1").wait_ready()
 
     @classmethod
@@ -200,6 +201,7 @@ class TlsTest(unittest.TestCase):
     def start(self, *tls_flags):
         daemon = Daemon(CASTSERVE, f"--model-repository={self.repository}",
                         "--grpc-port=0", "--metrics-port=0",
+                        "--http-port=0",
                         "--bind-address=127.0.0.1", *tls_flags).wait_ready()
         self.addCleanup(daemon.kill)
         return daemon
@@ -271,6 +273,7 @@ class TlsTest(unittest.TestCase):
             with self.subTest(message):
                 result = run(CASTSERVE, f"--model-repository={self.repository}",
                              "--grpc-port=0", "--metrics-port=0",
+                             "--http-port=0",
                              "--bind-address=127.0.0.1", *flags)
                 self.assertEqual(result.returncode, exit_code, result.stderr)
                 self.assertIn(message, result.stderr)

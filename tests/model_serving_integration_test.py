@@ -83,6 +83,7 @@ class ModelServingTest(unittest.TestCase):
         cls.repository = make_repository()
         cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
                             "--grpc-port=0", "--metrics-port=0",
+                            "--http-port=0",
                             "--bind-address=127.0.0.1",
                             f"--max-message-bytes={MAX_MESSAGE_BYTES}"
                             ).wait_ready()
@@ -468,6 +469,7 @@ class ModelServingTest(unittest.TestCase):
         for _ in range(2):
             daemon = Daemon(CASTSERVE, f"--model-repository={self.repository}",
                             "--grpc-port=0", "--metrics-port=0",
+                            "--http-port=0",
                             "--bind-address=127.0.0.1").wait_ready()
             try:
                 with grpc.insecure_channel(

@@ -200,6 +200,7 @@ class PrometheusIntegrationTest(unittest.TestCase):
                    "max_batch_size: 8\n")
         cls.daemon = Daemon(CASTSERVE, f"--model-repository={repository}",
                             "--grpc-port=0", "--metrics-port=0",
+                            "--http-port=0",
                             "--bind-address=127.0.0.1").wait_ready()
         cls.metrics_url = (f"http://127.0.0.1:{cls.daemon.metrics_port}"
                            "/metrics")

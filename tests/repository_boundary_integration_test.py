@@ -83,6 +83,7 @@ class RepositoryBoundaryTest(unittest.TestCase):
     def serve(self, *flags):
         daemon = Daemon(CASTSERVE, f"--model-repository={self.repository}",
                         "--grpc-port=0", "--metrics-port=0",
+                        "--http-port=0",
                         "--bind-address=127.0.0.1", *flags).wait_ready()
         self.addCleanup(daemon.kill)
         channel = grpc.insecure_channel(f"127.0.0.1:{daemon.grpc_port}")

@@ -58,6 +58,7 @@ class RequestAccountingTest(unittest.TestCase):
         add_model(cls.repository, "good", BERT_DIR, "max_batch_size: 4\n")
         cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
                             "--grpc-port=0", "--metrics-port=0",
+                            "--http-port=0",
                             "--bind-address=127.0.0.1",
                             f"--max-message-bytes={MAX_MESSAGE_BYTES}"
                             ).wait_ready()

@@ -20,8 +20,10 @@ model_serving_integration_test).
 
 import http.client
 import ipaddress
+import json
 import os
 import shutil
+import ssl
 import sys
 import tempfile
 import time
@@ -107,7 +109,8 @@ class SecureDaemonCase(unittest.TestCase):
 
     def start(self, *flags):
         daemon = Daemon(CASTSERVE, f"--model-repository={self.repository}",
-                        "--grpc-port=0", "--metrics-port=0", *flags)
+                        "--grpc-port=0", "--metrics-port=0",
+                        "--http-port=0", *flags)
         self.addCleanup(daemon.kill)
         return daemon.wait_ready()
 
@@ -222,6 +225,50 @@ class TokensAndTlsTest(SecureDaemonCase):
         for token in (INFER_TOKEN, ADMIN_TOKEN, ROTATED_TOKEN, EXPIRED_TOKEN):
             self.assertNotIn(token, log)
 
+    def test_rest_port_with_https_and_the_same_scopes(self):
+        daemon = self.start(f"--auth-token-file={self.tokens}",
+                            f"--http-tls-cert-file={self.server_cert}",
+                            f"--http-tls-key-file={self.server_key}")
+
+        def call(method, path, token=None, body=None, root=None):
+            context = ssl.create_default_context(
+                cafile=root or self.server_cert)
+            connection = http.client.HTTPSConnection(
+                "127.0.0.1", daemon.http_port, timeout=TIMEOUT,
+                context=context)
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            connection.request(method, path, headers=headers,
+                               body=None if body is None else json.dumps(body))
+            response = connection.getresponse()
+            text = response.read().decode()
+            connection.close()
+            return response.status, response.getheader("WWW-Authenticate"), \
+                text
+
+        infer = {"inputs": [{"name": name, "datatype": "INT64",
+                             "shape": list(array.shape),
+                             "data": array.ravel().tolist()}
+                            for name, array in self.inputs.items()]}
+        self.assertEqual(call("GET", "/v2/health/ready")[0], 200)
+        status, challenge, text = call("POST", "/v2/models/good/infer",
+                                       body=infer)
+        self.assertEqual((status, challenge), (401, "Bearer"))
+        self.assertIn("missing authorization", json.loads(text)["error"])
+        self.assertEqual(call("POST", "/v2/models/good/infer",
+                              "wrong-token-ffffffff", infer)[0], 401)
+        self.assertEqual(call("POST", "/v2/models/good/infer", INFER_TOKEN,
+                              infer)[0], 200)
+        status, _, text = call("POST", "/v2/repository/index", INFER_TOKEN)
+        self.assertEqual(status, 403)
+        self.assertIn("'admin' scope", json.loads(text)["error"])
+        self.assertEqual(call("POST", "/v2/repository/index",
+                              ADMIN_TOKEN)[0], 200)
+        self.assertEqual(call("GET", "/v2/models/good", METRICS_TOKEN)[0],
+                         403)
+        # A client that trusts another CA gets no handshake.
+        with self.assertRaises(ssl.SSLError):
+            call("GET", "/v2/health/ready", root=self.other_cert)
+
     def test_tritonclient_with_ssl_and_a_token(self):
         python = next((c for c in (sys.executable,
                                    os.environ.get("TRITON_PYTHON", ""))
@@ -308,7 +355,7 @@ class BindPolicyTest(SecureDaemonCase):
         daemon = self.start()
         self.assertIn("no authentication configured: listening on 127.0.0.1",
                       daemon.output())
-        for port in (daemon.grpc_port, daemon.metrics_port):
+        for port in (daemon.grpc_port, daemon.metrics_port, daemon.http_port):
             self.assertEqual(listening_addresses(port), {"127.0.0.1"})
         with_tokens = self.start(f"--auth-token-file={self.tokens}")
         self.assertEqual(listening_addresses(with_tokens.grpc_port), {"any"})
@@ -333,7 +380,8 @@ class BindPolicyTest(SecureDaemonCase):
                  "--grpc-tls-cert-file needs --grpc-tls-key-file")]:
             with self.subTest(problem):
                 result = run(CASTSERVE, f"--model-repository={self.repository}",
-                             "--grpc-port=0", "--metrics-port=0", *flags)
+                             "--grpc-port=0", "--metrics-port=0",
+                             "--http-port=0", *flags)
                 self.assertIn(result.returncode, (1, 2), result.stderr)
                 self.assertIn(problem, result.stderr)
 

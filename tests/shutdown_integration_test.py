@@ -72,6 +72,7 @@ class ShutdownTestCase(unittest.TestCase):
         self.daemon = Daemon(CASTSERVE,
                              f"--model-repository={self.repository}",
                              "--grpc-port=0", "--metrics-port=0",
+                             "--http-port=0",
                              "--bind-address=127.0.0.1",
                              "--intra-op-threads=1",
                              f"--shutdown-grace-seconds={GRACE_SECONDS}")

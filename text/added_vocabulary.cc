@@ -119,7 +119,6 @@ std::vector<AddedVocabulary::Segment> AddedVocabulary::Split(
     const std::optional<Match> match = NextMatch(matcher, text, from);
     if (!match.has_value()) break;
     from = match->end;
-    if (match->begin < covered) continue;  // inside what an rstrip swallowed
     const AddedTokenSpec& token = tokens_[match->token];
     size_t begin = match->begin;
     size_t end = match->end;
@@ -131,12 +130,15 @@ std::vector<AddedVocabulary::Segment> AddedVocabulary::Split(
           }())))) {
       continue;
     }
-    if (token.lstrip)
-      begin = std::max(WhitespaceRunBeforeEnd(text.substr(0, begin)), covered);
+    if (token.lstrip) {  // never back past the previous token
+      begin = covered +
+              WhitespaceRunBeforeEnd(text.substr(covered, begin - covered));
+    }
     if (token.rstrip) end += WhitespaceRunAtStart(text.substr(end));
     if (begin > covered) segments.push_back(Segment{-1, covered, begin});
     segments.push_back(Segment{token.id, begin, end});
     covered = end;
+    from = end;
   }
   if (covered < text.size())
     segments.push_back(Segment{-1, covered, text.size()});

@@ -86,7 +86,8 @@ absl::StatusOr<Encoding> JsonTokenizer::Encode(
     }
     const absl::string_view piece =
         text.substr(segment.begin, segment.end - segment.begin);
-    if (absl::Status status = TokenizeText(piece, &ids); !status.ok())
+    if (absl::Status status = TokenizeText(piece, segment.begin == 0, &ids);
+        !status.ok())
       return status;
   }
   if (options.max_length > 0) {
@@ -99,6 +100,7 @@ absl::StatusOr<Encoding> JsonTokenizer::Encode(
 }
 
 absl::Status JsonTokenizer::TokenizeText(absl::string_view text,
+                                         bool starts_text,
                                          std::vector<int64_t>* ids) const {
   std::string normalized;
   if (normalizer_ != nullptr) {
@@ -112,20 +114,21 @@ absl::Status JsonTokenizer::TokenizeText(absl::string_view text,
       ids->push_back(segment.id);
     } else {
       TokenizeNormalized(
-          text.substr(segment.begin, segment.end - segment.begin), ids);
+          text.substr(segment.begin, segment.end - segment.begin),
+          starts_text && segment.begin == 0, ids);
     }
   }
   return absl::OkStatus();
 }
 
-void JsonTokenizer::TokenizeNormalized(absl::string_view text,
+void JsonTokenizer::TokenizeNormalized(absl::string_view text, bool starts_text,
                                        std::vector<int64_t>* ids) const {
   if (pre_tokenizer_ == nullptr) {
     if (!text.empty()) model_->Tokenize(text, ids);
     return;
   }
   std::vector<std::string> words;
-  pre_tokenizer_->PreTokenize(text, &words);
+  pre_tokenizer_->PreTokenize(text, &words, starts_text);
   for (const std::string& word : words) model_->Tokenize(word, ids);
 }
 

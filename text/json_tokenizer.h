@@ -41,9 +41,10 @@ class JsonTokenizer : public Tokenizer {
  private:
   JsonTokenizer() = default;
   // Normalizes, pre-tokenizes and tokenizes a piece between added tokens.
-  absl::Status TokenizeText(absl::string_view text,
+  // `starts_text`: no added token precedes the piece.
+  absl::Status TokenizeText(absl::string_view text, bool starts_text,
                             std::vector<int64_t>* ids) const;
-  void TokenizeNormalized(absl::string_view text,
+  void TokenizeNormalized(absl::string_view text, bool starts_text,
                           std::vector<int64_t>* ids) const;
 
   std::unique_ptr<Normalizer> normalizer_;       // may be null

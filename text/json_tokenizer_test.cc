@@ -1,5 +1,7 @@
 #include "text/json_tokenizer.h"
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -145,6 +147,150 @@ TEST(JsonTokenizerTest, ByteLevelBpeDecodesSkippingSpecialTokens) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// ByteLevel as GPT-2 and RoBERTa declare it (add_prefix_space, its own
+// regex) over the Llama 3-style vocabulary; expected tokens from the
+// tokenizers library with the same pre-tokenizer.
+TEST(JsonTokenizerTest, ByteLevelWithPrefixSpaceAndGpt2Regex) {
+  std::ifstream file("text/testdata/bpe-llama3/tokenizer.json");
+  std::stringstream json;
+  json << file.rdbuf();
+  absl::StatusOr<TokenizerSpec> spec = ParseTokenizerJson(json.str());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  PreTokenizerSpec byte_level;
+  byte_level.type = PreTokenizerSpec::Type::kByteLevel;
+  byte_level.add_prefix_space = true;
+  byte_level.use_regex = true;
+  spec->pre_tokenizer = byte_level;
+  absl::StatusOr<std::unique_ptr<JsonTokenizer>> tokenizer =
+      JsonTokenizer::Create(*spec);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EncodeOptions options;
+  options.add_special_tokens = false;
+  auto ids_of = [&](std::vector<std::string> tokens) {
+    std::vector<int64_t> ids;
+    for (const std::string& token : tokens)
+      ids.push_back((*tokenizer)->TokenToId(token).value());
+    return ids;
+  };
+  EXPECT_EQ((*tokenizer)->Encode("hi there", options)->ids,
+            ids_of({"\u0120h", "i", "\u0120there"}));
+  EXPECT_EQ((*tokenizer)->Encode(" x", options)->ids, ids_of({"\u0120x"}));
+  EXPECT_EQ((*tokenizer)->Encode(" ", options)->ids, ids_of({"\u0120"}));
+  EXPECT_TRUE((*tokenizer)->Encode("", options)->ids.empty());
+}
+
+// The Metaspace pre-tokenizer (Mistral's files) over the Llama 2-style
+// vocabulary without its normalizer: every prepend scheme, with and without
+// split. Expected ids from the tokenizers library with the same settings.
+TEST(JsonTokenizerTest, MetaspacePreTokenizer) {
+  struct Case {
+    std::string scheme;
+    bool split;
+    std::string text;
+    std::vector<int64_t> ids;
+  };
+  const std::vector<Case> cases = {
+      {"first", false, "Hello world", {619, 889, 1125, 60}},
+      {"first", false, "</s>a b", {2, 57, 135, 58}},
+      {"first", false, " x", {135, 80}},
+      {"first",
+       false,
+       "Hello  world </s>x y",
+       {619, 889, 135, 457, 2, 80, 135, 81}},
+      {"first", false, "", {}},
+      {"first", true, "Hello world", {619, 888, 71, 135, 1125, 60}},
+      {"first", true, "</s>a b", {2, 57, 135, 58}},
+      {"first", true, " x", {135, 80}},
+      {"first",
+       true,
+       "Hello  world </s>x y",
+       {619, 888, 71, 135, 135, 1125, 60, 135, 2, 80, 135, 81}},
+      {"first", true, "", {}},
+      {"always", false, "Hello world", {619, 889, 1125, 60}},
+      {"always", false, "</s>a b", {2, 659, 135, 58}},
+      {"always", false, " x", {135, 80}},
+      {"always",
+       false,
+       "Hello  world </s>x y",
+       {619, 889, 135, 457, 2, 135, 80, 135, 81}},
+      {"always", false, "", {}},
+      {"always", true, "Hello world", {619, 888, 71, 135, 1125, 60}},
+      {"always", true, "</s>a b", {2, 659, 135, 58}},
+      {"always", true, " x", {135, 80}},
+      {"always",
+       true,
+       "Hello  world </s>x y",
+       {619, 888, 71, 135, 135, 1125, 60, 135, 2, 135, 80, 135, 81}},
+      {"always", true, "", {}},
+      {"never", false, "Hello world", {39, 889, 1125, 60}},
+      {"never", false, "</s>a b", {2, 57, 135, 58}},
+      {"never", false, " x", {135, 80}},
+      {"never",
+       false,
+       "Hello  world </s>x y",
+       {39, 889, 135, 457, 2, 80, 135, 81}},
+      {"never", false, "", {}},
+      {"never", true, "Hello world", {39, 888, 71, 135, 1125, 60}},
+      {"never", true, "</s>a b", {2, 57, 135, 58}},
+      {"never", true, " x", {135, 80}},
+      {"never",
+       true,
+       "Hello  world </s>x y",
+       {39, 888, 71, 135, 135, 1125, 60, 135, 2, 80, 135, 81}},
+      {"never", true, "", {}},
+  };
+  std::ifstream file("text/testdata/bpe-llama2/tokenizer.json");
+  std::stringstream json;
+  json << file.rdbuf();
+  absl::StatusOr<TokenizerSpec> spec = ParseTokenizerJson(json.str());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->normalizer.reset();
+  EncodeOptions options;
+  options.add_special_tokens = false;
+  for (const Case& c : cases) {
+    PreTokenizerSpec metaspace;
+    metaspace.type = PreTokenizerSpec::Type::kMetaspace;
+    metaspace.split = c.split;
+    metaspace.prepend_scheme =
+        c.scheme == "first"    ? PreTokenizerSpec::PrependScheme::kFirst
+        : c.scheme == "always" ? PreTokenizerSpec::PrependScheme::kAlways
+                               : PreTokenizerSpec::PrependScheme::kNever;
+    spec->pre_tokenizer = metaspace;
+    absl::StatusOr<std::unique_ptr<JsonTokenizer>> tokenizer =
+        JsonTokenizer::Create(*spec);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    EXPECT_EQ((*tokenizer)->Encode(c.text, options)->ids, c.ids)
+        << c.scheme << " split " << c.split << " \"" << c.text << "\"";
+  }
+}
+
+// The Metaspace decoder; expected text from the tokenizers library.
+TEST(JsonTokenizerTest, MetaspaceDecoder) {
+  std::ifstream file("text/testdata/bpe-llama2/tokenizer.json");
+  std::stringstream json;
+  json << file.rdbuf();
+  absl::StatusOr<TokenizerSpec> spec = ParseTokenizerJson(json.str());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::vector<int64_t> ids = {619, 888, 71,  135, 135, 1125, 60,
+                                    135, 2,   135, 80,  135, 81};
+  for (const bool prepend : {true, false}) {  // always/first; never
+    DecoderSpec metaspace;
+    metaspace.type = DecoderSpec::Type::kMetaspace;
+    metaspace.replacement = "\u2581";
+    metaspace.add_prefix_space = prepend;
+    spec->decoder = metaspace;
+    absl::StatusOr<std::unique_ptr<JsonTokenizer>> tokenizer =
+        JsonTokenizer::Create(*spec);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    const std::string prefix = prepend ? "" : " ";
+    EXPECT_EQ((*tokenizer)->Decode(ids, false).value(),
+              prefix + "Hello  world </s> x y");
+    EXPECT_EQ((*tokenizer)->Decode(ids, true).value(),
+              prefix + "Hello  world  x y");
+    EXPECT_EQ((*tokenizer)->Decode({135, 80}, true).value(), prefix + "x");
+  }
+}
+
 TEST(JsonTokenizerTest, HostileTextsEncode) {
   std::unique_ptr<Tokenizer> bpe = LoadLlama3StyleBpe();
   std::unique_ptr<Tokenizer> minilm = LoadMiniLm();
@@ -195,7 +341,9 @@ TEST(JsonTokenizerTest, MalformedFilesAreInvalidArgumentNamingTheField) {
   EXPECT_EQ(ErrorOf(BpeJson(kGoodModel, kGoodPreTokenizer)), "OK");
   EXPECT_THAT(ErrorOf(R"json({"normalizer": null})json"),
               HasSubstr("model: missing"));
-  EXPECT_THAT(ErrorOf("{not json"), HasSubstr("not valid JSON"));
+  EXPECT_THAT(ErrorOf("{not json"), HasSubstr("invalid JSON at byte"));
+  EXPECT_THAT(ErrorOf(R"json({"model": {}, "model": {}})json"),
+              HasSubstr("duplicate key"));
   EXPECT_THAT(
       ErrorOf(BpeJson(R"json({"type": "Unigram", "vocab": {}})json", "null")),
       HasSubstr("model.type: unsupported model type \"Unigram\""));

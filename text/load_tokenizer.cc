@@ -7,13 +7,10 @@
 #include "text/json_tokenizer.h"
 #include "text/sentencepiece_tokenizer.h"
 #include "text/tokenizer.h"
+#include "text/tokenizer_json.h"
 
 namespace castserve::text {
 namespace {
-
-// tokenizer.json files of large vocabularies are tens of MB; refuse what
-// no tokenizer needs before reading it.
-constexpr uintmax_t kMaxTokenizerJsonBytes = uintmax_t{256} << 20;
 
 absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
   std::error_code error;

@@ -70,6 +70,10 @@ TEST(ParityTest, Qwen2StyleBpeIdsEqualTokenizers) {
   ExpectReferenceIds("bpe-qwen2", "bpe-qwen2", true);
 }
 
+TEST(ParityTest, Llama2StyleBpeIdsEqualTokenizers) {
+  ExpectReferenceIds("bpe-llama2", "bpe-llama2", true);
+}
+
 TEST(ParityTest, SentencePieceIdsEqualTheSentencePieceLibrary) {
   ExpectReferenceIds("sentencepiece", "sentencepiece", false);
 }
@@ -95,6 +99,41 @@ TEST(ParityTest, MiniLmDecodesAsTokenizers) {
   }
   std::cout << "minilm decode: " << equal << " of " << ids.size() << " equal\n";
   EXPECT_EQ(equal, ids.size());
+}
+
+// Llama 2-style decoding (Replace, ByteFallback, Fuse, Strip) gives the
+// text back except where the references say otherwise.
+TEST(ParityTest, Llama2StyleBpeDecodesAsTokenizers) {
+  std::unique_ptr<Tokenizer> tokenizer = Load("bpe-llama2");
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<std::string> texts = ReadCorpus();
+  std::vector<std::string> expected = texts;
+  for (const std::string& line :
+       ReadLines(absl::StrCat(kReferencesFolder, "bpe-llama2.decoded.txt"))) {
+    const size_t space = line.find(' ');
+    size_t index = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(line.substr(0, space), &index)) << line;
+    ASSERT_LT(index, expected.size());
+    expected[index] = Unescape(absl::string_view(line).substr(space + 1));
+  }
+  size_t equal = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    absl::StatusOr<Encoding> encoding = tokenizer->Encode(texts[i], {});
+    ASSERT_TRUE(encoding.ok()) << encoding.status();
+    absl::StatusOr<std::string> decoded =
+        tokenizer->Decode(encoding->ids, true);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    if (*decoded == expected[i]) {
+      ++equal;
+    } else if (i - equal < 10) {
+      ADD_FAILURE() << "text " << i << ": expected \""
+                    << absl::CEscape(expected[i]) << "\", got \""
+                    << absl::CEscape(*decoded) << "\"";
+    }
+  }
+  std::cout << "bpe-llama2 decode: " << equal << " of " << texts.size()
+            << " equal\n";
+  EXPECT_EQ(equal, texts.size());
 }
 
 // Byte-level BPE is lossless: every text decodes to itself, except where

@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "text/byte_level.h"
 #include "text/unicode.h"
 
@@ -21,24 +23,44 @@ constexpr absl::string_view kGpt2Pattern =
 // The Whitespace pre-tokenizer keeps the matches of this.
 constexpr absl::string_view kWhitespacePattern = "\\w+|[^\\w\\s]+";
 
-// Cuts `text` at characters for which `classify` says kRemove (dropped) or
+// Appends `part`, bytes [begin, ...) of `parent`, to *out.
+void Emit(const PreTokenizer::Piece& parent, size_t begin,
+          absl::string_view part, std::vector<PreTokenizer::Piece>* out) {
+  out->push_back({std::string(part), parent.starts_text && begin == 0});
+}
+
+void EmitSpans(const PreTokenizer::Piece& parent, absl::string_view text,
+               const std::vector<Span>& spans,
+               std::vector<PreTokenizer::Piece>* out) {
+  for (const Span& span : spans) {
+    Emit(parent, span.first, text.substr(span.first, span.second - span.first),
+         out);
+  }
+}
+
+// Cuts a piece at characters for which `classify` says kRemove (dropped) or
 // kIsolate (a word of their own); the rest accumulate into words.
 enum class CharRole { kKeep, kRemove, kIsolate };
 template <typename Classify>
-void SplitOnCharacters(absl::string_view text, Classify classify,
-                       std::vector<std::string>* out) {
+void SplitOnCharacters(const PreTokenizer::Piece& piece, Classify classify,
+                       std::vector<PreTokenizer::Piece>* out) {
+  const absl::string_view text = piece.text;
   size_t word_begin = 0;
   for (size_t i = 0; i < text.size();) {
     const size_t begin = i;
     const CharRole role = classify(NextCodePoint(text, &i));
     if (role == CharRole::kKeep) continue;
-    if (begin > word_begin)
-      out->emplace_back(text.substr(word_begin, begin - word_begin));
-    if (role == CharRole::kIsolate)
-      out->emplace_back(text.substr(begin, i - begin));
+    if (begin > word_begin) {
+      Emit(piece, word_begin, text.substr(word_begin, begin - word_begin), out);
+    }
+    if (role == CharRole::kIsolate) {
+      Emit(piece, begin, text.substr(begin, i - begin), out);
+    }
     word_begin = i;
   }
-  if (text.size() > word_begin) out->emplace_back(text.substr(word_begin));
+  if (text.size() > word_begin) {
+    Emit(piece, word_begin, text.substr(word_begin), out);
+  }
 }
 
 }  // namespace
@@ -126,6 +148,8 @@ absl::Status PreTokenizer::AddSteps(const PreTokenizerSpec& spec) {
     pattern = {true, std::string(kGpt2Pattern)};
   } else if (spec.type == Type::kWhitespace) {
     pattern = {true, std::string(kWhitespacePattern)};
+  } else if (spec.type == Type::kMetaspace && spec.split) {
+    pattern = {false, spec.replacement};
   }
   if (!pattern.text.empty()) {
     absl::StatusOr<std::unique_ptr<SplitPattern>> compiled =
@@ -141,21 +165,23 @@ absl::Status PreTokenizer::AddSteps(const PreTokenizerSpec& spec) {
 }
 
 void PreTokenizer::PreTokenize(absl::string_view text,
-                               std::vector<std::string>* words) const {
-  std::vector<std::string> pieces{std::string(text)};
-  std::vector<std::string> next;
+                               std::vector<std::string>* words,
+                               bool starts_text) const {
+  std::vector<Piece> pieces{{std::string(text), starts_text}};
+  std::vector<Piece> next;
   for (const Step& step : steps_) {
     next.clear();
-    for (const std::string& piece : pieces) Apply(step, piece, &next);
+    for (const Piece& piece : pieces) Apply(step, piece, &next);
     pieces.swap(next);
   }
-  for (std::string& piece : pieces) {
-    if (!piece.empty()) words->push_back(std::move(piece));
+  for (Piece& piece : pieces) {
+    if (!piece.text.empty()) words->push_back(std::move(piece.text));
   }
 }
 
-void PreTokenizer::Apply(const Step& step, absl::string_view piece,
-                         std::vector<std::string>* out) const {
+void PreTokenizer::Apply(const Step& step, const Piece& piece,
+                         std::vector<Piece>* out) const {
+  const absl::string_view text = piece.text;
   switch (step.spec.type) {
     case Type::kBert:
       return SplitOnCharacters(
@@ -174,54 +200,76 @@ void PreTokenizer::Apply(const Step& step, absl::string_view piece,
           out);
     case Type::kPunctuation: {
       std::vector<std::pair<Span, bool>> parts;
-      for (size_t i = 0; i < piece.size();) {
+      for (size_t i = 0; i < text.size();) {
         const size_t begin = i;
-        const bool punctuation = IsBertPunctuation(NextCodePoint(piece, &i));
+        const bool punctuation = IsBertPunctuation(NextCodePoint(text, &i));
         parts.push_back({{begin, i}, punctuation});
       }
-      for (const Span& span :
-           ApplySplitBehavior(parts, step.spec.behavior, false)) {
-        out->emplace_back(piece.substr(span.first, span.second - span.first));
-      }
-      return;
+      return EmitSpans(piece, text,
+                       ApplySplitBehavior(parts, step.spec.behavior, false),
+                       out);
     }
     case Type::kSplit:
     case Type::kWhitespace: {
       const bool whitespace = step.spec.type == Type::kWhitespace;
-      const std::vector<Span> spans = ApplySplitBehavior(
-          step.pattern->Partition(piece),
-          whitespace ? Behavior::kRemoved : step.spec.behavior,
-          whitespace ? true : step.spec.invert);
-      for (const Span& span : spans) {
-        out->emplace_back(piece.substr(span.first, span.second - span.first));
-      }
-      return;
+      return EmitSpans(piece, text,
+                       ApplySplitBehavior(
+                           step.pattern->Partition(text),
+                           whitespace ? Behavior::kRemoved : step.spec.behavior,
+                           whitespace ? true : step.spec.invert),
+                       out);
     }
-    case Type::kByteLevel: {
-      std::string prefixed;
-      if (step.spec.add_prefix_space && (piece.empty() || piece[0] != ' ')) {
-        prefixed = absl::StrCat(" ", piece);
-        piece = prefixed;
-      }
-      std::vector<Span> spans;
-      if (step.pattern != nullptr) {
-        spans = ApplySplitBehavior(step.pattern->Partition(piece),
-                                   Behavior::kIsolated, false);
-      } else if (!piece.empty()) {
-        spans.push_back({0, piece.size()});
-      }
-      for (const Span& span : spans) {
-        std::string mapped;
-        AppendByteLevel(piece.substr(span.first, span.second - span.first),
-                        &mapped);
-        out->push_back(std::move(mapped));
-      }
-      return;
-    }
+    case Type::kByteLevel:
+      return ApplyByteLevel(step, piece, out);
+    case Type::kMetaspace:
+      return ApplyMetaspace(step, piece, out);
     case Type::kSequence:
       break;
   }
-  out->emplace_back(piece);
+  out->push_back(piece);
+}
+
+void PreTokenizer::ApplyByteLevel(const Step& step, const Piece& piece,
+                                  std::vector<Piece>* out) const {
+  absl::string_view text = piece.text;
+  std::string prefixed;
+  if (step.spec.add_prefix_space && (text.empty() || text[0] != ' ')) {
+    prefixed = absl::StrCat(" ", text);
+    text = prefixed;
+  }
+  std::vector<Span> spans;
+  if (step.pattern != nullptr) {
+    spans = ApplySplitBehavior(step.pattern->Partition(text),
+                               Behavior::kIsolated, false);
+  } else if (!text.empty()) {
+    spans.push_back({0, text.size()});
+  }
+  for (const Span& span : spans) {
+    std::string mapped;
+    AppendByteLevel(text.substr(span.first, span.second - span.first), &mapped);
+    out->push_back({std::move(mapped), piece.starts_text && span.first == 0});
+  }
+}
+
+void PreTokenizer::ApplyMetaspace(const Step& step, const Piece& piece,
+                                  std::vector<Piece>* out) const {
+  const PreTokenizerSpec& spec = step.spec;
+  std::string text = absl::StrReplaceAll(piece.text, {{" ", spec.replacement}});
+  const bool prepend =
+      spec.prepend_scheme == PreTokenizerSpec::PrependScheme::kAlways ||
+      (spec.prepend_scheme == PreTokenizerSpec::PrependScheme::kFirst &&
+       piece.starts_text);
+  if (prepend && !absl::StartsWith(text, spec.replacement)) {
+    text = absl::StrCat(spec.replacement, text);
+  }
+  if (!spec.split) {
+    out->push_back({std::move(text), piece.starts_text});
+    return;
+  }
+  EmitSpans(piece, text,
+            ApplySplitBehavior(step.pattern->Partition(text),
+                               Behavior::kMergedWithNext, false),
+            out);
 }
 
 }  // namespace castserve::text

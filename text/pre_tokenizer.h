@@ -1,7 +1,7 @@
 // tokenizer.json's "pre_tokenizer": cuts normalized text into the words the
 // model tokenizes one by one (BertPreTokenizer, ByteLevel, Split, Whitespace,
-// WhitespaceSplit, Punctuation, Sequence), with the `tokenizers` library's
-// semantics. ByteLevel also maps each word's bytes to the byte-level
+// WhitespaceSplit, Punctuation, Metaspace, Sequence), with the `tokenizers`
+// library's semantics. ByteLevel also maps each word's bytes to the byte-level
 // alphabet (byte_level.h).
 //
 // Immutable after Create; PreTokenize is thread-safe.
@@ -32,19 +32,32 @@ class PreTokenizer {
   static absl::StatusOr<std::unique_ptr<PreTokenizer>> Create(
       const PreTokenizerSpec& spec);
 
-  // Appends the words of `text` (valid UTF-8) to *words.
-  void PreTokenize(absl::string_view text,
-                   std::vector<std::string>* words) const;
+  // A piece of the text between pre-tokenizers; `starts_text` when it
+  // begins at the start of the encoded text (Metaspace's "first" scheme).
+  struct Piece {
+    std::string text;
+    bool starts_text;
+  };
+
+  // Appends the words of `text` (valid UTF-8) to *words; `starts_text`: the
+  // text begins the encoded text (no added token before it).
+  void PreTokenize(absl::string_view text, std::vector<std::string>* words,
+                   bool starts_text = true) const;
 
  private:
   struct Step {
     PreTokenizerSpec spec;  // without the children of a Sequence
-    std::unique_ptr<SplitPattern> pattern;  // Split, Whitespace, ByteLevel
+    // Split, Whitespace, ByteLevel with use_regex, Metaspace with split
+    std::unique_ptr<SplitPattern> pattern;
   };
   PreTokenizer() = default;
   absl::Status AddSteps(const PreTokenizerSpec& spec);
-  void Apply(const Step& step, absl::string_view piece,
-             std::vector<std::string>* out) const;
+  void Apply(const Step& step, const Piece& piece,
+             std::vector<Piece>* out) const;
+  void ApplyByteLevel(const Step& step, const Piece& piece,
+                      std::vector<Piece>* out) const;
+  void ApplyMetaspace(const Step& step, const Piece& piece,
+                      std::vector<Piece>* out) const;
 
   std::vector<Step> steps_;
 };

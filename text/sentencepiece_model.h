@@ -2,7 +2,9 @@
 // sentencepiece_processor.h declares `absl::string_view` as std::string_view
 // while Debian's Abseil has its own class of that name: the two cannot meet
 // in one translation unit, so this class's .cc includes no Abseil header
-// and the rest of //text includes no SentencePiece header.
+// and the rest of //text includes no SentencePiece header. The library is
+// not linked but loaded in isolation on first use (the .cc says why and
+// how); Load reports a machine without it as an error.
 //
 // Immutable after Load; thread-safe.
 #ifndef CASTSERVE_TEXT_SENTENCEPIECE_MODEL_H_
@@ -13,10 +15,6 @@
 #include <string_view>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace castserve::text {
 
 class SentencePieceModel {
@@ -25,6 +23,8 @@ class SentencePieceModel {
   static std::unique_ptr<SentencePieceModel> Load(const std::string& path,
                                                   std::string* error);
   ~SentencePieceModel();
+  SentencePieceModel(const SentencePieceModel&) = delete;
+  SentencePieceModel& operator=(const SentencePieceModel&) = delete;
 
   // False, with *error set, when the library fails.
   bool Encode(std::string_view text, std::vector<int>* ids,
@@ -40,10 +40,10 @@ class SentencePieceModel {
   int PieceToId(std::string_view piece) const;
 
  private:
-  explicit SentencePieceModel(
-      std::unique_ptr<sentencepiece::SentencePieceProcessor> processor);
+  explicit SentencePieceModel(void* processor);
 
-  const std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  // A sentencepiece::SentencePieceProcessor of the loaded library; owned.
+  void* const processor_;
 };
 
 }  // namespace castserve::text

@@ -1,9 +1,11 @@
 #include "text/tokenizer_json.h"
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "casting/json_parser.h"
 
 namespace castserve::text {
 namespace {
@@ -46,14 +48,30 @@ absl::Status ReadBool(const Json& object, absl::string_view path,
   return absl::OkStatus();
 }
 
+// An integer literal that fits int64_t (non-negative ones are the
+// library's number_unsigned).
+bool IntegerValue(const Json& value, int64_t* out) {
+  if (const auto* unsigned_value =
+          value.get_ptr<const Json::number_unsigned_t*>()) {
+    if (*unsigned_value > static_cast<uint64_t>(INT64_MAX)) return false;
+    *out = static_cast<int64_t>(*unsigned_value);
+    return true;
+  }
+  if (const auto* signed_value =
+          value.get_ptr<const Json::number_integer_t*>()) {
+    *out = *signed_value;
+    return true;
+  }
+  return false;
+}
+
 absl::Status ReadInt(const Json& object, absl::string_view path,
                      absl::string_view key, int64_t* out) {
   const Json* value = Find(object, key);
   if (value == nullptr || value->is_null()) return absl::OkStatus();
-  if (!value->is_number_integer()) {
+  if (!IntegerValue(*value, out)) {
     return FieldError(Child(path, key), "must be an integer");
   }
-  *out = value->get<int64_t>();
   return absl::OkStatus();
 }
 
@@ -220,6 +238,31 @@ absl::Status ReadBehavior(const Json& json, absl::string_view path,
                     absl::StrCat("unsupported behavior \"", behavior, "\""));
 }
 
+absl::Status ReadMetaspace(const Json& json, absl::string_view path,
+                           PreTokenizerSpec* spec) {
+  using Scheme = PreTokenizerSpec::PrependScheme;
+  RETURN_IF_ERROR(ReadString(json, path, "replacement", &spec->replacement));
+  RETURN_IF_ERROR(ReadBool(json, path, "split", &spec->split));
+  bool add_prefix_space = true;  // files before prepend_scheme
+  RETURN_IF_ERROR(ReadBool(json, path, "add_prefix_space", &add_prefix_space));
+  std::string scheme = add_prefix_space ? "always" : "never";
+  RETURN_IF_ERROR(ReadString(json, path, "prepend_scheme", &scheme));
+  if (scheme == "always") {
+    spec->prepend_scheme = Scheme::kAlways;
+  } else if (scheme == "first") {
+    spec->prepend_scheme = Scheme::kFirst;
+  } else if (scheme == "never") {
+    spec->prepend_scheme = Scheme::kNever;
+  } else {
+    return FieldError(Child(path, "prepend_scheme"),
+                      absl::StrCat("unsupported \"", scheme, "\""));
+  }
+  if (spec->replacement.empty()) {
+    return FieldError(Child(path, "replacement"), "must not be empty");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PreTokenizerSpec> ParsePreTokenizer(const Json& json,
                                                    const std::string& path) {
   using T = PreTokenizerSpec::Type;
@@ -230,6 +273,7 @@ absl::StatusOr<PreTokenizerSpec> ParsePreTokenizer(const Json& json,
       {"Whitespace", T::kWhitespace},
       {"WhitespaceSplit", T::kWhitespaceSplit},
       {"Punctuation", T::kPunctuation},
+      {"Metaspace", T::kMetaspace},
       {"Sequence", T::kSequence},
   };
   absl::StatusOr<T> type = ReadType(json, path, "pre-tokenizer", kTypes);
@@ -251,6 +295,9 @@ absl::StatusOr<PreTokenizerSpec> ParsePreTokenizer(const Json& json,
       break;
     case T::kPunctuation:
       RETURN_IF_ERROR(ReadBehavior(json, path, &spec.behavior));
+      break;
+    case T::kMetaspace:
+      RETURN_IF_ERROR(ReadMetaspace(json, path, &spec));
       break;
     case T::kSequence: {
       absl::StatusOr<const Json*> list =
@@ -282,11 +329,12 @@ absl::Status ReadVocab(const Json& json, absl::string_view path,
     return FieldError(vocab_path, "must be an object");
   spec->vocab.reserve((*vocab)->size());
   for (const auto& [token, id] : (*vocab)->items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+    int64_t value = -1;
+    if (!IntegerValue(id, &value) || value < 0) {
       return FieldError(absl::StrCat(vocab_path, "[\"", token, "\"]"),
                         "must be a non-negative integer");
     }
-    spec->vocab.emplace_back(token, id.get<int64_t>());
+    spec->vocab.emplace_back(token, value);
   }
   return absl::OkStatus();
 }
@@ -418,9 +466,11 @@ absl::Status ReadTemplate(const Json& json, absl::string_view path,
       return FieldError(token_path, "needs an \"ids\" array");
     std::vector<int64_t> values;
     for (const Json& id : *ids) {
-      if (!id.is_number_integer())
+      int64_t value = 0;
+      if (!IntegerValue(id, &value)) {
         return FieldError(token_path, "ids must be integers");
-      values.push_back(id.get<int64_t>());
+      }
+      values.push_back(value);
     }
     spec->special_tokens.emplace_back(name, std::move(values));
   }
@@ -433,11 +483,12 @@ absl::Status ReadTokenPair(const Json& json, absl::string_view path,
   absl::StatusOr<const Json*> pair = Required(json, path, key);
   if (!pair.ok()) return pair.status();
   const Json& value = **pair;
+  int64_t id = 0;
   if (!value.is_array() || value.size() != 2 || !value[0].is_string() ||
-      !value[1].is_number_integer()) {
+      !IntegerValue(value[1], &id)) {
     return FieldError(Child(path, key), "must be [token, id]");
   }
-  *out = {value[0].get<std::string>(), value[1].get<int64_t>()};
+  *out = {value[0].get<std::string>(), id};
   return absl::OkStatus();
 }
 
@@ -552,8 +603,13 @@ absl::Status ReadComponent(const Json& root, absl::string_view key, Parse parse,
 }  // namespace
 
 absl::StatusOr<TokenizerSpec> ParseTokenizerJson(absl::string_view text) {
-  const Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
+  casting::JsonLimits limits;
+  limits.max_bytes = kMaxTokenizerJsonBytes;
+  const absl::StatusOr<Json> parsed = casting::ParseJson(text, limits);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(parsed.status().message());
+  }
+  const Json& root = *parsed;
   if (!root.is_object())
     return absl::InvalidArgumentError("must be a JSON object");
   TokenizerSpec spec;

@@ -1,5 +1,6 @@
 // tokenizer.json (Hugging Face `tokenizers`' serialization) read into plain
-// structs. The only file of //text that touches a JSON library: the parts
+// structs. The only file of //text that touches JSON (nlohmann/json through
+// //casting:json_parser): the parts
 // that build and run the pipeline work on these structs.
 //
 // Validation here is about shape: each component's "type" must be one this
@@ -60,6 +61,7 @@ struct PreTokenizerSpec {
     kSplit,
     kWhitespace,
     kWhitespaceSplit,
+    kMetaspace,
     kPunctuation,
     kSequence,
   };
@@ -79,6 +81,11 @@ struct PreTokenizerSpec {
   // ByteLevel
   bool add_prefix_space = false;
   bool use_regex = true;
+  // Metaspace
+  enum class PrependScheme { kAlways, kFirst, kNever };
+  std::string replacement = "\u2581";
+  PrependScheme prepend_scheme = PrependScheme::kAlways;
+  bool split = true;
   std::vector<PreTokenizerSpec> pretokenizers;  // Sequence
 };
 
@@ -160,7 +167,11 @@ struct TokenizerSpec {
   std::optional<int64_t> padding_pad_id;  // "padding": {"pad_id": ...}
 };
 
-// Parses the text of a tokenizer.json.
+// The longest tokenizer.json read (large vocabularies are tens of MB).
+inline constexpr size_t kMaxTokenizerJsonBytes = size_t{256} << 20;
+
+// Parses the text of a tokenizer.json, through casting::ParseJson (depth
+// and size bounded, duplicate keys refused; syntax errors with their byte).
 absl::StatusOr<TokenizerSpec> ParseTokenizerJson(absl::string_view json);
 
 }  // namespace castserve::text

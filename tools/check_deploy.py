@@ -17,7 +17,8 @@
   (`protoc --encode`, proto/model_config.proto) and, given the castserve
   binary, every daemon flag in the manifests is one `castserve --help` lists.
 - KServe (deploy/kserve): schemas, and the InferenceService asks for what
-  the ClusterServingRuntime offers (format, protocol, h2c port).
+  the ClusterServingRuntime offers (format, protocol; REST on the port
+  named http1 = --http-port, gRPC on a port named h2c = --grpc-port).
 - The Prometheus adapter's rules (schema) and Prometheus's configuration
   (`promtool check config`).
 - deploy/Dockerfile: hadolint; the builder stage builds with the README's
@@ -393,20 +394,25 @@ def deployment_problems(objects):
     container = pod["containers"][0]
     flags = parse_flags(container.get("args"))
     problems = []
+    # --http-port too: the daemon serves REST on 8000 unless told otherwise.
     for flag in ("model-repository", "grpc-port", "metrics-port",
-                 "shutdown-grace-seconds"):
+                 "http-port", "shutdown-grace-seconds"):
         if flag not in flags:
             problems.append(f"no --{flag}")
     if problems:
         return problems, None
     grpc_port, metrics_port = int(flags["grpc-port"]), int(
         flags["metrics-port"])
+    expected = {"grpc": grpc_port, "metrics": metrics_port}
+    if flags["http-port"] != "off":
+        expected["http"] = int(flags["http-port"])
     ports = {p.get("name"): p["containerPort"]
              for p in container.get("ports", [])}
-    if ports != {"grpc": grpc_port, "metrics": metrics_port}:
+    if ports != expected:
         problems.append(f"container ports {ports} do not name --grpc-port "
-                        f"{grpc_port} (grpc) and --metrics-port "
-                        f"{metrics_port} (metrics)")
+                        f"{grpc_port} (grpc), --metrics-port {metrics_port} "
+                        f"(metrics) and --http-port {flags['http-port']} "
+                        f"(http, unless off)")
     if ":" not in container["image"].rsplit("/", 1)[-1] \
             and "@" not in container["image"]:
         problems.append(f"image {container['image']!r} has no tag")
@@ -521,34 +527,55 @@ def kserve_problems(objects, known_flags):
         return ["expected a ClusterServingRuntime and an InferenceService"]
     problems = []
     for runtime in runtimes.values():
+        name = runtime["metadata"]["name"]
         container = runtime["spec"]["containers"][0]
         flags = parse_flags(container.get("args"))
         problems += flag_problems(container.get("args"), known_flags)
         ports = {p.get("name"): p["containerPort"]
                  for p in container.get("ports", [])}
-        if str(ports.get("h2c")) != flags.get("grpc-port"):
-            problems.append(f"runtime {runtime['metadata']['name']}: no port "
-                            f"named h2c on --grpc-port")
+        protocols = runtime["spec"].get("protocolVersions", [])
+        if "v2" in protocols and str(ports.get("http1")) != flags.get(
+                "http-port"):
+            problems.append(f"runtime {name}: no port named http1 on "
+                            f"--http-port (protocol v2 is REST)")
+        if "grpc-v2" in protocols and "grpc-port" not in flags:
+            problems.append(f"runtime {name}: grpc-v2 without --grpc-port")
         annotations = runtime["spec"].get("annotations", {})
         if annotations.get("prometheus.kserve.io/port") \
                 != flags.get("metrics-port"):
             problems.append("prometheus.kserve.io/port is not --metrics-port")
     for service in services:
-        model = service["spec"]["predictor"]["model"]
-        runtime = runtimes.get(model.get("runtime"))
-        if runtime is None:
-            problems.append(f"InferenceService {service['metadata']['name']}:"
-                            f" no runtime {model.get('runtime')!r}")
-            continue
-        formats = {f["name"] for f in
-                   runtime["spec"].get("supportedModelFormats", [])}
-        if model["modelFormat"]["name"] not in formats:
-            problems.append(f"model format {model['modelFormat']['name']!r}"
-                            f" is not one the runtime supports")
-        if model.get("protocolVersion") not in runtime["spec"].get(
-                "protocolVersions", []):
-            problems.append(f"protocol {model.get('protocolVersion')!r} is "
-                            f"not one the runtime declares")
+        problems += inference_service_problems(service, runtimes)
+    return problems
+
+
+def inference_service_problems(service, runtimes):
+    """The InferenceService asks for a runtime, format and protocol the
+    runtime offers; gRPC needs a port named h2c on the runtime's
+    --grpc-port, declared by the service's predictor or by the runtime."""
+    name = service["metadata"]["name"]
+    model = service["spec"]["predictor"]["model"]
+    runtime = runtimes.get(model.get("runtime"))
+    if runtime is None:
+        return [f"InferenceService {name}: no runtime "
+                f"{model.get('runtime')!r}"]
+    problems = []
+    formats = {f["name"] for f in
+               runtime["spec"].get("supportedModelFormats", [])}
+    if model["modelFormat"]["name"] not in formats:
+        problems.append(f"model format {model['modelFormat']['name']!r}"
+                        f" is not one the runtime supports")
+    protocol = model.get("protocolVersion")
+    if protocol not in runtime["spec"].get("protocolVersions", []):
+        problems.append(f"protocol {protocol!r} is not one the runtime "
+                        f"declares")
+    if protocol == "grpc-v2":
+        container = runtime["spec"]["containers"][0]
+        declared = model.get("ports") or container.get("ports", [])
+        h2c = {p.get("name"): p["containerPort"] for p in declared}.get("h2c")
+        if str(h2c) != parse_flags(container.get("args")).get("grpc-port"):
+            problems.append(f"InferenceService {name}: grpc-v2 needs a port "
+                            f"named h2c on the runtime's --grpc-port")
     return problems
 
 
@@ -677,8 +704,9 @@ def dockerfile_problems(root, hadolint, binaries):
         problems.append("the runtime stage runs as root")
     exposed = {p for line in runtime if line.startswith("EXPOSE")
                for p in line.split()[1:]}
-    if not {"8001", "8002"} <= exposed:
-        problems.append(f"EXPOSE {sorted(exposed)} lacks 8001 and 8002")
+    if not {"8000", "8001", "8002"} <= exposed:
+        problems.append(f"EXPOSE {sorted(exposed)} lacks 8000, 8001 and "
+                        f"8002")
     if not any(line.startswith("HEALTHCHECK CMD") or
                line.startswith("HEALTHCHECK --") for line in runtime):
         problems.append("no HEALTHCHECK")

@@ -8,7 +8,9 @@ Writes, under text/testdata/ (all seeded, so a rerun gives the same files):
   references/<name>.ids        per corpus line, the ids the Python library
                                gives (add_special_tokens=True), space-separated
   references/minilm.decoded.txt   MiniLM's decode(ids, skip_special_tokens),
-                               escaped the same way
+                               escaped the same way; bpe-llama2.decoded.txt
+                               has "index decoded" only where decode(ids)
+                               differs from the text
   references/bert_characters.txt    per code point where BertNormalizer
                                (clean_text, lowercase, strip_accents) or
                                BertPreTokenizer changes or splits it alone
@@ -16,6 +18,8 @@ and, with --train, first (re)trains and writes the small tokenizers:
   bpe-llama3/tokenizer.json    byte-level BPE, Llama 3's pre-tokenizer regex,
                                ignore_merges, <|begin_of_text|> template
   bpe-qwen2/tokenizer.json     byte-level BPE, NFC + Qwen2's regex
+  bpe-llama2/tokenizer.json    BPE as Llama 2 declares it (byte_fallback,
+                               Prepend/Replace normalizers, fuse_unk)
   sentencepiece/tokenizer.model  a small unigram SentencePiece model
 
 Needs `tokenizers` and `sentencepiece` (pip); CI does not run this: the
@@ -227,6 +231,28 @@ def train_bpe(pattern, nfc, vocab_size):
     return json.dumps(spec, ensure_ascii=False, indent=None)
 
 
+def train_llama2_style(vocab_size):
+    """BPE as Llama 2's tokenizer.json declares it: Prepend/Replace "\u2581"
+    normalizers, no pre-tokenizer, byte_fallback with <0xXX> tokens, fuse_unk,
+    and the Replace/ByteFallback/Fuse/Strip decoders."""
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tokenizer.normalizer = normalizers.Sequence([
+        normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tokenizer.decoder = decoders.Sequence([
+        decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+        decoders.Strip(" ", 1, 0)])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False, limit_alphabet=150,
+                                  special_tokens=["<unk>", "<s>", "</s>"])
+    tokenizer.train_from_iterator(training_texts(), trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tokenizer.token_to_id("<s>"))])
+    spec = json.loads(tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    for byte in range(256):  # in the model's vocabulary, as in Llama 2's file
+        vocab.setdefault("<0x%02X>" % byte, len(vocab))
+    return json.dumps(spec, ensure_ascii=False, indent=None)
+
+
 def train_sentencepiece(path):
     import sentencepiece as spm
     text_path = path + ".train.txt"
@@ -339,6 +365,9 @@ def main():
             os.makedirs(os.path.join(ROOT, name), exist_ok=True)
             with open(os.path.join(ROOT, name, "tokenizer.json"), "w", encoding="utf-8") as f:
                 f.write(train_bpe(pattern, nfc, size))
+        os.makedirs(os.path.join(ROOT, "bpe-llama2"), exist_ok=True)
+        with open(os.path.join(ROOT, "bpe-llama2", "tokenizer.json"), "w", encoding="utf-8") as f:
+            f.write(train_llama2_style(1500))
         os.makedirs(os.path.join(ROOT, "sentencepiece"), exist_ok=True)
         train_sentencepiece(os.path.join(ROOT, "sentencepiece", "tokenizer.model"))
     texts = corpus()
@@ -353,6 +382,12 @@ def main():
                 for e, t in zip(bpe_encodings, texts))
     print("bpe-llama3: %d of %d texts do not decode to themselves" % (lossy, len(texts)))
     references(texts, "bpe-qwen2", os.path.join(ROOT, "bpe-qwen2", "tokenizer.json"))
+    llama2, llama2_encodings = references(
+        texts, "bpe-llama2", os.path.join(ROOT, "bpe-llama2", "tokenizer.json"))
+    decoded = [llama2.decode(e.ids, skip_special_tokens=True) for e in llama2_encodings]
+    write_lines(os.path.join(REFS, "bpe-llama2.decoded.txt"),
+                ["%d %s" % (i, escape(d)) for i, (d, t) in enumerate(zip(decoded, texts))
+                 if d != t])
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(
         model_file=os.path.join(ROOT, "sentencepiece", "tokenizer.model"))

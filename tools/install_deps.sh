@@ -11,7 +11,10 @@ packages=(
   # The metrics port's HTTP(S) server, and GnuTLS for client certificates.
   libmicrohttpd-dev libgnutls28-dev
   # Text: RE2 for the tokenizers' pre-tokenizer patterns, SentencePiece for
-  # tokenizer.model files; JSON parsing and writing.
+  # tokenizer.model files. JSON: castserve reads and writes it with
+  # nlohmann/json; RapidJSON and simdjson only build
+  # benchmarks/json_benchmark.cc, so that the measurements behind that choice
+  # can be repeated.
   libre2-dev libsentencepiece-dev nlohmann-json3-dev rapidjson-dev libsimdjson-dev
   # ICU: Unicode normalization, categories and lower-casing for //text.
   libicu-dev

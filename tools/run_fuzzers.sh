@@ -7,12 +7,16 @@
 # $WORK/artifacts_<target>/ (until the next run), the log in
 # $WORK/<target>.log.
 #
-#   casting/fuzz/  safetensors, torch_zip: the checkpoint readers
+#   casting/fuzz/  safetensors, torch_zip: the checkpoint readers (the
+#                  safetensors header through casting/json_parser.h, i.e.
+#                  nlohmann/json's parser and castserve's bounded builder)
 #   server/fuzz/   infer_request: a ModelInferRequest against the BERT
 #                  fixture (conversion, checks, forward, response);
 #                  config_pbtxt, config_json: config.pbtxt text and
 #                  RepositoryModelLoad's JSON config through validation
-#                  and the load's checks
+#                  and the load's checks; rest_infer: a KServe v2 REST
+#                  inference body (JSON tensors, the binary extension)
+#                  decoded and its inputs encoded back as a response
 #   text/          tokenizer_encode: Tokenizer::Encode of arbitrary bytes
 #                  over the MiniLM and byte-level BPE tokenizers (ids in
 #                  the vocabulary, BPE decodes back to the text)
@@ -26,14 +30,14 @@
 # models/testdata/bert); to replay a finding:
 #   $WORK/infer_request_fuzzer $WORK/artifacts_infer_request/crash-...
 #
-#   tools/run_fuzzers.sh                  # build and run all six
+#   tools/run_fuzzers.sh                  # build and run all seven
 #   MAX_TOTAL_TIME=600 tools/run_fuzzers.sh infer_request config_json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MAX_TOTAL_TIME="${MAX_TOTAL_TIME:-180}"
 WORK="${WORK:-/tmp/castserve_fuzz}"
-ALL_TARGETS="safetensors torch_zip infer_request config_pbtxt config_json tokenizer_encode"
+ALL_TARGETS="safetensors torch_zip infer_request config_pbtxt config_json rest_infer tokenizer_encode"
 read -r -a TARGETS <<<"${*:-$ALL_TARGETS}"
 LIBTORCH="${LIBTORCH:-${CASTSERVE_CACHE:-$HOME/.cache/castserve}/libtorch-2.11.0/torch}"
 mkdir -p "$WORK/obj"
@@ -127,7 +131,7 @@ export WORK CXXFLAGS SANITIZE
 
 declare -A FOLDER=([safetensors]=casting [torch_zip]=casting
   [infer_request]=server [config_pbtxt]=server [config_json]=server
-  [tokenizer_encode]=text)
+  [rest_infer]=server [tokenizer_encode]=text)
 # What each target links, as Bazel targets (their sources are compiled here).
 declare -A LINKS=(
   [safetensors]="//casting:safetensors_reader"
@@ -135,12 +139,16 @@ declare -A LINKS=(
   [infer_request]="//server:tensor_conversion + //models:bert"
   [config_pbtxt]="//server:hf_served_model_factory + //server:model_repository"
   [config_json]="//server:hf_served_model_factory + //server:model_repository"
+  [rest_infer]="//server:rest_infer_codec"
   [tokenizer_encode]="//text:load_tokenizer"
 )
+# libFuzzer dictionaries (tokens the mutator splices in), where a target has
+# one: the safetensors header's JSON grammar, keys and dtype names.
+declare -A DICT=([safetensors]=casting/fuzz/safetensors.dict)
 # The server targets' inputs are small: a request or a config file.
 declare -A MAX_LEN=([safetensors]=65536 [torch_zip]=65536
   [infer_request]=8192 [config_pbtxt]=16384 [config_json]=16384
-  [tokenizer_encode]=16384)
+  [rest_infer]=16384 [tokenizer_encode]=16384)
 
 for target in "${TARGETS[@]}"; do
   if [[ -z "${FOLDER[$target]:-}" ]]; then
@@ -161,9 +169,9 @@ for target in "${TARGETS[@]}"; do
     libs+=" $SERVER_LIBS"
   fi
   # //text's libraries; the server targets link them through the factory
-  # (the tokenizer), after libprotobuf (see server/BUILD on SentencePiece).
+  # (the tokenizer).
   if [[ "$folder" == text || "$folder" == server ]]; then
-    libs+=" -lre2 -licuuc -licudata -lsentencepiece"
+    libs+=" -lre2 -licuuc -licudata -ldl"
   fi
   echo "building ${target}_fuzzer"
   objs="$(printf '%s\n' "$folder/fuzz/${target}_fuzzer.cc" $srcs |
@@ -178,7 +186,9 @@ for target in "${TARGETS[@]}"; do
   mkdir -p "$corpus" "$WORK/artifacts_${target}"
   cp "${FOLDER[$target]}/fuzz/corpus_${target}"/* "$corpus/"
   echo "running ${target}_fuzzer for ${MAX_TOTAL_TIME}s (log: $WORK/${target}.log)"
-  "$WORK/${target}_fuzzer" -max_total_time="$MAX_TOTAL_TIME" \
+  dict=()
+  [[ -n "${DICT[$target]:-}" ]] && dict=(-dict="${DICT[$target]}")
+  "$WORK/${target}_fuzzer" -max_total_time="$MAX_TOTAL_TIME" "${dict[@]}" \
     -max_len="${MAX_LEN[$target]}" -timeout=25 -rss_limit_mb=4096 \
     -print_final_stats=1 -artifact_prefix="$WORK/artifacts_${target}/" \
     "$corpus" >"$WORK/${target}.log" 2>&1 &

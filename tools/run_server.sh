@@ -22,6 +22,7 @@ In another shell, try:
   $bin/client/castserve-client --url=localhost:8001 infer minilm \\
       --inputs=deploy/examples/minilm_request.json --outputs=pooler_output
   $bin/client/castserve-client --url=localhost:8001 stats minilm
+  curl -s localhost:8000/v2/models/minilm          # KServe v2 REST (README)
   curl -s localhost:8002/metrics
 
 MSG

@@ -220,6 +220,7 @@ def main():
     repository = make_repository(folder)
     daemon = Daemon(binary, f"--model-repository={repository}",
                     "--grpc-port=0", "--metrics-port=0",
+                    "--http-port=0",
                     "--shutdown-grace-seconds=5").wait_ready()
     pid = daemon.process.pid
     channel = grpc.insecure_channel(f"127.0.0.1:{daemon.grpc_port}")

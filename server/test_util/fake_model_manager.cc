@@ -40,6 +40,13 @@ void FakeServedModel::Infer(InferenceCall call,
   casting::Executor::Default().Schedule([this, call = std::move(call),
                                          decoded = *std::move(decoded),
                                          done = std::move(done)] {
+    {
+      absl::MutexLock lock(&mutex_);
+      ++held_;
+      mutex_.Await(absl::Condition(
+          +[](bool* holding) { return !*holding; }, &holding_));
+      --held_;
+    }
     const models::NamedTensors& inputs = decoded.inputs;
     absl::Status status;
     if (call.is_cancelled && call.is_cancelled()) {
@@ -100,6 +107,21 @@ int FakeServedModel::infer_calls() const {
 absl::Time FakeServedModel::last_deadline() const {
   absl::MutexLock lock(&mutex_);
   return last_deadline_;
+}
+
+void FakeServedModel::Hold() {
+  absl::MutexLock lock(&mutex_);
+  holding_ = true;
+}
+
+void FakeServedModel::Release() {
+  absl::MutexLock lock(&mutex_);
+  holding_ = false;
+}
+
+int FakeServedModel::held() const {
+  absl::MutexLock lock(&mutex_);
+  return held_;
 }
 
 void FakeModelManager::AddModel(const std::string& name, bool lazy,

@@ -47,6 +47,13 @@ class FakeServedModel : public ServedModel {
   int infer_calls() const;
   absl::Time last_deadline() const;
 
+  // While held, valid requests wait before they run (a slow forward);
+  // Release lets them run, checking their cancellation first.
+  void Hold();
+  void Release();
+  // Requests waiting in Hold now.
+  int held() const;
+
  private:
   inference::ModelConfig config_;
   std::vector<models::TensorSpec> inputs_;
@@ -59,6 +66,8 @@ class FakeServedModel : public ServedModel {
   absl::Time last_deadline_ ABSL_GUARDED_BY(mutex_);
   casting::Device device_ ABSL_GUARDED_BY(mutex_);
   int64_t device_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool holding_ ABSL_GUARDED_BY(mutex_) = false;
+  int held_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 class FakeModelManager : public ModelManager {
