@@ -43,27 +43,29 @@ absl::StatusOr<std::vector<HfConfig>> HfConfig::LoadList(
     const std::string& path, casting::FileSystem* file_system) {
   absl::StatusOr<std::string> text = ReadConfigText(path, file_system);
   if (!text.ok()) return text.status();
-  absl::StatusOr<JsonValue> parsed = casting::ParseJson(*text);
+  casting::JsonLimits limits;
+  limits.max_bytes = kMaxHfConfigBytes;
+  absl::StatusOr<Json> parsed = casting::ParseJson(*text, limits);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", parsed.status().message()));
   }
-  if (parsed->kind != JsonValue::Kind::kArray) {
+  if (!parsed->is_array()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": expected a JSON list, got ",
-                     casting::JsonKindName(parsed->kind)));
+                     casting::JsonTypeName(*parsed)));
   }
-  auto document = std::make_shared<const JsonValue>(*std::move(parsed));
+  auto document = std::make_shared<const Json>(*std::move(parsed));
   std::vector<HfConfig> items;
-  for (size_t i = 0; i < document->items.size(); ++i) {
-    const JsonValue& item = document->items[i];
-    if (item.kind != JsonValue::Kind::kObject) {
+  for (size_t i = 0; i < document->size(); ++i) {
+    const Json& item = (*document)[i];
+    if (!item.is_object()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, "[", i, "]: expected a JSON object, got ",
-                       casting::JsonKindName(item.kind)));
+                       casting::JsonTypeName(item)));
     }
     // Shares ownership of the whole document, points at the item.
-    items.push_back(HfConfig(std::shared_ptr<const JsonValue>(document, &item),
+    items.push_back(HfConfig(std::shared_ptr<const Json>(document, &item),
                              absl::StrCat(path, "[", i, "]")));
   }
   return items;

@@ -224,10 +224,10 @@ TEST(HfServedModelFactoryTest, FolderWithoutTokenizerRefusesText) {
                            std::string(kBertDirectory) + " has no tokenizer"));
 }
 
-// A folder with a SentencePiece tokenizer.model: Debian's libsentencepiece
-// carries its own protobuf, which the daemon's must not meet. Whatever the
-// tokenizer does, the model loads and serves its token inputs, and text is
-// either served or refused with the reason: never a crash.
+// A folder with a SentencePiece tokenizer.model (libsentencepiece carries a
+// protobuf of its own, which once crashed the daemon's at start): the model
+// loads and serves its token inputs, and text is served or refused with the
+// reason, never a crash.
 TEST(HfServedModelFactoryTest, SentencePieceFolderNeverFailsTheLoad) {
   const std::string folder =
       models::test_util::MakeScratchDir("bert_sentencepiece");
