@@ -51,9 +51,8 @@ absl::StatusOr<std::vector<HfConfig>> HfConfig::LoadList(
         absl::StrCat(path, ": ", parsed.status().message()));
   }
   if (!parsed->is_array()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": expected a JSON list, got ",
-                     casting::JsonTypeName(*parsed)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": expected a JSON list, got ", casting::JsonTypeName(*parsed)));
   }
   auto document = std::make_shared<const Json>(*std::move(parsed));
   std::vector<HfConfig> items;
