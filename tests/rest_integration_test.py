@@ -42,11 +42,13 @@ README = os.path.abspath(sys.argv[4])
 TOLERANCE = 1e-4
 
 
-def readme_curl_example():
-    """The README's ```sh block that sends a request to minilm."""
+def readme_curl_example(marker):
+    """The README's ```sh block that sends a request to minilm and contains
+    `marker`."""
     with open(README) as f:
         blocks = re.findall(r"```sh\n(.*?)```", f.read(), re.S)
-    return next(b for b in blocks if "/v2/models/minilm/infer" in b)
+    return next(b for b in blocks
+                if "/v2/models/minilm/infer" in b and marker in b)
 
 
 def http(port, method, path, body=None):
@@ -93,7 +95,7 @@ class RestTest(unittest.TestCase):
         shutil.rmtree(cls.repository)
 
     def test_readme_curl_example_answers_the_reference_embedding(self):
-        command = readme_curl_example().replace(
+        command = readme_curl_example('"input_ids"').replace(
             "localhost:8000", f"127.0.0.1:{self.port}")
         result = subprocess.run(["bash", "-ec", command], capture_output=True,
                                 text=True, timeout=120)
@@ -109,6 +111,29 @@ class RestTest(unittest.TestCase):
             "output.pooler_output"][0]
         difference = np.max(np.abs(np.array(output["data"]) - expected))
         self.assertLessEqual(difference, TOLERANCE)
+
+    def test_readme_text_example_answers_the_sentence_embedding(self):
+        block = readme_curl_example('"name": "text"')
+        (sentence,) = re.findall(r'"data": \["(.*?)"\]', block)
+        command = block.replace("localhost:8000", f"127.0.0.1:{self.port}")
+        result = subprocess.run(["bash", "-ec", command], capture_output=True,
+                                text=True, timeout=120)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        answer = json.loads(result.stdout)
+        self.assertIn("outputs", answer, result.stdout)
+        (output,) = answer["outputs"]
+        self.assertEqual(output["name"], "sentence_embedding")
+        self.assertEqual(output["shape"], [1, 384])
+        folder = os.path.dirname(MINILM_REFERENCE)
+        with open(os.path.join(folder, "sentences.json")) as f:
+            texts = [entry["text"] for entry in json.load(f)]
+        expected = read_safetensors(
+            os.path.join(folder, "sentence_embeddings.safetensors"))[
+                "sentence_embedding"][texts.index(sentence)].astype(np.float64)
+        embedding = np.array(output["data"], dtype=np.float64)
+        cosine = embedding @ expected / (np.linalg.norm(embedding) *
+                                         np.linalg.norm(expected))
+        self.assertGreaterEqual(cosine, 0.9999)
 
     def test_tritonclient_http_unchanged(self):
         """tritonclient[http] from PyPI, in this interpreter or

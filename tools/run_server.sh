@@ -23,6 +23,9 @@ In another shell, try:
       --inputs=deploy/examples/minilm_request.json --outputs=pooler_output
   $bin/client/castserve-client --url=localhost:8001 stats minilm
   curl -s localhost:8000/v2/models/minilm          # KServe v2 REST (README)
+  curl -s localhost:8000/v2/models/minilm/infer -d '{"inputs": [{"name": "text",
+      "datatype": "BYTES", "shape": [1, 1], "data": ["A man is playing a guitar."]}],
+      "outputs": [{"name": "sentence_embedding"}]}'
   curl -s localhost:8002/metrics
 
 MSG
