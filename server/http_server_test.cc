@@ -1,6 +1,5 @@
 #include "server/http_server.h"
 
-#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/test_util/http_client.h"
 
 namespace castserve {
 namespace {
@@ -25,42 +25,11 @@ using ::testing::StartsWith;
 
 constexpr int kClientTimeoutSeconds = 5;
 
-// A connected TCP socket to 127.0.0.1:port whose reads give up after
-// kClientTimeoutSeconds; -1 when the connection fails.
+using test_util::Exchange;
+using test_util::ReadToEnd;
+
 int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const timeval timeout{kClientTimeoutSeconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Everything the server sends on `fd` until it closes the connection (or
-// the read timeout passes).
-std::string ReadToEnd(int fd) {
-  std::string response;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(fd, buffer, sizeof buffer)) > 0) response.append(buffer, n);
-  return response;
-}
-
-// Sends `request` on a new connection and returns the whole response. The
-// requests say HTTP/1.0 or `Connection: close`, so the server closes.
-std::string Exchange(int port, const std::string& request) {
-  const int fd = Connect(port);
-  if (fd < 0) return "";
-  (void)!write(fd, request.data(), request.size());
-  std::string response = ReadToEnd(fd);
-  close(fd);
-  return response;
+  return test_util::ConnectLocal(port, kClientTimeoutSeconds);
 }
 
 std::string Get(int port, const std::string& path) {

@@ -1,6 +1,3 @@
-#include <arpa/inet.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 
@@ -9,6 +6,7 @@
 #include "prometheus/text_serializer.h"
 #include "server/metrics_exporter.h"
 #include "server/process_metrics.h"
+#include "server/test_util/http_client.h"
 
 namespace castserve {
 namespace {
@@ -56,24 +54,8 @@ TEST(ProcessMetricsTest, ExportsEveryProcessMetricWithConventions) {
   }
 }
 
-// Sends `request` to 127.0.0.1:port and returns the whole response.
 std::string RawRequest(int port, const std::string& request) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    close(fd);
-    return "";
-  }
-  (void)!write(fd, request.data(), request.size());
-  std::string response;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(fd, buffer, sizeof buffer)) > 0) response.append(buffer, n);
-  close(fd);
-  return response;
+  return test_util::Exchange(port, request);
 }
 
 std::string HttpGet(int port, const std::string& path) {

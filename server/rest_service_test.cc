@@ -1,6 +1,5 @@
 #include "server/rest_service.h"
 
-#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +23,7 @@
 #include "server/inference_core.h"
 #include "server/serving_metrics.h"
 #include "server/test_util/fake_model_manager.h"
+#include "server/test_util/http_client.h"
 
 namespace castserve {
 namespace {
@@ -36,27 +36,10 @@ constexpr int kClientTimeoutSeconds = 10;
 constexpr char kInferToken[] = "infer-token-0123456789";
 constexpr char kAdminToken[] = "admin-token-0123456789";
 
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const timeval timeout{kClientTimeoutSeconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+using test_util::ReadToEnd;
 
-std::string ReadToEnd(int fd) {
-  std::string response;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(fd, buffer, sizeof buffer)) > 0) response.append(buffer, n);
-  return response;
+int Connect(int port) {
+  return test_util::ConnectLocal(port, kClientTimeoutSeconds);
 }
 
 void Send(int fd, const std::string& bytes) {

@@ -3,7 +3,6 @@
 // request, when Server::Shutdown runs. Everything the daemon started must end:
 // every call gets its answer, every model is released, the load returns, and no
 // thread is left running (the sanitizer runs: tools/run_sanitizers.sh).
-#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -27,6 +26,7 @@
 #include "server/model_manager.h"
 #include "server/server.h"
 #include "server/test_util/fake_model_manager.h"
+#include "server/test_util/http_client.h"
 
 namespace castserve {
 namespace {
@@ -49,17 +49,8 @@ bool Eventually(const std::function<bool()>& condition) {
 // A REST inference of `model` sent on a new connection to 127.0.0.1:port;
 // the connected socket (its reads give up after 30 s), or -1.
 int SendRestInfer(int port, const std::string& model) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const timeval timeout{30, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    close(fd);
-    return -1;
-  }
+  const int fd = test_util::ConnectLocal(port, /*read_timeout_seconds=*/30);
+  if (fd < 0) return -1;
   const std::string body =
       R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1,2],)"
       R"("data":[1,2]}]})";
