@@ -167,7 +167,9 @@ TEST_F(LayersTest, TransientEmbeddingGathersOnlyTheLookedUpRows) {
         options.casting->options().storage_dtype != casting::ElementType::kF32;
     EXPECT_EQ(weight.activity().transient_compute_bytes,
               decoded ? 6 * 8 * 4 : 0);
-    if (decoded) EXPECT_EQ(weight.compute_builds(), 0);
+    if (decoded) {
+      EXPECT_EQ(weight.compute_builds(), 0);
+    }
   }
 }
 

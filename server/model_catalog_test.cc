@@ -38,7 +38,7 @@ class ModelCatalogTest : public ::testing::Test {
 
 TEST(ModelCatalogNameTest, RefusesNamesThatCouldLeaveTheRepository) {
   EXPECT_TRUE(ModelCatalog::ValidateName("bert-base_1").ok());
-  for (const std::string name :
+  for (const std::string& name :
        {std::string(), std::string("a/b"), std::string("a\\b"),
         std::string(".."), std::string(".hidden"), std::string("x..y"),
         std::string("a\0b", 3), std::string(256, 'n')}) {

@@ -78,7 +78,7 @@ TEST(JsonTokenizerTest, TruncationKeepsTheSpecialTokens) {
 TEST(JsonTokenizerTest, InvalidUtf8IsInvalidArgument) {
   std::unique_ptr<Tokenizer> tokenizer = LoadMiniLm();
   ASSERT_NE(tokenizer, nullptr);
-  for (const std::string text :
+  for (const std::string& text :
        {std::string("abc\xff"), std::string("\xc3"),
         std::string("\xed\xa0\x80"), std::string("\xc0\xaf"),
         std::string("a\xf4\x90\x80\x80")}) {
