@@ -494,6 +494,13 @@ absl::StatusOr<RestInferRequest> DecodeRestInferRequest(
                      " but the body has only ", body.size(), " bytes"));
   }
   const size_t json_bytes = header_length.value_or(body.size());
+  if (json_bytes > kMaxRestJsonBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request's JSON is ", json_bytes, " bytes, more than castserve ",
+        "parses (", kMaxRestJsonBytes,
+        "); send large tensors as binary data (Triton's binary tensor ",
+        "extension: binary_data_size and Inference-Header-Content-Length)"));
+  }
   casting::JsonLimits limits;
   limits.max_depth = kMaxRestJsonDepth;
   limits.max_bytes = json_bytes;

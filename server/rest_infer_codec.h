@@ -56,6 +56,14 @@ struct RestInferRequest {
 // request's object, "inputs", an input, then one level per dimension.
 inline constexpr int kMaxRestJsonDepth = 40;
 
+// The most JSON text of one request castserve parses (the binary part of
+// Triton's binary tensor extension is not counted). Parsed JSON takes about
+// eight times its text in memory (one 16-byte value per number), so a body
+// as large as --max-message-bytes allows would take gigabytes; tensors that
+// large go in binary (`binary_data_size`). Over it: InvalidArgument (400)
+// saying so.
+inline constexpr size_t kMaxRestJsonBytes = size_t{32} << 20;
+
 // Decodes a request body for `model` (and `version`, may be empty), with
 // the Inference-Header-Content-Length header's value when the request has
 // one. INVALID_ARGUMENT naming the field and what was expected for any

@@ -126,6 +126,30 @@ TEST(RestInferCodecTest, DepthBombIsRefusedBeforeItIsBuilt) {
   EXPECT_LT(status.message().size(), 1000u);
 }
 
+// Parsed JSON takes about eight times its text: a body of numbers as large
+// as --max-message-bytes would take gigabytes, so the JSON part is bounded on
+// its own, and the binary part (which costs its size) is not.
+TEST(RestInferCodecTest, JsonPartLargerThanTheLimitIsRefusedUnparsed) {
+  std::string numbers;
+  numbers.reserve(kMaxRestJsonBytes + 8);
+  while (numbers.size() <= kMaxRestJsonBytes) numbers += "0,";
+  const std::string body =
+      R"({"inputs":[{"name":"x","datatype":"INT8","shape":[1],"data":[)" +
+      numbers + "0]}]}";
+  absl::Status status = DecodeError(body);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("binary tensor extension"));
+
+  const std::string header =
+      R"({"inputs":[{"name":"x","datatype":"INT8","shape":[1],)"
+      R"("parameters":{"binary_data_size":1}}]})";
+  std::string binary = header + std::string(1, '\x07');
+  absl::StatusOr<RestInferRequest> decoded =
+      DecodeRestInferRequest(binary, header.size(), "m", "");
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->request.raw_input_contents(0), std::string(1, '\x07'));
+}
+
 TEST(RestInferCodecTest, IdParametersAndOutputsPassThrough) {
   absl::StatusOr<RestInferRequest> decoded = Decode(R"({
     "id": "r1",
