@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "c10/util/Exception.h"
 #include "casting/device_codec.h"
 #include "models/attention.h"
+#include "models/incremental_decoder.h"
 #include "models/model_loader.h"
 
 namespace castserve::models {
@@ -26,19 +28,21 @@ std::string KindPrefix(const std::string& model_type) {
   return "Llama";
 }
 
-// The rotary tables, the attention bias and the config shared by every
-// layer of one forward.
+// The rotary tables, the attention bias and the KV cache (null for a
+// forward without one) shared by every layer of one forward or decode step.
 struct DecoderInputs {
   RopeTables rope;
   at::Tensor bias;
+  KvCache* cache = nullptr;
 };
 
 class Attention : public Module {
  public:
   static absl::StatusOr<std::unique_ptr<Attention>> Create(
-      const std::string& name, const LlamaConfig& config,
+      const std::string& name, const LlamaConfig& config, int64_t layer,
       const WeightFactory& weights) {
-    auto attention = std::unique_ptr<Attention>(new Attention(name, config));
+    auto attention =
+        std::unique_ptr<Attention>(new Attention(name, config, layer));
     const int64_t q_features = config.num_attention_heads * config.head_dim;
     const int64_t kv_features = config.num_key_value_heads * config.head_dim;
     const int64_t hidden = config.hidden_size;
@@ -70,18 +74,23 @@ class Attention : public Module {
     at::Tensor k =
         ApplyRotary(SplitHeads(k_->Forward(ctx, x), kv_heads_), inputs.rope);
     at::Tensor v = SplitHeads(v_->Forward(ctx, x), kv_heads_);
+    if (inputs.cache != nullptr) {
+      std::tie(k, v) = inputs.cache->Append(layer_, k, v);
+    }
     at::Tensor attended =
         ScaledDotProductAttention(q, k, v, inputs.bias, scale_);
     return o_->Forward(ctx, MergeHeads(attended));
   }
 
  private:
-  Attention(const std::string& name, const LlamaConfig& config)
+  Attention(const std::string& name, const LlamaConfig& config, int64_t layer)
       : Module(name, KindPrefix(config.model_type) + "Attention"),
+        layer_(layer),
         q_heads_(config.num_attention_heads),
         kv_heads_(config.num_key_value_heads),
         scale_(1.0 / std::sqrt(static_cast<double>(config.head_dim))) {}
 
+  const int64_t layer_;  // Its index in the KV cache.
   const int64_t q_heads_;
   const int64_t kv_heads_;
   const double scale_;
@@ -147,14 +156,15 @@ absl::StatusOr<std::unique_ptr<RMSNorm>> MakeNorm(
 class DecoderLayer : public Module {
  public:
   static absl::StatusOr<std::unique_ptr<DecoderLayer>> Create(
-      const std::string& name, const LlamaConfig& config,
+      const std::string& name, const LlamaConfig& config, int64_t index,
       const WeightFactory& weights) {
     auto layer = std::unique_ptr<DecoderLayer>(
         new DecoderLayer(name, KindPrefix(config.model_type) + "DecoderLayer"));
     auto input_norm = MakeNorm(name + ".input_layernorm", config, weights);
     if (!input_norm.ok()) return input_norm.status();
     layer->input_norm_ = layer->AddChild(*std::move(input_norm));
-    auto attention = Attention::Create(name + ".self_attn", config, weights);
+    auto attention =
+        Attention::Create(name + ".self_attn", config, index, weights);
     if (!attention.ok()) return attention.status();
     layer->attention_ = layer->AddChild(*std::move(attention));
     auto post_norm =
@@ -202,7 +212,7 @@ class TiedLmHead : public Module {
   const Embedding* embedding_;
 };
 
-class LlamaForCausalLM : public Model {
+class LlamaForCausalLM : public Model, public IncrementalDecoder {
  public:
   static absl::StatusOr<std::unique_ptr<Model>> Create(
       const LlamaConfig& config, const WeightFactory& weights);
@@ -215,6 +225,20 @@ class LlamaForCausalLM : public Model {
   std::optional<int64_t> max_sequence_length() const override {
     return config_.max_position_embeddings;
   }
+  const IncrementalDecoder* incremental_decoder() const override {
+    return this;
+  }
+
+  KvCacheShape kv_cache_shape() const override {
+    return {config_.num_hidden_layers, config_.num_key_value_heads,
+            config_.head_dim, inv_freq_.options().dtype(compute_dtype_)};
+  }
+  int64_t max_positions() const override {
+    return config_.max_position_embeddings;
+  }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  at::Tensor DecodeStep(ForwardContext& ctx, const at::Tensor& ids,
+                        KvCache& cache) const override;
 
  protected:
   absl::Status ValidateInputs(const NamedTensors& inputs) const override;
@@ -227,6 +251,12 @@ class LlamaForCausalLM : public Model {
   absl::Status Build(const WeightFactory& weights);
   at::Tensor Logits(ForwardContext& ctx, const at::Tensor& input_ids,
                     const at::Tensor& attention_mask) const;
+  // Embedding, layers, norm and lm_head for `input_ids` [batch, seq] at
+  // `positions` [batch, seq] under `bias`, appending to `cache` if set:
+  // logits f32 [batch, seq, vocab].
+  at::Tensor Run(ForwardContext& ctx, const at::Tensor& input_ids,
+                 const at::Tensor& positions, at::Tensor bias,
+                 KvCache* cache) const;
 
   const LlamaConfig config_;
   const at::ScalarType compute_dtype_;
@@ -266,7 +296,7 @@ absl::Status LlamaForCausalLM::Build(const WeightFactory& weights) {
   embed_ = backbone_->AddChild(*std::move(embed));
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     auto layer = DecoderLayer::Create(absl::StrCat("model.layers.", i), config_,
-                                      weights);
+                                      i, weights);
     if (!layer.ok()) return layer.status();
     layers_.push_back(backbone_->AddChild(*std::move(layer)));
   }
@@ -335,19 +365,45 @@ at::Tensor LlamaForCausalLM::Logits(ForwardContext& ctx,
                                     const at::Tensor& input_ids,
                                     const at::Tensor& attention_mask) const {
   const int64_t batch = input_ids.size(0), seq = input_ids.size(1);
+  at::Tensor positions = at::arange(seq, input_ids.options().dtype(at::kLong))
+                             .expand({batch, seq});
+  return Run(ctx, input_ids, positions,
+             MakeAttentionBias(attention_mask, batch, seq, seq,
+                               /*causal=*/true,
+                               input_ids.options().dtype(compute_dtype_),
+                               config_.sliding_window),
+             /*cache=*/nullptr);
+}
+
+at::Tensor LlamaForCausalLM::DecodeStep(ForwardContext& ctx,
+                                        const at::Tensor& ids,
+                                        KvCache& cache) const {
+  const int64_t n = ids.size(0), start = cache.length();
+  at::Tensor positions =
+      at::arange(start, start + n, ids.options().dtype(at::kLong)).view({1, n});
+  // The n queries are the last n of start + n keys.
+  at::Tensor bias = MakeAttentionBias(
+      at::Tensor(), 1, n, start + n, /*causal=*/true,
+      ids.options().dtype(compute_dtype_), config_.sliding_window);
+  at::Tensor logits = Run(ctx, ids.view({1, n}), positions, bias, &cache);
+  cache.Advance(n);
+  return logits[0];
+}
+
+at::Tensor LlamaForCausalLM::Run(ForwardContext& ctx,
+                                 const at::Tensor& input_ids,
+                                 const at::Tensor& positions, at::Tensor bias,
+                                 KvCache* cache) const {
   ModuleCall root_call(root_, ctx);
   at::Tensor hidden;
   {
     ModuleCall backbone_call(*backbone_, ctx);
     hidden = embed_->Forward(ctx, input_ids).to(compute_dtype_);
-    at::Tensor positions = at::arange(seq, input_ids.options().dtype(at::kLong))
-                               .expand({batch, seq});
     RopeTables rope = RopeCosSin(inv_freq_, positions);
     DecoderInputs inputs{
         {rope.cos.to(compute_dtype_), rope.sin.to(compute_dtype_)},
-        MakeAttentionBias(attention_mask, batch, seq, seq, /*causal=*/true,
-                          input_ids.options().dtype(compute_dtype_),
-                          config_.sliding_window)};
+        std::move(bias),
+        cache};
     for (const DecoderLayer* layer : layers_) {
       hidden = layer->Forward(ctx, hidden, inputs);
     }

@@ -7,9 +7,11 @@
 // Signature: input_ids INT64 [batch, seq] and attention_mask INT64
 // [batch, seq] (optional, 1 = token, 0 = padding; absent = all tokens) ->
 // logits FLOAT [batch, seq, vocab_size], f32 whatever the compute dtype.
-// One forward pass, no generation loop and no KV cache. Positions are
-// 0..seq-1 in every row, as transformers uses when no position_ids are given:
-// pad on the right for results independent of the padding.
+// Model::Run is one forward pass. Positions are 0..seq-1 in every row, as
+// transformers uses when no position_ids are given: pad on the right for
+// results independent of the padding. The model is also an
+// IncrementalDecoder (models/incremental_decoder.h): decode steps over a
+// per-sequence KV cache, for models/generation.h.
 //
 // The module tree carries the checkpoint's dotted names
 // ("model.layers.3.self_attn.q_proj") and kinds named after the model type

@@ -35,6 +35,7 @@ struct TensorSpec {
 using NamedTensors = std::map<std::string, at::Tensor>;
 
 class Model;
+class IncrementalDecoder;  // models/incremental_decoder.h
 
 // Inputs a model accepted: their names, dtypes and shapes match its
 // signature and they are within its limits (vocabulary, position table).
@@ -142,6 +143,13 @@ class Model {
   // truncated. nullopt for a model without a token limit or token inputs.
   virtual std::optional<int64_t> max_sequence_length() const {
     return std::nullopt;
+  }
+
+  // Decoder-only language models: incremental decoding over a KV cache
+  // (models/generation.h uses it); owned by the model. nullptr for the
+  // other architectures.
+  virtual const IncrementalDecoder* incremental_decoder() const {
+    return nullptr;
   }
 
  protected:

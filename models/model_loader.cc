@@ -52,6 +52,9 @@ class HookedModel final : public Model {
   std::optional<int64_t> max_sequence_length() const override {
     return model_->max_sequence_length();
   }
+  const IncrementalDecoder* incremental_decoder() const override {
+    return model_->incremental_decoder();
+  }
 
  protected:
   absl::Status ValidateInputs(const NamedTensors& inputs) const override {

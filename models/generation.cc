@@ -1,0 +1,148 @@
+#include "models/generation.h"
+
+#include <ATen/ATen.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "c10/core/InferenceMode.h"
+#include "casting/device_codec.h"
+#include "models/hf_config.h"
+#include "models/incremental_decoder.h"
+
+namespace castserve::models {
+namespace {
+
+// `key` of `config` as a list of ids: an integer, a list of them, or absent
+// (empty).
+absl::StatusOr<std::vector<int64_t>> EosIds(const HfConfig& config) {
+  if (!config.Has("eos_token_id")) return std::vector<int64_t>{};
+  absl::StatusOr<int64_t> one = config.GetInt("eos_token_id");
+  if (one.ok()) return std::vector<int64_t>{*one};
+  return config.GetIntList("eos_token_id");
+}
+
+absl::Status CheckIds(const std::vector<int64_t>& ids, int64_t vocab_size) {
+  for (int64_t id : ids) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                       vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> ReadEosTokenIds(
+    const std::string& folder) {
+  for (const char* file : {"generation_config.json", "config.json"}) {
+    absl::StatusOr<HfConfig> config =
+        HfConfig::Load(absl::StrCat(folder, "/", file));
+    if (absl::IsNotFound(config.status())) continue;
+    if (!config.ok()) return config.status();
+    if (!config->Has("eos_token_id")) continue;
+    return EosIds(*config);
+  }
+  return std::vector<int64_t>{};
+}
+
+absl::StatusOr<std::unique_ptr<DecodeSession>> DecodeSession::Create(
+    const Model& model, int64_t capacity) {
+  const IncrementalDecoder* decoder = model.incremental_decoder();
+  if (decoder == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "architecture ", model.architecture(), " cannot generate"));
+  }
+  if (capacity <= 0 || capacity > decoder->max_positions()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a sequence of ", capacity, " tokens does not fit the model's ",
+        decoder->max_positions(), " positions"));
+  }
+  absl::StatusOr<std::unique_ptr<KvCache>> cache =
+      KvCache::Create(decoder->kv_cache_shape(), capacity);
+  if (!cache.ok()) return cache.status();
+  return std::unique_ptr<DecodeSession>(
+      new DecodeSession(model, *decoder, *std::move(cache)));
+}
+
+absl::StatusOr<at::Tensor> DecodeSession::Feed(
+    const std::vector<int64_t>& tokens, const Cancellation* cancellation) {
+  if (tokens.empty()) {
+    return absl::InvalidArgumentError("no tokens to decode");
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n > capacity() - length()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(n, " tokens do not fit after ", length(),
+                     " in a sequence of at most ", capacity()));
+  }
+  absl::Status ids_ok = CheckIds(tokens, decoder_.vocab_size());
+  if (!ids_ok.ok()) return ids_ok;
+  return CatchExceptions([&]() -> absl::StatusOr<at::Tensor> {
+    c10::InferenceMode inference_mode;
+    // One context per step: its compute copies go when the step ends.
+    ForwardContext context(cancellation);
+    at::Tensor ids = casting::ToDevice(
+        at::tensor(tokens, at::TensorOptions().dtype(at::kLong)),
+        model_.device());
+    at::Tensor logits = decoder_.DecodeStep(context, ids, *cache_);
+    return logits.is_cpu() ? logits : logits.cpu();
+  });
+}
+
+absl::StatusOr<GenerationResult> Generate(const Model& model,
+                                          const std::vector<int64_t>& prompt,
+                                          const GenerationOptions& options,
+                                          const Cancellation* cancellation) {
+  if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  if (options.max_new_tokens <= 0 || options.max_new_tokens > kMaxNewTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens is ", options.max_new_tokens,
+                     "; it must be in [1, ", kMaxNewTokens, "]"));
+  }
+  const IncrementalDecoder* decoder = model.incremental_decoder();
+  if (decoder != nullptr) {
+    const int64_t positions = decoder->max_positions();
+    const int64_t length = static_cast<int64_t>(prompt.size());
+    if (length > positions) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the prompt has ", length,
+                       " tokens, more than the model's ", positions,
+                       " positions"));
+    }
+    if (options.max_new_tokens > positions - length) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_new_tokens ", options.max_new_tokens, " after a prompt of ",
+          length, " tokens exceeds the model's ", positions, " positions"));
+    }
+  }
+  absl::StatusOr<std::unique_ptr<DecodeSession>> session =
+      DecodeSession::Create(
+          model, static_cast<int64_t>(prompt.size()) + options.max_new_tokens);
+  if (!session.ok()) return session.status();
+  GenerationResult result;
+  result.kv_cache_bytes = (*session)->kv_cache_bytes();
+  std::vector<int64_t> next = prompt;
+  while (static_cast<int64_t>(result.tokens.size()) < options.max_new_tokens) {
+    if (cancellation != nullptr && cancellation->cancelled()) {
+      return absl::CancelledError(
+          absl::StrCat("generation cancelled: ", cancellation->reason()));
+    }
+    absl::StatusOr<at::Tensor> logits = (*session)->Feed(next, cancellation);
+    if (!logits.ok()) return logits.status();
+    const int64_t token = (*logits)[-1].argmax().item<int64_t>();
+    result.tokens.push_back(token);
+    for (int64_t eos : options.eos_token_ids) {
+      if (token == eos) {
+        result.stop = GenerationResult::Stop::kEos;
+        return result;
+      }
+    }
+    next = {token};
+  }
+  return result;
+}
+
+}  // namespace castserve::models

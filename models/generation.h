@@ -1,0 +1,103 @@
+// Greedy generation for decoder-only language models (llama, mistral,
+// qwen2): the prompt runs once (prefill) filling a per-sequence KV cache,
+// then each step runs the one token it chose through every layer. Equals
+// transformers' generate(do_sample=False) token for token (the committed
+// references in models/testdata/*/generation_reference.json).
+//
+// This is issue 17's first step, in models/ only: one sequence per call,
+// its cache preallocated per sequence. A block pool under the memory
+// budget, continuous batching, sampling and streaming come later.
+#ifndef CASTSERVE_MODELS_GENERATION_H_
+#define CASTSERVE_MODELS_GENERATION_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/cancellation.h"
+#include "models/kv_cache.h"
+#include "models/model.h"
+
+namespace castserve::models {
+
+// The most tokens one call may generate (a bound on a request's ask, well
+// above any position table castserve serves).
+inline constexpr int64_t kMaxNewTokens = 1 << 20;
+
+struct GenerationOptions {
+  // 1..kMaxNewTokens, and prompt + max_new_tokens within the position table.
+  int64_t max_new_tokens = 0;
+  // Generation stops after producing one of these (it is returned). Empty:
+  // only max_new_tokens stops it.
+  std::vector<int64_t> eos_token_ids;
+};
+
+struct GenerationResult {
+  enum class Stop { kEos, kMaxNewTokens };
+  std::vector<int64_t> tokens;  // The new tokens, the EOS included.
+  Stop stop = Stop::kMaxNewTokens;
+  // What the sequence's KV cache held (KvCache::bytes()).
+  int64_t kv_cache_bytes = 0;
+};
+
+// The EOS ids of a checkpoint folder: generation_config.json's eos_token_id
+// (an integer or a list), else config.json's; empty when neither has one.
+// Errors as HfConfig::Load's; InvalidArgument for an eos_token_id of
+// another type.
+absl::StatusOr<std::vector<int64_t>> ReadEosTokenIds(
+    const std::string& folder);
+
+// One sequence being decoded: the model's KV cache for it and the tokens
+// fed so far. Used by one thread at a time; distinct sessions of one model
+// run concurrently (the model is immutable).
+class DecodeSession {
+ public:
+  // InvalidArgument when `model` has no incremental decoder or `capacity`
+  // (tokens) is not in 1..its position table; RESOURCE_EXHAUSTED when the
+  // cache cannot be allocated. `model` must outlive the session.
+  static absl::StatusOr<std::unique_ptr<DecodeSession>> Create(
+      const Model& model, int64_t capacity);
+
+  // Runs `tokens` (at least one; ids within the vocabulary; at most
+  // capacity() - length() of them, else InvalidArgument) through the model
+  // after the tokens fed before, under at::InferenceMode with a fresh
+  // ForwardContext (compute copies are released when it returns), and
+  // returns their logits f32 [tokens.size(), vocab] in host memory. Errors
+  // as Model::Run's (CANCELLED once `cancellation` is set). After an error
+  // other than InvalidArgument the session must not be fed again.
+  absl::StatusOr<at::Tensor> Feed(const std::vector<int64_t>& tokens,
+                                  const Cancellation* cancellation = nullptr);
+
+  int64_t length() const { return cache_->length(); }
+  int64_t capacity() const { return cache_->capacity(); }
+  int64_t kv_cache_bytes() const { return cache_->bytes(); }
+
+ private:
+  DecodeSession(const Model& model, const IncrementalDecoder& decoder,
+                std::unique_ptr<KvCache> cache)
+      : model_(model), decoder_(decoder), cache_(std::move(cache)) {}
+
+  const Model& model_;
+  const IncrementalDecoder& decoder_;
+  const std::unique_ptr<KvCache> cache_;
+};
+
+// Greedy generation: `prompt` (non-empty, ids within the vocabulary) then up
+// to options.max_new_tokens argmax tokens (ties: the lowest id), stopping
+// after an EOS. InvalidArgument for a model without incremental decoding,
+// an empty prompt, max_new_tokens outside 1..kMaxNewTokens, a prompt longer
+// than the position table or prompt + max_new_tokens beyond it; CANCELLED
+// once `cancellation` is set (checked between steps and at every module
+// boundary); other errors as Model::Run's. Thread-safe.
+absl::StatusOr<GenerationResult> Generate(
+    const Model& model, const std::vector<int64_t>& prompt,
+    const GenerationOptions& options,
+    const Cancellation* cancellation = nullptr);
+
+}  // namespace castserve::models
+
+#endif  // CASTSERVE_MODELS_GENERATION_H_
