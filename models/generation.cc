@@ -25,9 +25,8 @@ absl::StatusOr<std::vector<int64_t>> EosIds(const HfConfig& config) {
 absl::Status CheckIds(const std::vector<int64_t>& ids, int64_t vocab_size) {
   for (int64_t id : ids) {
     if (id < 0 || id >= vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
-                       vocab_size, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token id ", id, " is outside the vocabulary [0, ", vocab_size, ")"));
     }
   }
   return absl::OkStatus();
@@ -107,10 +106,9 @@ absl::StatusOr<GenerationResult> Generate(const Model& model,
     const int64_t positions = decoder->max_positions();
     const int64_t length = static_cast<int64_t>(prompt.size());
     if (length > positions) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the prompt has ", length,
-                       " tokens, more than the model's ", positions,
-                       " positions"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the prompt has ", length, " tokens, more than the model's ",
+          positions, " positions"));
     }
     if (options.max_new_tokens > positions - length) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -48,8 +48,7 @@ struct GenerationResult {
 // (an integer or a list), else config.json's; empty when neither has one.
 // Errors as HfConfig::Load's; InvalidArgument for an eos_token_id of
 // another type.
-absl::StatusOr<std::vector<int64_t>> ReadEosTokenIds(
-    const std::string& folder);
+absl::StatusOr<std::vector<int64_t>> ReadEosTokenIds(const std::string& folder);
 
 // One sequence being decoded: the model's KV cache for it and the tokens
 // fed so far. Used by one thread at a time; distinct sessions of one model

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "casting/casting_policy.h"
@@ -41,8 +42,8 @@ struct ReferenceCase {
 };
 
 std::vector<ReferenceCase> ReadReference(const std::string& folder) {
-  auto json = casting::ParseJson(
-      ReadFile(folder + "/generation_reference.json"));
+  auto json =
+      casting::ParseJson(ReadFile(folder + "/generation_reference.json"));
   EXPECT_TRUE(json.ok()) << json.status();
   std::vector<ReferenceCase> cases;
   if (!json.ok()) return cases;
@@ -179,6 +180,30 @@ TEST_P(GenerationTest, Fp8LayerwiseCastingHoldsOneModuleAtATime) {
   EXPECT_LE(*std::max_element(holding.begin(), holding.end()), 1);
   // Transient copies and the cache are gone once generation returns.
   EXPECT_EQ(allocator->AllocatedBytes(), before);
+}
+
+TEST_P(GenerationTest, ConcurrentGenerationsOfOneModelAgree) {
+  std::unique_ptr<Model> model = Load(folder());
+  ASSERT_NE(model, nullptr);
+  const std::vector<ReferenceCase> cases = ReadReference(folder());
+  std::vector<absl::StatusOr<GenerationResult>> results(
+      4, absl::UnknownError("not run"));
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < results.size(); ++i) {
+      threads.emplace_back([&, i] {
+        const ReferenceCase& c = cases[i % 2];
+        GenerationOptions options;
+        options.max_new_tokens = c.max_new_tokens;
+        results[i] = Generate(*model, c.prompt, options);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_TRUE(results[i].ok()) << results[i].status();
+    EXPECT_EQ(results[i]->tokens, cases[i % 2].generated) << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerationTest,

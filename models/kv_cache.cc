@@ -14,10 +14,10 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(
     const KvCacheShape& shape, int64_t capacity) {
   if (shape.layers <= 0 || shape.kv_heads <= 0 || shape.head_dim <= 0 ||
       capacity <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a KV cache needs positive sizes; got ", shape.layers, " layers, ",
-        shape.kv_heads, " kv heads, head_dim ", shape.head_dim, ", capacity ",
-        capacity));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a KV cache needs positive sizes; got ", shape.layers,
+                     " layers, ", shape.kv_heads, " kv heads, head_dim ",
+                     shape.head_dim, ", capacity ", capacity));
   }
   return CatchExceptions([&]() -> absl::StatusOr<std::unique_ptr<KvCache>> {
     std::vector<at::Tensor> keys, values;

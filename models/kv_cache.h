@@ -60,7 +60,8 @@ class KvCache {
  private:
   KvCache(std::vector<at::Tensor> keys, std::vector<at::Tensor> values,
           int64_t capacity)
-      : keys_(std::move(keys)), values_(std::move(values)),
+      : keys_(std::move(keys)),
+        values_(std::move(values)),
         capacity_(capacity) {}
 
   // Per layer, [1, kv_heads, capacity, head_dim].

@@ -254,9 +254,9 @@ class LlamaForCausalLM : public Model, public IncrementalDecoder {
   // Embedding, layers, norm and lm_head for `input_ids` [batch, seq] at
   // `positions` [batch, seq] under `bias`, appending to `cache` if set:
   // logits f32 [batch, seq, vocab].
-  at::Tensor Run(ForwardContext& ctx, const at::Tensor& input_ids,
-                 const at::Tensor& positions, at::Tensor bias,
-                 KvCache* cache) const;
+  at::Tensor RunTokens(ForwardContext& ctx, const at::Tensor& input_ids,
+                       const at::Tensor& positions, at::Tensor bias,
+                       KvCache* cache) const;
 
   const LlamaConfig config_;
   const at::ScalarType compute_dtype_;
@@ -367,12 +367,12 @@ at::Tensor LlamaForCausalLM::Logits(ForwardContext& ctx,
   const int64_t batch = input_ids.size(0), seq = input_ids.size(1);
   at::Tensor positions = at::arange(seq, input_ids.options().dtype(at::kLong))
                              .expand({batch, seq});
-  return Run(ctx, input_ids, positions,
-             MakeAttentionBias(attention_mask, batch, seq, seq,
-                               /*causal=*/true,
-                               input_ids.options().dtype(compute_dtype_),
-                               config_.sliding_window),
-             /*cache=*/nullptr);
+  return RunTokens(ctx, input_ids, positions,
+                   MakeAttentionBias(attention_mask, batch, seq, seq,
+                                     /*causal=*/true,
+                                     input_ids.options().dtype(compute_dtype_),
+                                     config_.sliding_window),
+                   /*cache=*/nullptr);
 }
 
 at::Tensor LlamaForCausalLM::DecodeStep(ForwardContext& ctx,
@@ -385,15 +385,15 @@ at::Tensor LlamaForCausalLM::DecodeStep(ForwardContext& ctx,
   at::Tensor bias = MakeAttentionBias(
       at::Tensor(), 1, n, start + n, /*causal=*/true,
       ids.options().dtype(compute_dtype_), config_.sliding_window);
-  at::Tensor logits = Run(ctx, ids.view({1, n}), positions, bias, &cache);
+  at::Tensor logits = RunTokens(ctx, ids.view({1, n}), positions, bias, &cache);
   cache.Advance(n);
   return logits[0];
 }
 
-at::Tensor LlamaForCausalLM::Run(ForwardContext& ctx,
-                                 const at::Tensor& input_ids,
-                                 const at::Tensor& positions, at::Tensor bias,
-                                 KvCache* cache) const {
+at::Tensor LlamaForCausalLM::RunTokens(ForwardContext& ctx,
+                                       const at::Tensor& input_ids,
+                                       const at::Tensor& positions,
+                                       at::Tensor bias, KvCache* cache) const {
   ModuleCall root_call(root_, ctx);
   at::Tensor hidden;
   {
