@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,10 @@ absl::Status CheckIds(const std::vector<int64_t>& ids, int64_t vocab_size) {
     }
   }
   return absl::OkStatus();
+}
+
+bool Contains(const std::vector<int64_t>& ids, int64_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
 }  // namespace
@@ -101,6 +106,8 @@ absl::StatusOr<GenerationResult> Generate(const Model& model,
         absl::StrCat("max_new_tokens is ", options.max_new_tokens,
                      "; it must be in [1, ", kMaxNewTokens, "]"));
   }
+  absl::StatusOr<Sampler> sampler = Sampler::Create(options.sampling);
+  if (!sampler.ok()) return sampler.status();
   const IncrementalDecoder* decoder = model.incremental_decoder();
   if (decoder != nullptr) {
     const int64_t positions = decoder->max_positions();
@@ -123,6 +130,7 @@ absl::StatusOr<GenerationResult> Generate(const Model& model,
   GenerationResult result;
   result.kv_cache_bytes = (*session)->kv_cache_bytes();
   std::vector<int64_t> next = prompt;
+  std::vector<int64_t> history = prompt;  // For the repetition penalty.
   while (static_cast<int64_t>(result.tokens.size()) < options.max_new_tokens) {
     if (cancellation != nullptr && cancellation->cancelled()) {
       return absl::CancelledError(
@@ -130,13 +138,16 @@ absl::StatusOr<GenerationResult> Generate(const Model& model,
     }
     absl::StatusOr<at::Tensor> logits = (*session)->Feed(next, cancellation);
     if (!logits.ok()) return logits.status();
-    const int64_t token = (*logits)[-1].argmax().item<int64_t>();
+    const int64_t token = sampler->Next((*logits)[-1], history);
     result.tokens.push_back(token);
-    for (int64_t eos : options.eos_token_ids) {
-      if (token == eos) {
-        result.stop = GenerationResult::Stop::kEos;
-        return result;
-      }
+    history.push_back(token);
+    if (Contains(options.eos_token_ids, token)) {
+      result.stop = GenerationResult::Stop::kEos;
+      return result;
+    }
+    if (Contains(options.stop_token_ids, token)) {
+      result.stop = GenerationResult::Stop::kStopToken;
+      return result;
     }
     next = {token};
   }

@@ -4,9 +4,10 @@
 // transformers' generate(do_sample=False) token for token (the committed
 // references in models/testdata/*/generation_reference.json).
 //
-// This is issue 17's first step, in models/ only: one sequence per call,
-// its cache preallocated per sequence. A block pool under the memory
-// budget, continuous batching, sampling and streaming come later.
+// With SamplingParams (sampling.h) a token is drawn instead, from a
+// generator seeded per sequence. In models/ only: one sequence per call, its
+// cache preallocated per sequence. A block pool under the memory budget,
+// continuous batching and streaming come later.
 #ifndef CASTSERVE_MODELS_GENERATION_H_
 #define CASTSERVE_MODELS_GENERATION_H_
 
@@ -21,6 +22,7 @@
 #include "models/cancellation.h"
 #include "models/kv_cache.h"
 #include "models/model.h"
+#include "models/sampling.h"
 
 namespace castserve::models {
 
@@ -34,11 +36,16 @@ struct GenerationOptions {
   // Generation stops after producing one of these (it is returned). Empty:
   // only max_new_tokens stops it.
   std::vector<int64_t> eos_token_ids;
+  // More ids that stop generation the same way (returned, Stop::kStopToken
+  // unless the id is also an EOS).
+  std::vector<int64_t> stop_token_ids;
+  // Default: greedy.
+  SamplingParams sampling;
 };
 
 struct GenerationResult {
-  enum class Stop { kEos, kMaxNewTokens };
-  std::vector<int64_t> tokens;  // The new tokens, the EOS included.
+  enum class Stop { kEos, kStopToken, kMaxNewTokens };
+  std::vector<int64_t> tokens;  // The new tokens, the EOS/stop id included.
   Stop stop = Stop::kMaxNewTokens;
   // What the sequence's KV cache held (KvCache::bytes()).
   int64_t kv_cache_bytes = 0;
@@ -85,11 +92,13 @@ class DecodeSession {
   const std::unique_ptr<KvCache> cache_;
 };
 
-// Greedy generation: `prompt` (non-empty, ids within the vocabulary) then up
-// to options.max_new_tokens argmax tokens (ties: the lowest id), stopping
-// after an EOS. InvalidArgument for a model without incremental decoding,
-// an empty prompt, max_new_tokens outside 1..kMaxNewTokens, a prompt longer
-// than the position table or prompt + max_new_tokens beyond it; CANCELLED
+// Generation: `prompt` (non-empty, ids within the vocabulary) then up to
+// options.max_new_tokens tokens chosen by a Sampler of options.sampling
+// (greedy by default: argmax, ties to the lowest id), stopping after an EOS
+// or stop id. InvalidArgument for a model without incremental decoding, an
+// empty prompt, max_new_tokens outside 1..kMaxNewTokens, a prompt longer
+// than the position table or prompt + max_new_tokens beyond it, bad
+// sampling parameters (as ValidateSamplingParams); CANCELLED
 // once `cancellation` is set (checked between steps and at every module
 // boundary); other errors as Model::Run's. Thread-safe.
 absl::StatusOr<GenerationResult> Generate(

@@ -206,6 +206,87 @@ TEST_P(GenerationTest, ConcurrentGenerationsOfOneModelAgree) {
   }
 }
 
+GenerationOptions Sampled(int64_t max_new_tokens, uint64_t seed) {
+  GenerationOptions options;
+  options.max_new_tokens = max_new_tokens;
+  options.sampling.temperature = 1;
+  options.sampling.seed = seed;
+  return options;
+}
+
+TEST_P(GenerationTest, SampledTokensDependOnlyOnTheSeed) {
+  std::unique_ptr<Model> model = Load(folder());
+  ASSERT_NE(model, nullptr);
+  const std::vector<int64_t> prompt = ReadReference(folder()).at(0).prompt;
+  auto first = Generate(*model, prompt, Sampled(16, 1));
+  auto again = Generate(*model, prompt, Sampled(16, 1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(first->tokens, again->tokens);
+  // Another seed draws other tokens (for at least one of several).
+  bool differs = false;
+  for (uint64_t seed = 2; seed < 6; ++seed) {
+    auto other = Generate(*model, prompt, Sampled(16, seed));
+    ASSERT_TRUE(other.ok()) << other.status();
+    differs = differs || other->tokens != first->tokens;
+  }
+  EXPECT_TRUE(differs);
+  // Concurrent sequences with their own seeds draw what they draw alone.
+  std::vector<absl::StatusOr<GenerationResult>> results(
+      4, absl::UnknownError("not run"));
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < results.size(); ++i) {
+      threads.emplace_back([&, i] {
+        results[i] = Generate(*model, prompt, Sampled(16, 1 + i % 2));
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  auto second = Generate(*model, prompt, Sampled(16, 2));
+  ASSERT_TRUE(second.ok()) << second.status();
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_TRUE(results[i].ok()) << results[i].status();
+    EXPECT_EQ(results[i]->tokens, i % 2 == 0 ? first->tokens : second->tokens)
+        << i;
+  }
+}
+
+TEST_P(GenerationTest, TopKOneAndTinyTopPEqualGreedy) {
+  std::unique_ptr<Model> model = Load(folder());
+  ASSERT_NE(model, nullptr);
+  for (const ReferenceCase& c : ReadReference(folder())) {
+    GenerationOptions options = Sampled(c.max_new_tokens, 3);
+    options.eos_token_ids = c.eos_token_ids;
+    options.sampling.temperature = 1.5;
+    options.sampling.top_k = 1;
+    auto top_k = Generate(*model, c.prompt, options);
+    ASSERT_TRUE(top_k.ok()) << top_k.status();
+    EXPECT_EQ(top_k->tokens, c.generated);
+    options.sampling.top_k = 0;
+    options.sampling.top_p = 1e-9;
+    auto top_p = Generate(*model, c.prompt, options);
+    ASSERT_TRUE(top_p.ok()) << top_p.status();
+    EXPECT_EQ(top_p->tokens, c.generated);
+  }
+}
+
+TEST_P(GenerationTest, StopTokenIdsStopGeneration) {
+  std::unique_ptr<Model> model = Load(folder());
+  ASSERT_NE(model, nullptr);
+  const ReferenceCase c = ReadReference(folder()).at(0);
+  const int64_t stop = c.generated[5];
+  const auto first = std::find(c.generated.begin(), c.generated.end(), stop);
+  GenerationOptions options;
+  options.max_new_tokens = c.max_new_tokens;
+  options.stop_token_ids = {stop};
+  auto result = Generate(*model, c.prompt, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->tokens,
+            std::vector<int64_t>(c.generated.begin(), first + 1));
+  EXPECT_EQ(result->stop, GenerationResult::Stop::kStopToken);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerationTest,
                          ::testing::Values("llama", "mistral", "qwen2"));
 
@@ -281,6 +362,26 @@ TEST(GenerationInputsTest, BadInputsAreInvalidArgument) {
   GenerationOptions fill;
   fill.max_new_tokens = 1;
   EXPECT_TRUE(Generate(*model, std::vector<int64_t>(127, 3), fill).ok());
+}
+
+TEST(GenerationInputsTest, BadSamplingParamsAreInvalidArgument) {
+  std::unique_ptr<Model> model = Load("models/testdata/llama");
+  ASSERT_NE(model, nullptr);
+  auto error = [&](auto field, auto value) {
+    GenerationOptions options;
+    options.max_new_tokens = 4;
+    options.sampling.*field = value;
+    auto result = Generate(*model, {3}, options);
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(result.status().message());
+  };
+  EXPECT_THAT(error(&SamplingParams::temperature, -1.0),
+              HasSubstr("temperature is -1"));
+  EXPECT_THAT(error(&SamplingParams::top_k, int64_t{-2}),
+              HasSubstr("top_k is -2"));
+  EXPECT_THAT(error(&SamplingParams::top_p, 0.0), HasSubstr("top_p is 0"));
+  EXPECT_THAT(error(&SamplingParams::repetition_penalty, 0.0),
+              HasSubstr("repetition_penalty is 0"));
 }
 
 TEST(GenerationInputsTest, CancelledGenerationStops) {
