@@ -189,8 +189,7 @@ absl::Status InferenceCore::Authorize(const CallContext& call,
 
 absl::Status InferenceCore::AuthorizeInference(const CallContext& call) const {
   absl::Status allowed = Authorize(call, Scope::kInfer);
-  if (!allowed.ok()) UnroutedRequests::Global().Record(allowed.code());
-  return allowed;
+  return allowed.ok() ? allowed : RefuseInference(std::move(allowed));
 }
 
 absl::Status InferenceCore::RefuseInference(absl::Status status) const {
@@ -297,10 +296,7 @@ void InferenceCore::ModelInfer(CallContext call,
     return done(allowed);
   }
   absl::StatusOr<absl::Time> deadline = RequestDeadline(call.deadline, request);
-  if (!deadline.ok()) {
-    UnroutedRequests::Global().Record(deadline.status().code());
-    return done(deadline.status());
-  }
+  if (!deadline.ok()) return done(RefuseInference(deadline.status()));
   auto run = [&request, deadline = *deadline,
               is_cancelled = std::move(call.is_cancelled),
               max_response_bytes =
@@ -319,9 +315,8 @@ void InferenceCore::ModelInfer(CallContext call,
     // The served model validates the request, runs it and fills `response`;
     // `done` keeps the model alive until the call ends.
     (*model)->Infer(std::move(inference),
-                    [model = *model, done](absl::Status status) {
-                      done(std::move(status));
-                    });
+                    [model = *model, done = std::move(done)](
+                        absl::Status status) { done(std::move(status)); });
   };
   WithReadyModel(manager_, executor_, request.model_name(),
                  request.model_version(), *deadline, std::move(run));

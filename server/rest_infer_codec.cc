@@ -25,10 +25,7 @@ absl::Status Invalid(absl::string_view where, absl::string_view what) {
 
 absl::Status ExpectType(const json& value, json::value_t type,
                         absl::string_view where, absl::string_view expected) {
-  const bool ok = type == json::value_t::number_integer
-                      ? value.is_number_integer()
-                      : value.type() == type;
-  if (ok) return absl::OkStatus();
+  if (value.type() == type) return absl::OkStatus();
   return Invalid(where, absl::StrCat("must be ", expected, ", got ",
                                      casting::JsonTypeName(value)));
 }
@@ -76,8 +73,8 @@ absl::Status AppendInteger(const json& value, const casting::DtypeRow& row,
   return absl::OkStatus();
 }
 
-absl::Status AppendFloat(double number, const casting::DtypeRow& row,
-                         std::string* raw) {
+void AppendFloat(double number, const casting::DtypeRow& row,
+                 std::string* raw) {
   if (row.bits == 64) {
     uint64_t bits;
     std::memcpy(&bits, &number, sizeof bits);
@@ -92,7 +89,6 @@ absl::Status AppendFloat(double number, const casting::DtypeRow& row,
         casting::F32ToElementBits(*row.element, static_cast<float>(number)),
         row.bits / 8, raw);
   }
-  return absl::OkStatus();
 }
 
 // One element of JSON data in the datatype's raw form.
@@ -108,7 +104,8 @@ absl::Status AppendElement(const json& value, const casting::DtypeRow& row,
       return AppendInteger(value, row, where, raw);
     case casting::DtypeKind::kFloat:
       if (!value.is_number()) break;
-      return AppendFloat(value.get<double>(), row, raw);
+      AppendFloat(value.get<double>(), row, raw);
+      return absl::OkStatus();
     case casting::DtypeKind::kBytes: {
       if (!value.is_string()) break;
       const std::string& text = value.get_ref<const std::string&>();

@@ -5,7 +5,6 @@
 #include <string>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "casting/json_parser.h"
@@ -20,6 +19,8 @@ using nlohmann::json;
 
 constexpr char kJson[] = "application/json";
 constexpr char kHeaderLength[] = "Inference-Header-Content-Length";
+// HttpRequest::headers holds names lower-cased.
+constexpr char kHeaderLengthKey[] = "inference-header-content-length";
 // Repository bodies: {"ready": ...} or {"parameters": {...}}.
 constexpr int kMaxRepositoryJsonDepth = 4;
 
@@ -75,7 +76,7 @@ absl::StatusOr<json> ObjectBody(const std::string& body) {
   if (body.empty()) return json::object();
   casting::JsonLimits limits;
   limits.max_depth = kMaxRepositoryJsonDepth;
-  limits.max_bytes = body.size();
+  limits.max_bytes = kMaxRestJsonBytes;
   absl::StatusOr<json> parsed = casting::ParseJson(body, limits);
   if (!parsed.ok()) return parsed.status();
   if (!parsed->is_object()) {
@@ -258,7 +259,7 @@ void ServeModelQuery(InferenceCore* core, const RestRoute& route,
 // The binary extension's header, when the request has it.
 absl::StatusOr<std::optional<uint64_t>> HeaderLength(
     const HttpRequest& request) {
-  auto it = request.headers.find(absl::AsciiStrToLower(kHeaderLength));
+  auto it = request.headers.find(kHeaderLengthKey);
   if (it == request.headers.end()) return std::nullopt;
   uint64_t bytes = 0;
   if (!absl::SimpleAtoi(it->second, &bytes)) {
