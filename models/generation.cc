@@ -73,6 +73,17 @@ absl::StatusOr<std::unique_ptr<DecodeSession>> DecodeSession::Create(
 
 absl::StatusOr<at::Tensor> DecodeSession::Feed(
     const std::vector<int64_t>& tokens, const Cancellation* cancellation) {
+  return Run(tokens, cancellation, /*last_only=*/false);
+}
+
+absl::StatusOr<at::Tensor> DecodeSession::FeedLast(
+    const std::vector<int64_t>& tokens, const Cancellation* cancellation) {
+  return Run(tokens, cancellation, /*last_only=*/true);
+}
+
+absl::StatusOr<at::Tensor> DecodeSession::Run(
+    const std::vector<int64_t>& tokens, const Cancellation* cancellation,
+    bool last_only) {
   if (tokens.empty()) {
     return absl::InvalidArgumentError("no tokens to decode");
   }
@@ -92,6 +103,7 @@ absl::StatusOr<at::Tensor> DecodeSession::Feed(
         at::tensor(tokens, at::TensorOptions().dtype(at::kLong)),
         model_.device());
     at::Tensor logits = decoder_.DecodeStep(context, ids, *cache_);
+    if (last_only) logits = logits[-1];
     return logits.is_cpu() ? logits : logits.cpu();
   });
 }
@@ -136,9 +148,10 @@ absl::StatusOr<GenerationResult> Generate(const Model& model,
       return absl::CancelledError(
           absl::StrCat("generation cancelled: ", cancellation->reason()));
     }
-    absl::StatusOr<at::Tensor> logits = (*session)->Feed(next, cancellation);
+    absl::StatusOr<at::Tensor> logits =
+        (*session)->FeedLast(next, cancellation);
     if (!logits.ok()) return logits.status();
-    const int64_t token = sampler->Next((*logits)[-1], history);
+    const int64_t token = sampler->Next(*logits, history);
     result.tokens.push_back(token);
     history.push_back(token);
     if (Contains(options.eos_token_ids, token)) {

@@ -78,11 +78,21 @@ class DecodeSession {
   absl::StatusOr<at::Tensor> Feed(const std::vector<int64_t>& tokens,
                                   const Cancellation* cancellation = nullptr);
 
+  // Feed, returning only the last token's logits f32 [vocab]: what choosing
+  // the next token needs, without copying a whole prompt's rows to the host.
+  absl::StatusOr<at::Tensor> FeedLast(
+      const std::vector<int64_t>& tokens,
+      const Cancellation* cancellation = nullptr);
+
   int64_t length() const { return cache_->length(); }
   int64_t capacity() const { return cache_->capacity(); }
   int64_t kv_cache_bytes() const { return cache_->bytes(); }
 
  private:
+  absl::StatusOr<at::Tensor> Run(const std::vector<int64_t>& tokens,
+                                 const Cancellation* cancellation,
+                                 bool last_only);
+
   DecodeSession(const Model& model, const IncrementalDecoder& decoder,
                 std::unique_ptr<KvCache> cache)
       : model_(model), decoder_(decoder), cache_(std::move(cache)) {}

@@ -74,11 +74,16 @@ at::Tensor ApplyTopP(const at::Tensor& logits, double top_p) {
 at::Tensor ProcessLogits(const at::Tensor& logits,
                          const std::vector<int64_t>& ids,
                          const SamplingParams& params) {
+  // Each step only when it is on: every Apply* returns a new tensor, and the
+  // division already makes one.
   at::Tensor result =
-      ApplyRepetitionPenalty(logits, ids, params.repetition_penalty);
-  result = result / params.temperature;
+      params.repetition_penalty == 1
+          ? logits / params.temperature
+          : ApplyRepetitionPenalty(logits, ids, params.repetition_penalty) /
+                params.temperature;
   if (params.top_k > 0) result = ApplyTopK(result, params.top_k);
-  return ApplyTopP(result, params.top_p);
+  if (params.top_p < 1) result = ApplyTopP(result, params.top_p);
+  return result;
 }
 
 absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& params) {
@@ -90,9 +95,11 @@ absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& params) {
 int64_t Sampler::Next(const at::Tensor& logits,
                       const std::vector<int64_t>& ids) {
   if (params_.temperature == 0) {
-    return ApplyRepetitionPenalty(logits, ids, params_.repetition_penalty)
-        .argmax()
-        .item<int64_t>();
+    const at::Tensor& scores =
+        params_.repetition_penalty == 1
+            ? logits
+            : ApplyRepetitionPenalty(logits, ids, params_.repetition_penalty);
+    return scores.argmax().item<int64_t>();
   }
   at::Tensor probs = ProcessLogits(logits, ids, params_).softmax(0);
   return at::multinomial(probs, 1, /*replacement=*/false, generator_)

@@ -128,13 +128,7 @@ void BatchingServedModel::Impl::Start(const std::shared_ptr<Impl>& self) {
 }
 
 void BatchingServedModel::Impl::Stop() {
-  for (Rejection& rejection : queue_.Stop()) {
-    InferenceResult result;
-    result.outputs = std::move(rejection.status);
-    result.queue_duration = absl::Now() - rejection.queued->enqueue_time;
-    Complete(std::move(rejection.queued), std::move(result),
-             /*was_running=*/false);
-  }
+  runner_.Reject(queue_.Stop());
   runner_.Join();
 }
 

@@ -77,6 +77,10 @@ class InstanceRunner {
   // Runs `batch` (taken from the queue) and completes each of its requests.
   void Execute(std::vector<QueuedPtr> batch) const;
 
+  // Completes each of `rejections` (requests the queue gave up: expired,
+  // cancelled, or stopped) with its status, without running it. After Start.
+  void Reject(std::vector<Rejection> rejections) const;
+
   // One forward of `inputs` alone, checked by Model::CheckInputs, under the
   // model's tag: what warmups use before the model is served.
   absl::Status Warmup(const models::NamedTensors& inputs) const;
@@ -84,7 +88,6 @@ class InstanceRunner {
  private:
   void InstanceLoop(RequestQueue* queue, const BatchPlanner* planner) const;
   void ReaperLoop(RequestQueue* queue) const;
-  void Reject(std::vector<Rejection> rejections) const;
   // One forward of the batch's joined inputs; sets `*peak_increase_bytes`.
   absl::StatusOr<models::NamedTensors> RunForward(
       const std::vector<QueuedPtr>& batch, int64_t* peak_increase_bytes) const;
