@@ -84,7 +84,7 @@ class SentenceEmbeddingTest(unittest.TestCase):
         add_model(cls.repository, "bert", BERT_DIR, "max_batch_size: 8\n")
         cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
                             "--grpc-port=0", "--metrics-port=0",
-                            "--bind-address=127.0.0.1",
+                            "--http-port=0", "--bind-address=127.0.0.1",
                             "--allow-symlinks-outside-repository").wait_ready()
         cls.url = f"127.0.0.1:{cls.daemon.grpc_port}"
         cls.channel = grpc.insecure_channel(cls.url)

@@ -8,9 +8,12 @@ reason for the last two; nothing that needs a GPU passes without one.
 """
 
 import argparse
+import glob
 import json
+import lzma
 import os
 import platform
+import shutil
 import signal
 import struct
 import subprocess
@@ -20,8 +23,10 @@ import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PARTS = ("kernels", "experiment", "daemon")
+# Every target tagged "gpu" (pack_daemon.sh packs the same list).
 GPU_TESTS = ("codec_cuda_device_test", "weight_cuda_test",
-             "device_model_memory_cuda_test")
+             "device_model_memory_cuda_test", "side_stream_test",
+             "cuda_model_test")
 CONFIGS = ("resident/F32", "resident/BF16", "cast/F8_E5M2/BF16",
            "cast/F8_E4M3FN:per_row/BF16",
            # Storage in pinned host memory, streamed per layer (RESIDENCY_HOST).
@@ -72,6 +77,18 @@ def probe_torch(python):
     if out.returncode != 0:
         return {"error": out.stderr.strip()[-500:], "gpus": [], "lib_dirs": []}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def unpack_libraries(pack):
+    """Decompresses the pack's xz-compressed libraries (pack_daemon.sh
+    compresses the large ones to fit what travels) beside themselves, once."""
+    lib = os.path.join(pack, "lib")
+    for name in sorted(glob.glob(os.path.join(lib, "*.xz"))):
+        target = name[:-len(".xz")]
+        if not os.path.exists(target):
+            with lzma.open(name) as src, open(target + ".part", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.replace(target + ".part", target)
 
 
 def library_path(pack, torch_info):
@@ -286,7 +303,7 @@ def start_daemon(ctx, repo):
     daemon = subprocess.Popen(
         [os.path.join(ctx.pack, "bin", "castserve"),
          f"--model-repository={repo}", f"--grpc-port={GRPC_PORT}",
-         f"--metrics-port={METRICS_PORT}"],
+         f"--metrics-port={METRICS_PORT}", "--http-port=off"],
         env=ctx.env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 180
     while time.time() < deadline and daemon.poll() is None:
@@ -409,6 +426,7 @@ def main(argv):
     ctx.args, ctx.out, ctx.pack = args, args.out_dir, os.path.abspath(args.pack)
     torch_info = probe_torch(args.python)
     ctx.gpus = torch_info.get("gpus", [])
+    unpack_libraries(ctx.pack)
     ctx.env = dict(os.environ, LD_LIBRARY_PATH=library_path(ctx.pack, torch_info))
     results = {"script": "tools/device/gpu_check.sh", "host": platform.node(),
                "machine": platform.machine(), "cpus": os.cpu_count(),

@@ -106,6 +106,31 @@ class GlibcTest(unittest.TestCase):
             self.assertEqual(gpu_check.check_glibc(tmp + "/none"), "")
 
 
+class UnpackLibrariesTest(unittest.TestCase):
+    def test_compressed_libraries_are_decompressed_beside_themselves(self):
+        import lzma
+        with tempfile.TemporaryDirectory() as tmp:
+            lib = os.path.join(tmp, "lib")
+            os.makedirs(lib)
+            content = bytes(range(256)) * 1000
+            with lzma.open(os.path.join(lib, "libbig.so.1.xz"), "wb") as f:
+                f.write(content)
+            with open(os.path.join(lib, "libsmall.so.2"), "wb") as f:
+                f.write(b"as packed")
+            gpu_check.unpack_libraries(tmp)
+            with open(os.path.join(lib, "libbig.so.1"), "rb") as f:
+                self.assertEqual(f.read(), content)
+            with open(os.path.join(lib, "libsmall.so.2"), "rb") as f:
+                self.assertEqual(f.read(), b"as packed")
+            self.assertFalse(os.path.exists(
+                os.path.join(lib, "libbig.so.1.part")))
+            # Once: a second call leaves the decompressed file alone.
+            before = os.stat(os.path.join(lib, "libbig.so.1")).st_mtime_ns
+            gpu_check.unpack_libraries(tmp)
+            self.assertEqual(
+                os.stat(os.path.join(lib, "libbig.so.1")).st_mtime_ns, before)
+
+
 class WithoutGpuTest(unittest.TestCase):
     def test_every_part_is_skipped_with_its_reason(self):
         with tempfile.TemporaryDirectory() as tmp:
