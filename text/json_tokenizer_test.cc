@@ -376,5 +376,21 @@ TEST(JsonTokenizerTest, MalformedFilesAreInvalidArgumentNamingTheField) {
       HasSubstr("model.unk_token"));
 }
 
+// The id -> token table is dense: one token at a huge id would have it
+// allocate millions of empty slots from a file of a few bytes.
+TEST(JsonTokenizerTest, SparseIdsAreRefusedBeforeTheTableIsAllocated) {
+  EXPECT_THAT(
+      ErrorOf(BpeJson(
+          R"json({"type": "BPE", "vocab": {"a": 0, "b": 16777215}, "merges": []})json",
+          "null")),
+      HasSubstr("the largest id is 16777215 for 2 tokens"));
+  // Gaps up to the limit stay accepted.
+  EXPECT_EQ(
+      ErrorOf(BpeJson(
+          R"json({"type": "BPE", "vocab": {"a": 0, "b": 65536}, "merges": []})json",
+          "null")),
+      "OK");
+}
+
 }  // namespace
 }  // namespace castserve::text

@@ -24,6 +24,13 @@ absl::StatusOr<Vocabulary> Vocabulary::Create(
     }
     largest = std::max(largest, id);
   }
+  const int64_t unused = largest + 1 - static_cast<int64_t>(entries.size());
+  if (unused > kMaxUnusedIds) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the largest id is ", largest, " for ",
+                     entries.size(), " tokens; ids leaving more than ",
+                     kMaxUnusedIds, " unused are refused"));
+  }
   vocabulary.tokens_.resize(largest + 1);
   vocabulary.has_token_.resize(largest + 1, false);
   for (const auto& [token, id] : entries) {

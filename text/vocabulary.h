@@ -20,9 +20,13 @@ class Vocabulary {
  public:
   // Ids above this are refused: the id -> token table is dense.
   static constexpr int64_t kMaxId = int64_t{1} << 24;
+  // The table has one slot per id up to the largest, so ids may leave at
+  // most this many slots empty: its size stays proportional to the file.
+  static constexpr int64_t kMaxUnusedIds = int64_t{1} << 16;
 
-  // InvalidArgument naming `path` for an id above kMaxId or a token listed
-  // twice.
+  // InvalidArgument naming `path` for an id above kMaxId, ids so sparse
+  // that more than kMaxUnusedIds of the table would be empty, or a token
+  // listed twice.
   static absl::StatusOr<Vocabulary> Create(
       const std::vector<std::pair<std::string, int64_t>>& entries,
       absl::string_view path);
