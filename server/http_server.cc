@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -32,6 +33,8 @@ namespace {
 constexpr int kListenBacklog = 128;
 // How often request deadlines are checked: they are whole seconds.
 constexpr absl::Duration kDeadlineCheckInterval = absl::Milliseconds(250);
+// The most a streamed answer hands libmicrohttpd at once.
+constexpr size_t kStreamBlockBytes = 16 * 1024;
 
 HttpResponse TextResponse(int status_code, std::string body) {
   return {status_code, "text/plain; charset=utf-8", std::move(body), {}};
@@ -107,10 +110,17 @@ int ConnectionFd(MHD_Connection* connection) {
       ->connect_fd;
 }
 
-MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
-  MHD_Response* reply = MHD_create_response_from_buffer(
-      response.body.size(), const_cast<char*>(response.body.data()),
-      MHD_RESPMEM_MUST_COPY);
+// True when the peer closed its end of `fd` or the socket failed; `fd`
+// must be open (its connection parked or in a callback).
+bool PeerClosed(int fd) {
+  char byte;
+  const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 ||
+         (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+MHD_Result QueueReply(MHD_Connection* connection, const HttpResponse& response,
+                      MHD_Response* reply) {
   if (reply == nullptr) return MHD_NO;
   MHD_add_response_header(reply, MHD_HTTP_HEADER_CONTENT_TYPE,
                           response.content_type.c_str());
@@ -122,6 +132,52 @@ MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
   MHD_destroy_response(reply);
   return queued;
 }
+
+MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
+  return QueueReply(connection, response,
+                    MHD_create_response_from_buffer(
+                        response.body.size(),
+                        const_cast<char*>(response.body.data()),
+                        MHD_RESPMEM_MUST_COPY));
+}
+
+// A streamed answer on its way: libmicrohttpd's content reader reads it
+// from the stream; its end (sent, or the connection closed) detaches the
+// stream and tells the server the answer is no longer due.
+struct StreamSending {
+  std::shared_ptr<HttpBodyStream> stream;
+  // What the response's own `body` still has to send first.
+  std::string head_body;
+  size_t head_sent = 0;
+  std::function<void()> progress;
+  std::function<void()> finished;
+
+  static ssize_t Read(void* cls, uint64_t /*pos*/, char* out, size_t max) {
+    auto* sending = static_cast<StreamSending*>(cls);
+    ssize_t n = 0;
+    if (sending->head_sent < sending->head_body.size()) {
+      n = static_cast<ssize_t>(std::min(
+          max, sending->head_body.size() - sending->head_sent));
+      std::memcpy(out, sending->head_body.data() + sending->head_sent, n);
+      sending->head_sent += n;
+    } else {
+      n = sending->stream->Read(out, max);
+    }
+    if (n > 0) sending->progress();
+    if (n == HttpBodyStream::kEndOfStream) {
+      return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    return n == HttpBodyStream::kCutOff ? MHD_CONTENT_READER_END_WITH_ERROR
+                                        : n;
+  }
+
+  static void Free(void* cls) {
+    auto* sending = static_cast<StreamSending*>(cls);
+    sending->stream->Detach();
+    sending->finished();
+    delete sending;
+  }
+};
 
 // The fixed-path server of HttpServer::Start's second form.
 class FixedPathService : public HttpService {
@@ -204,11 +260,10 @@ class PendingAnswer {
   // libmicrohttpd has not closed the socket.
   bool ClientGone() {
     absl::MutexLock lock(&mutex_);
-    if (response_.has_value()) return true;
-    char byte;
-    const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 ||
-           (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    if (response_.has_value()) {
+      return response_->stream == nullptr || response_->stream->ClientGone();
+    }
+    return PeerClosed(fd_);
   }
 
  private:
@@ -294,12 +349,44 @@ struct HttpServer::Impl {
     service->Handle(
         std::move(state->request),
         [this, answer](HttpResponse response) {
-          if (answer->Give(std::move(response))) AnswerGiven();
+          // A streamed answer stays due until it is sent (QueueAnswer).
+          const bool streamed = response.stream != nullptr;
+          if (answer->Give(std::move(response)) && !streamed) AnswerGiven();
         },
         [answer] { return answer->ClientGone(); });
     if (!answer->AnsweredOrPark()) return MHD_YES;
     deadlines.Set(fd, absl::Now() + request_timeout);
-    return Queue(connection, answer->response());
+    return QueueAnswer(connection, answer->response());
+  }
+
+  // Queues a given answer; a streamed one reads its stream through a
+  // StreamSending until the stream ends.
+  MHD_Result QueueAnswer(MHD_Connection* connection,
+                         const HttpResponse& response) {
+    if (response.stream == nullptr) return Queue(connection, response);
+    const int fd = ConnectionFd(connection);
+    response.stream->Attach(
+        {[this, connection, fd] {
+           deadlines.Forget(fd);
+           MHD_suspend_connection(connection);
+         },
+         [this, connection, fd] {
+           deadlines.Set(fd, absl::Now() + request_timeout);
+           MHD_resume_connection(connection);
+         },
+         [fd] { return PeerClosed(fd); }});
+    auto* sending = new StreamSending{
+        response.stream, response.body, 0,
+        [this, fd] { deadlines.Set(fd, absl::Now() + request_timeout); },
+        [this] { AnswerGiven(); }};
+    MHD_Response* reply = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, kStreamBlockBytes, &StreamSending::Read, sending,
+        &StreamSending::Free);
+    if (reply == nullptr) {
+      StreamSending::Free(sending);
+      return MHD_NO;
+    }
+    return QueueReply(connection, response, reply);
   }
 
   void AnswerGiven() {
@@ -360,7 +447,7 @@ struct HttpServer::Impl {
       return MHD_YES;
     }
     if (state->answer == nullptr) return impl->Dispatch(connection, state);
-    return Queue(connection, state->answer->response());
+    return impl->QueueAnswer(connection, state->answer->response());
   }
 
   // A connection's first request is due within the request timeout of its

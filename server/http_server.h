@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/http_body_stream.h"
 #include "server/http_server_options.h"
 
 namespace castserve {
@@ -32,13 +33,19 @@ struct HttpResponse {
   std::string body;
   // Further headers, in order.
   std::vector<std::pair<std::string, std::string>> headers;
+  // Set: the body is streamed (chunked on HTTP/1.1): `body` goes out
+  // first, then what is written to the stream until it is closed. Each
+  // piece must be taken by the client
+  // within the request timeout; the time between pieces is the work's.
+  std::shared_ptr<HttpBodyStream> stream;
 };
 
 // Gives a request its answer: exactly once, from any thread, inline or
 // later.
 using HttpReply = std::function<void(HttpResponse response)>;
 // True once the client has closed its connection (or the answer was
-// given). Callable from any thread, also after the answer.
+// given; for a streamed answer, once its stream says ClientGone). Callable
+// from any thread, also after the answer.
 using HttpClientGone = std::function<bool()>;
 
 // What one HttpServer serves. Thread-safe: the server's polling threads call

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -345,6 +346,20 @@ class ParkingService : public HttpService {
     absl::MutexLock lock(&mutex_);
     return client_gone_ != nullptr && client_gone_();
   }
+  // Waits for a parked request; answers it with `stream`, "begin\n" first.
+  bool AnswerWithStream(std::shared_ptr<HttpBodyStream> stream) {
+    absl::MutexLock lock(&mutex_);
+    if (!mutex_.AwaitWithTimeout(
+            absl::Condition(
+                +[](HttpReply* reply) { return *reply != nullptr; }, &reply_),
+            absl::Seconds(5))) {
+      return false;
+    }
+    HttpReply reply = std::move(reply_);
+    reply_ = nullptr;
+    reply({200, "text/event-stream", "begin\n", {}, std::move(stream)});
+    return true;
+  }
 
  private:
   absl::Mutex mutex_;
@@ -409,6 +424,67 @@ TEST_F(HttpServerServiceTest, ClientGoneOnceTheClientCloses) {
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_TRUE(service_.ClientGone());
   ASSERT_TRUE(service_.AnswerWithBody(200));
+}
+
+// Reads from `fd` until `text` has come (or a read fails); what came.
+std::string ReadUntil(int fd, const std::string& text) {
+  std::string got;
+  char buffer[1024];
+  while (got.find(text) == std::string::npos) {
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n <= 0) break;
+    got.append(buffer, n);
+  }
+  return got;
+}
+
+TEST_F(HttpServerServiceTest, StreamedAnswerArrivesPieceByPiece) {
+  StartServer(1024);
+  const int fd = Connect(server_->port());
+  const std::string request =
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+      "Connection: close\r\n\r\nhi";
+  ASSERT_EQ(write(fd, request.data(), request.size()),
+            static_cast<ssize_t>(request.size()));
+  auto stream = std::make_shared<HttpBodyStream>(1024);
+  ASSERT_TRUE(service_.AnswerWithStream(stream));
+  const std::string head = ReadUntil(fd, "begin\n");
+  EXPECT_THAT(head, StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(head, HasSubstr("Content-Type: text/event-stream"));
+  EXPECT_THAT(head, HasSubstr("Transfer-Encoding: chunked"));
+  // Each piece reaches the client before the next is written.
+  ASSERT_TRUE(stream->Write("first piece\n"));
+  EXPECT_THAT(ReadUntil(fd, "first piece\n"), HasSubstr("first piece\n"));
+  EXPECT_FALSE(service_.ClientGone());
+  ASSERT_TRUE(stream->Write("second\n"));
+  stream->Close();
+  const std::string rest = ReadToEnd(fd);
+  EXPECT_THAT(rest, HasSubstr("second\n"));
+  EXPECT_THAT(rest, HasSubstr("\r\n0\r\n\r\n")) << "the last chunk";
+  EXPECT_TRUE(service_.ClientGone());
+  close(fd);
+}
+
+TEST_F(HttpServerServiceTest, StreamSeesTheClientGoAndTheServerStops) {
+  StartServer(1024);
+  const int fd = Connect(server_->port());
+  const std::string request =
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi";
+  ASSERT_EQ(write(fd, request.data(), request.size()),
+            static_cast<ssize_t>(request.size()));
+  auto stream = std::make_shared<HttpBodyStream>(1024);
+  ASSERT_TRUE(service_.AnswerWithStream(stream));
+  ReadUntil(fd, "begin\n");
+  absl::SleepFor(absl::Milliseconds(100));  // Parked: nothing to send.
+  EXPECT_FALSE(service_.ClientGone());
+  close(fd);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_TRUE(service_.ClientGone());
+  EXPECT_TRUE(stream->ClientGone());
+  // The producer ends its stream; the server then stops without waiting.
+  stream->Close();
+  server_->WaitUntilIdle();
+  server_.reset();
 }
 
 TEST_F(HttpServerServiceTest, BodiesPastTheLimitAreRefused) {
