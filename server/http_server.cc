@@ -134,11 +134,11 @@ MHD_Result QueueReply(MHD_Connection* connection, const HttpResponse& response,
 }
 
 MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
-  return QueueReply(connection, response,
-                    MHD_create_response_from_buffer(
-                        response.body.size(),
-                        const_cast<char*>(response.body.data()),
-                        MHD_RESPMEM_MUST_COPY));
+  return QueueReply(
+      connection, response,
+      MHD_create_response_from_buffer(response.body.size(),
+                                      const_cast<char*>(response.body.data()),
+                                      MHD_RESPMEM_MUST_COPY));
 }
 
 // A streamed answer on its way: libmicrohttpd's content reader reads it
@@ -156,8 +156,8 @@ struct StreamSending {
     auto* sending = static_cast<StreamSending*>(cls);
     ssize_t n = 0;
     if (sending->head_sent < sending->head_body.size()) {
-      n = static_cast<ssize_t>(std::min(
-          max, sending->head_body.size() - sending->head_sent));
+      n = static_cast<ssize_t>(
+          std::min(max, sending->head_body.size() - sending->head_sent));
       std::memcpy(out, sending->head_body.data() + sending->head_sent, n);
       sending->head_sent += n;
     } else {
@@ -167,8 +167,7 @@ struct StreamSending {
     if (n == HttpBodyStream::kEndOfStream) {
       return MHD_CONTENT_READER_END_OF_STREAM;
     }
-    return n == HttpBodyStream::kCutOff ? MHD_CONTENT_READER_END_WITH_ERROR
-                                        : n;
+    return n == HttpBodyStream::kCutOff ? MHD_CONTENT_READER_END_WITH_ERROR : n;
   }
 
   static void Free(void* cls) {
@@ -365,16 +364,15 @@ struct HttpServer::Impl {
                          const HttpResponse& response) {
     if (response.stream == nullptr) return Queue(connection, response);
     const int fd = ConnectionFd(connection);
-    response.stream->Attach(
-        {[this, connection, fd] {
-           deadlines.Forget(fd);
-           MHD_suspend_connection(connection);
-         },
-         [this, connection, fd] {
-           deadlines.Set(fd, absl::Now() + request_timeout);
-           MHD_resume_connection(connection);
-         },
-         [fd] { return PeerClosed(fd); }});
+    response.stream->Attach({[this, connection, fd] {
+                               deadlines.Forget(fd);
+                               MHD_suspend_connection(connection);
+                             },
+                             [this, connection, fd] {
+                               deadlines.Set(fd, absl::Now() + request_timeout);
+                               MHD_resume_connection(connection);
+                             },
+                             [fd] { return PeerClosed(fd); }});
     auto* sending = new StreamSending{
         response.stream, response.body, 0,
         [this, fd] { deadlines.Set(fd, absl::Now() + request_timeout); },

@@ -515,6 +515,14 @@ absl::StatusOr<RestInferRequest> DecodeRestInferRequest(
   return decoded;
 }
 
+absl::StatusOr<json> RestOutputData(
+    const inference::ModelInferResponse& response, int index) {
+  return DataOf(response.outputs(index),
+                index < response.raw_output_contents_size()
+                    ? response.raw_output_contents(index)
+                    : absl::string_view());
+}
+
 absl::StatusOr<RestInferResponse> EncodeRestInferResponse(
     const inference::ModelInferResponse& response,
     const RestOutputFormat& format) {
@@ -527,19 +535,19 @@ absl::StatusOr<RestInferResponse> EncodeRestInferResponse(
   bool any_binary = false;
   for (int i = 0; i < response.outputs_size(); ++i) {
     const auto& output = response.outputs(i);
-    const absl::string_view raw = i < response.raw_output_contents_size()
-                                      ? response.raw_output_contents(i)
-                                      : absl::string_view();
     json entry = {{"name", output.name()},
                   {"datatype", output.datatype()},
                   {"shape", json(std::vector<int64_t>(output.shape().begin(),
                                                       output.shape().end()))}};
     if (format.IsBinary(output.name())) {
+      const absl::string_view raw = i < response.raw_output_contents_size()
+                                        ? response.raw_output_contents(i)
+                                        : absl::string_view();
       entry["parameters"] = {{"binary_data_size", raw.size()}};
       binary.append(raw.data(), raw.size());
       any_binary = true;
     } else {
-      absl::StatusOr<json> data = DataOf(output, raw);
+      absl::StatusOr<json> data = RestOutputData(response, i);
       if (!data.ok()) return data.status();
       entry["data"] = *std::move(data);
     }

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -77,6 +78,12 @@ struct RestInferResponse {
   // Set when binary outputs follow the JSON: the JSON's length.
   std::optional<size_t> header_length;
 };
+
+// The elements of `response`'s output `index` as a flat JSON array
+// (strings for BYTES), as EncodeRestInferResponse writes "data"; INTERNAL
+// as there.
+absl::StatusOr<nlohmann::json> RestOutputData(
+    const inference::ModelInferResponse& response, int index);
 
 // INTERNAL when an output's raw contents do not fit its datatype (a
 // served model's bug, not the client's).

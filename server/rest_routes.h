@@ -13,17 +13,19 @@
 namespace castserve {
 
 enum class RestOperation {
-  kServerLive,        // GET  /v2/health/live
-  kServerReady,       // GET  /v2/health/ready
-  kServerMetadata,    // GET  /v2
-  kModelMetadata,     // GET  /v2/models/{model}[/versions/{version}]
-  kModelReady,        // GET  .../ready
-  kModelConfig,       // GET  .../config
-  kModelInfer,        // POST .../infer
-  kModelStatistics,   // GET  .../stats, or /v2/models/stats for all models
-  kRepositoryIndex,   // POST /v2/repository/index
-  kRepositoryLoad,    // POST /v2/repository/models/{model}/load
-  kRepositoryUnload,  // POST /v2/repository/models/{model}/unload
+  kServerLive,           // GET  /v2/health/live
+  kServerReady,          // GET  /v2/health/ready
+  kServerMetadata,       // GET  /v2
+  kModelMetadata,        // GET  /v2/models/{model}[/versions/{version}]
+  kModelReady,           // GET  .../ready
+  kModelConfig,          // GET  .../config
+  kModelInfer,           // POST .../infer
+  kModelGenerate,        // POST .../generate (Triton's generate extension)
+  kModelGenerateStream,  // POST .../generate_stream (server-sent events)
+  kModelStatistics,      // GET  .../stats, or /v2/models/stats for all models
+  kRepositoryIndex,      // POST /v2/repository/index
+  kRepositoryLoad,       // POST /v2/repository/models/{model}/load
+  kRepositoryUnload,     // POST /v2/repository/models/{model}/unload
 };
 
 struct RestRoute {

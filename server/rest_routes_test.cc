@@ -38,6 +38,22 @@ TEST(RestRoutesTest, ModelPathsCaptureNameAndVersion) {
       "bert");
 }
 
+TEST(RestRoutesTest, GeneratePathsArePostWithOptionalVersion) {
+  RouteMatch generate = MatchRestRoute("POST", "/v2/models/llm/generate");
+  ASSERT_TRUE(generate.route.has_value());
+  EXPECT_EQ(generate.route->operation, RestOperation::kModelGenerate);
+  EXPECT_EQ(generate.route->model, "llm");
+  EXPECT_EQ(generate.route->scope, Scope::kInfer);
+  RouteMatch stream =
+      MatchRestRoute("POST", "/v2/models/llm/versions/3/generate_stream");
+  ASSERT_TRUE(stream.route.has_value());
+  EXPECT_EQ(stream.route->operation, RestOperation::kModelGenerateStream);
+  EXPECT_EQ(stream.route->version, "3");
+  RouteMatch get = MatchRestRoute("GET", "/v2/models/llm/generate_stream");
+  EXPECT_EQ(get.status_code, 405);
+  EXPECT_EQ(get.allow, "POST");
+}
+
 TEST(RestRoutesTest, AllModelStatisticsBeforeModelNamedStats) {
   RouteMatch all = MatchRestRoute("GET", "/v2/models/stats");
   ASSERT_TRUE(all.route.has_value());

@@ -9,40 +9,20 @@
 #include "absl/strings/str_cat.h"
 #include "casting/json_parser.h"
 #include "server/proto_json.h"
+#include "server/rest_generate_call.h"
 #include "server/rest_infer_codec.h"
-#include "server/status_conversion.h"
+#include "server/rest_responses.h"
 
 namespace castserve {
 namespace {
 
 using nlohmann::json;
 
-constexpr char kJson[] = "application/json";
 constexpr char kHeaderLength[] = "Inference-Header-Content-Length";
 // HttpRequest::headers holds names lower-cased.
 constexpr char kHeaderLengthKey[] = "inference-header-content-length";
 // Repository bodies: {"ready": ...} or {"parameters": {...}}.
 constexpr int kMaxRepositoryJsonDepth = 4;
-
-HttpResponse JsonResponse(int status_code, const json& body) {
-  return {status_code,
-          kJson,
-          body.dump(-1, ' ', false, json::error_handler_t::replace),
-          {}};
-}
-
-HttpResponse ErrorResponse(int status_code, absl::string_view message) {
-  return JsonResponse(status_code, {{"error", std::string(message)}});
-}
-
-HttpResponse ErrorResponse(const absl::Status& status) {
-  HttpResponse response =
-      ErrorResponse(ToHttpStatusCode(status.code()), status.message());
-  if (absl::IsUnauthenticated(status)) {
-    response.headers.emplace_back("WWW-Authenticate", "Bearer");
-  }
-  return response;
-}
 
 std::string Header(const HttpRequest& request, const std::string& name) {
   auto it = request.headers.find(name);
@@ -63,12 +43,12 @@ void Run(InferenceCore* core, CoreOperation<Request, Response> operation,
          std::function<HttpResponse(const Response&)> encode, HttpReply reply) {
   auto messages = std::make_shared<std::pair<Request, Response>>(
       std::move(request), Response());
-  (core->*operation)(
-      std::move(call), messages->first, &messages->second,
-      [messages, encode = std::move(encode),
-       reply = std::move(reply)](absl::Status status) {
-        reply(status.ok() ? encode(messages->second) : ErrorResponse(status));
-      });
+  (core->*operation)(std::move(call), messages->first, &messages->second,
+                     [messages, encode = std::move(encode),
+                      reply = std::move(reply)](absl::Status status) {
+                       reply(status.ok() ? encode(messages->second)
+                                         : RestErrorResponse(status));
+                     });
 }
 
 // A JSON object body of a repository call; an empty body is {}.
@@ -120,23 +100,25 @@ absl::Status RepositoryParameters(
   return absl::OkStatus();
 }
 
-HttpResponse Empty(int status_code) { return {status_code, kJson, "", {}}; }
+HttpResponse Empty(int status_code) {
+  return {status_code, kJsonContentType, "", {}};
+}
 
 template <typename Response>
 HttpResponse AsJson(const Response& response) {
-  return JsonResponse(200, ProtoToJson(response));
+  return RestJsonResponse(200, ProtoToJson(response));
 }
 
 void ServeRepository(InferenceCore* core, const RestRoute& route,
                      const HttpRequest& http, CallContext call,
                      HttpReply reply) {
   absl::StatusOr<json> body = ObjectBody(http.body);
-  if (!body.ok()) return reply(ErrorResponse(body.status()));
+  if (!body.ok()) return reply(RestErrorResponse(body.status()));
   if (route.operation == RestOperation::kRepositoryIndex) {
     inference::RepositoryIndexRequest request;
     if (auto ready = body->find("ready"); ready != body->end()) {
       if (!ready->is_boolean()) {
-        return reply(ErrorResponse(
+        return reply(RestErrorResponse(
             absl::InvalidArgumentError("\"ready\" must be a boolean")));
       }
       request.set_ready(ready->get<bool>());
@@ -150,7 +132,7 @@ void ServeRepository(InferenceCore* core, const RestRoute& route,
           for (const auto& model : response.models()) {
             models.push_back(ProtoToJson(model));
           }
-          return JsonResponse(200, models);
+          return RestJsonResponse(200, models);
         },
         std::move(reply));
   }
@@ -160,7 +142,7 @@ void ServeRepository(InferenceCore* core, const RestRoute& route,
     if (absl::Status status =
             RepositoryParameters(*body, request.mutable_parameters());
         !status.ok()) {
-      return reply(ErrorResponse(status));
+      return reply(RestErrorResponse(status));
     }
     return Run<inference::RepositoryModelLoadRequest,
                inference::RepositoryModelLoadResponse>(
@@ -172,7 +154,7 @@ void ServeRepository(InferenceCore* core, const RestRoute& route,
   if (absl::Status status =
           RepositoryParameters(*body, request.mutable_parameters());
       !status.ok()) {
-    return reply(ErrorResponse(status));
+    return reply(RestErrorResponse(status));
   }
   Run<inference::RepositoryModelUnloadRequest,
       inference::RepositoryModelUnloadResponse>(
@@ -189,16 +171,16 @@ void ServeServerQuery(InferenceCore* core, const RestRoute& route,
       return Run<ServerLiveRequest, ServerLiveResponse>(
           core, &InferenceCore::ServerLive, std::move(call), {},
           [](const ServerLiveResponse& response) {
-            return JsonResponse(response.live() ? 200 : 503,
-                                {{"live", response.live()}});
+            return RestJsonResponse(response.live() ? 200 : 503,
+                                    {{"live", response.live()}});
           },
           std::move(reply));
     case RestOperation::kServerReady:
       return Run<ServerReadyRequest, ServerReadyResponse>(
           core, &InferenceCore::ServerReady, std::move(call), {},
           [](const ServerReadyResponse& response) {
-            return JsonResponse(response.ready() ? 200 : 503,
-                                {{"ready", response.ready()}});
+            return RestJsonResponse(response.ready() ? 200 : 503,
+                                    {{"ready", response.ready()}});
           },
           std::move(reply));
     default:  // kServerMetadata
@@ -220,8 +202,9 @@ void ServeModelQuery(InferenceCore* core, const RestRoute& route,
       return Run<ModelReadyRequest, ModelReadyResponse>(
           core, &InferenceCore::ModelReady, std::move(call), request,
           [name = route.model](const ModelReadyResponse& response) {
-            return JsonResponse(response.ready() ? 200 : 503,
-                                {{"name", name}, {"ready", response.ready()}});
+            return RestJsonResponse(
+                response.ready() ? 200 : 503,
+                {{"name", name}, {"ready", response.ready()}});
           },
           std::move(reply));
     }
@@ -241,7 +224,7 @@ void ServeModelQuery(InferenceCore* core, const RestRoute& route,
       return Run<ModelConfigRequest, ModelConfigResponse>(
           core, &InferenceCore::ModelConfig, std::move(call), request,
           [](const ModelConfigResponse& response) {
-            return JsonResponse(200, ProtoToJson(response.config()));
+            return RestJsonResponse(200, ProtoToJson(response.config()));
           },
           std::move(reply));
     }
@@ -271,7 +254,7 @@ absl::StatusOr<std::optional<uint64_t>> HeaderLength(
 
 HttpResponse InferAnswer(const RestInferResponse& encoded) {
   if (!encoded.header_length.has_value()) {
-    return {200, kJson, encoded.body, {}};
+    return {200, kJsonContentType, encoded.body, {}};
   }
   return {200,
           "application/octet-stream",
@@ -290,11 +273,11 @@ std::optional<HttpResponse> RestService::Screen(const HttpRequest& head) {
   RouteMatch match = MatchRestRoute(head.method, head.path);
   if (!match.route.has_value()) {
     HttpResponse refusal =
-        ErrorResponse(match.status_code,
-                      match.status_code == 405
-                          ? absl::StrCat(head.method, " is not allowed on ",
-                                         head.path, " (", match.allow, ")")
-                          : absl::StrCat("no KServe v2 path ", head.path));
+        RestErrorResponse(match.status_code,
+                          match.status_code == 405
+                              ? absl::StrCat(head.method, " is not allowed on ",
+                                             head.path, " (", match.allow, ")")
+                              : absl::StrCat("no KServe v2 path ", head.path));
     if (match.status_code == 405) {
       refusal.headers.emplace_back("Allow", match.allow);
     }
@@ -302,7 +285,7 @@ std::optional<HttpResponse> RestService::Screen(const HttpRequest& head) {
   }
   const std::string encoding = Header(head, "content-encoding");
   if (!encoding.empty() && encoding != "identity") {
-    return ErrorResponse(
+    return RestErrorResponse(
         415, absl::StrCat("Content-Encoding '", encoding, "' is not accepted"));
   }
   const RestRoute& route = *match.route;
@@ -310,10 +293,12 @@ std::optional<HttpResponse> RestService::Screen(const HttpRequest& head) {
   // Before the body is read: a caller without a token cannot make the
   // server hold a large body.
   const CallContext call = CallFrom(head, nullptr);
-  absl::Status allowed = route.operation == RestOperation::kModelInfer
-                             ? core_->AuthorizeInference(call)
-                             : core_->Authorize(call, *route.scope);
-  if (!allowed.ok()) return ErrorResponse(allowed);
+  const bool inference = route.operation == RestOperation::kModelInfer ||
+                         route.operation == RestOperation::kModelGenerate ||
+                         route.operation == RestOperation::kModelGenerateStream;
+  absl::Status allowed = inference ? core_->AuthorizeInference(call)
+                                   : core_->Authorize(call, *route.scope);
+  if (!allowed.ok()) return RestErrorResponse(allowed);
   return std::nullopt;
 }
 
@@ -326,6 +311,10 @@ void RestService::Handle(HttpRequest request, HttpReply reply,
     case RestOperation::kModelInfer:
       return Infer(route, std::move(request), std::move(call),
                    std::move(reply));
+    case RestOperation::kModelGenerate:
+    case RestOperation::kModelGenerateStream:
+      return Generate(route, std::move(request), std::move(call),
+                      std::move(reply));
     case RestOperation::kRepositoryIndex:
     case RestOperation::kRepositoryLoad:
     case RestOperation::kRepositoryUnload:
@@ -354,7 +343,7 @@ void RestService::Infer(const RestRoute& route, HttpRequest request,
                                      route.version)
             : header_length.status();
     if (!decoded.ok()) {
-      return reply(ErrorResponse(core->RefuseInference(decoded.status())));
+      return reply(RestErrorResponse(core->RefuseInference(decoded.status())));
     }
     struct Exchange {
       RestInferRequest request;
@@ -367,15 +356,27 @@ void RestService::Infer(const RestRoute& route, HttpRequest request,
     core->ModelInfer(
         std::move(call), exchange->request.request, &exchange->response,
         [exchange, reply = std::move(reply)](absl::Status status) {
-          if (!status.ok()) return reply(ErrorResponse(status));
+          if (!status.ok()) return reply(RestErrorResponse(status));
           absl::StatusOr<RestInferResponse> encoded = EncodeRestInferResponse(
               exchange->response, exchange->request.output_format);
           reply(encoded.ok() ? InferAnswer(*encoded)
-                             : ErrorResponse(encoded.status()));
+                             : RestErrorResponse(encoded.status()));
         });
   };
   if (inline_decode) return decode_and_run();
   executor_->Schedule(std::move(decode_and_run));
+}
+
+void RestService::Generate(const RestRoute& route, HttpRequest request,
+                           CallContext call, HttpReply reply) {
+  const bool inline_start = request.body.size() <= kInlineDecodeBytes;
+  auto start = [core = core_, route, body = std::move(request.body),
+                call = std::move(call), reply = std::move(reply)]() mutable {
+    RestGenerateCall::Start(core, route, std::move(body), std::move(call),
+                            std::move(reply));
+  };
+  if (inline_start) return start();
+  executor_->Schedule(std::move(start));
 }
 
 }  // namespace castserve

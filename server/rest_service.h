@@ -4,6 +4,9 @@
 // and back, so that REST and gRPC share one implementation of every
 // operation (authorization, validation, statistics and metrics included).
 //
+// Triton's generate extension: generate and generate_stream (server-sent
+// events), rest_generate_call.h.
+//
 // Answers are JSON; errors are {"error": "<message>"} with the HTTP status
 // of the core's status (status_conversion.h). The health paths answer 200
 // {"live": true} / {"ready": true}, or 503 when not ready; a model's ready
@@ -41,6 +44,9 @@ class RestService : public HttpService {
  private:
   void Infer(const RestRoute& route, HttpRequest request, CallContext call,
              HttpReply reply);
+  // generate and generate_stream (rest_generate_call.h).
+  void Generate(const RestRoute& route, HttpRequest request, CallContext call,
+                HttpReply reply);
 
   InferenceCore* const core_;
   casting::Executor* const executor_;

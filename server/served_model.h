@@ -53,6 +53,8 @@ struct InferenceCall {
   // A response larger than this fails the call with RESOURCE_EXHAUSTED
   // (and counts as that failure).
   int64_t max_response_bytes = std::numeric_limits<int64_t>::max();
+  // CallContext::partial_response (inference_core.h); null for unary.
+  std::function<void(inference::ModelInferResponse)> partial_response;
 };
 
 // The weight copies a model made since it was loaded (casting::Weight's
