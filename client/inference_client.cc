@@ -92,6 +92,29 @@ absl::StatusOr<inference::ModelInferResponse> InferenceClient::ModelInfer(
   return response;
 }
 
+absl::Status InferenceClient::ModelStreamInfer(
+    const inference::ModelInferRequest& request,
+    const std::function<void(const inference::ModelInferResponse&)>&
+        on_response) {
+  std::unique_ptr<grpc::ClientContext> context = NewContext();
+  auto stream = inference_->ModelStreamInfer(context.get());
+  if (!stream->Write(request)) return ToAbsl(stream->Finish());
+  stream->WritesDone();
+  inference::ModelStreamInferResponse response;
+  absl::Status error;
+  while (stream->Read(&response)) {
+    if (!response.error_message().empty()) {
+      // The first error ends the call; the rest of the stream is drained.
+      if (error.ok()) error = absl::UnknownError(response.error_message());
+      continue;
+    }
+    if (error.ok()) on_response(response.infer_response());
+  }
+  grpc::Status status = stream->Finish();
+  if (!status.ok()) return ToAbsl(status);
+  return error;
+}
+
 absl::StatusOr<inference::ModelStatisticsResponse>
 InferenceClient::ModelStatistics(const std::string& model) {
   inference::ModelStatisticsRequest request;

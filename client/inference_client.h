@@ -1,6 +1,7 @@
 #ifndef CASTSERVE_CLIENT_INFERENCE_CLIENT_H_
 #define CASTSERVE_CLIENT_INFERENCE_CLIENT_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,13 @@ class InferenceClient {
       const std::string& model);
   absl::StatusOr<inference::ModelInferResponse> ModelInfer(
       const inference::ModelInferRequest& request);
+  // ModelStreamInfer with the one `request`: `on_response` gets each
+  // response as it arrives, until the server ends the stream. A response's
+  // error_message ends the call with UNKNOWN and that message.
+  absl::Status ModelStreamInfer(
+      const inference::ModelInferRequest& request,
+      const std::function<void(const inference::ModelInferResponse&)>&
+          on_response);
   // `model` empty: every loaded model.
   absl::StatusOr<inference::ModelStatisticsResponse> ModelStatistics(
       const std::string& model);

@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/generate_io.h"
 #include "client/inference_client.h"
 #include "client/tensor_io.h"
 
@@ -44,6 +45,13 @@ Commands:
                     {"datatype": "INT64", "shape": [1, 3], "data": [...]}),
                     FILE.safetensors (every tensor, by name) or NAME=FILE.npy.
                     Outputs are printed as JSON, or saved as DIR/NAME.npy.
+  generate MODEL (--text=STR | --ids=1,2,3) [--stream] [--param=KEY=VALUE ...]
+                    Generates with a generation model: prints the new text
+                    (or ids), then the finish reason on stderr. --stream uses
+                    ModelStreamInfer and prints each piece as it arrives.
+                    --param sets a request parameter (max_tokens=32,
+                    temperature=0.7, stop=["\n"], ...); true/false become
+                    booleans, numbers numbers, the rest strings.
   load MODEL [--config-json=FILE]
                     RepositoryModelLoad, with FILE's ModelConfig (JSON)
                     instead of the model's config.pbtxt when given
@@ -130,6 +138,9 @@ absl::Status WriteFile(const std::string& path, const std::string& bytes) {
 struct CommandArgs {
   std::vector<std::string> positional;
   std::map<std::string, std::string> flags;
+  // generate's: every --param=KEY=VALUE, in order, and --stream.
+  std::vector<std::string> parameters;
+  bool stream = false;
 };
 
 // One source of inputs: FILE.json, FILE.safetensors or NAME=FILE.npy.
@@ -195,6 +206,61 @@ int Infer(InferenceClient& client, const CommandArgs& args) {
   return 0;
 }
 
+// The positional argument `index`, or "" when absent.
+std::string Arg(const CommandArgs& args, size_t index) {
+  return index < args.positional.size() ? args.positional[index] : "";
+}
+
+// Prints `response`'s piece to stdout at once; remembers its finish
+// reason.
+absl::Status PrintPiece(const inference::ModelInferResponse& response,
+                        bool continued, std::string* finish_reason) {
+  absl::StatusOr<GeneratedPiece> piece = ReadGeneratedPiece(response);
+  if (!piece.ok()) return piece.status();
+  std::fputs(PieceText(*piece, continued).c_str(), stdout);
+  std::fflush(stdout);
+  if (!piece->finish_reason.empty()) *finish_reason = piece->finish_reason;
+  return absl::OkStatus();
+}
+
+int Generate(InferenceClient& client, const CommandArgs& args) {
+  GenerateArgs generate;
+  generate.model = Arg(args, 1);
+  if (auto text = args.flags.find("text"); text != args.flags.end()) {
+    generate.text = text->second;
+  }
+  if (auto ids = args.flags.find("ids"); ids != args.flags.end()) {
+    absl::StatusOr<std::vector<int64_t>> parsed = ParseIds(ids->second);
+    if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
+    generate.ids = *std::move(parsed);
+  }
+  generate.parameters = args.parameters;
+  if (args.positional.size() != 2) return Usage("generate needs MODEL");
+  absl::StatusOr<inference::ModelInferRequest> request =
+      BuildGenerateRequest(generate);
+  if (!request.ok()) return Usage(std::string(request.status().message()));
+  std::string finish_reason;
+  absl::Status status;
+  if (args.stream) {
+    bool continued = false;
+    status = client.ModelStreamInfer(
+        *request, [&](const inference::ModelInferResponse& response) {
+          if (status.ok())
+            status = PrintPiece(response, continued, &finish_reason);
+          continued = true;
+        });
+  } else {
+    absl::StatusOr<inference::ModelInferResponse> response =
+        client.ModelInfer(*request);
+    status = response.ok() ? PrintPiece(*response, false, &finish_reason)
+                           : response.status();
+  }
+  std::fputs("\n", stdout);
+  if (!status.ok()) return Fail(status);
+  std::fprintf(stderr, "finish_reason: %s\n", finish_reason.c_str());
+  return 0;
+}
+
 int Load(InferenceClient& client, const CommandArgs& args) {
   if (args.positional.size() != 2) return Usage("load needs MODEL");
   std::string config_json;
@@ -220,11 +286,6 @@ int Unload(InferenceClient& client, const CommandArgs& args) {
   return 0;
 }
 
-// The positional argument `index`, or "" when absent.
-std::string Arg(const CommandArgs& args, size_t index) {
-  return index < args.positional.size() ? args.positional[index] : "";
-}
-
 int Dispatch(InferenceClient& client, const CommandArgs& args) {
   const std::string& command = args.positional[0];
   const std::map<std::string, std::function<int()>> handlers = {
@@ -244,6 +305,7 @@ int Dispatch(InferenceClient& client, const CommandArgs& args) {
                     : Usage("config needs MODEL");
        }},
       {"infer", [&] { return Infer(client, args); }},
+      {"generate", [&] { return Generate(client, args); }},
       {"load", [&] { return Load(client, args); }},
       {"unload", [&] { return Unload(client, args); }},
       {"index", [&] { return PrintJson(client.RepositoryIndex()); }},
@@ -272,11 +334,16 @@ int Main(const std::vector<std::string>& argv) {
         return Usage("--timeout-seconds: '" + arg.substr(18) +
                      "' is not a positive number");
       }
+    } else if (arg == "--stream") {
+      args.stream = true;
+    } else if (arg.rfind("--param=", 0) == 0) {
+      args.parameters.push_back(arg.substr(8));
     } else if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
       const size_t eq = arg.find('=');
       const std::string name = arg.substr(2, eq - 2);
       if (name != "inputs" && name != "outputs" && name != "output-dir" &&
-          name != "id" && name != "config-json") {
+          name != "id" && name != "config-json" && name != "text" &&
+          name != "ids") {
         return Usage("unknown flag '" + arg + "'");
       }
       args.flags[name] = arg.substr(eq + 1);

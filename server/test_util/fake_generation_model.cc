@@ -44,16 +44,16 @@ void FillTokens(const inference::ModelInferRequest& request, int64_t first,
 }
 
 // An int parameter of the request, or `fallback` when it has none.
-absl::StatusOr<int64_t> IntParameter(const inference::ModelInferRequest& request,
-                                     const std::string& name,
-                                     int64_t fallback) {
+absl::StatusOr<int64_t> IntParameter(
+    const inference::ModelInferRequest& request, const std::string& name,
+    int64_t fallback) {
   auto it = request.parameters().find(name);
   if (it == request.parameters().end()) return fallback;
   if (it->second.parameter_choice_case() !=
       inference::InferParameter::kInt64Param) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parameter '", name, "' must be an integer, got ",
-                     it->second.has_string_param() ? "a string" : "another type"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter '", name, "' must be an integer, got ",
+        it->second.has_string_param() ? "a string" : "another type"));
   }
   return it->second.int64_param();
 }
@@ -88,13 +88,13 @@ void FakeGenerationModel::Infer(InferenceCall call,
     last_prompt_ = request.raw_input_contents(0);
     ++running_;
   }
-  casting::Executor::Default().Schedule(
-      [self = shared_from_this(), call = std::move(call),
-       max_tokens = *max_tokens, fail_after = *fail_after,
-       done = std::move(done)]() mutable {
-        self->Generate(std::move(call), max_tokens, fail_after,
-                       std::move(done));
-      });
+  casting::Executor::Default().Schedule([self = shared_from_this(),
+                                         call = std::move(call),
+                                         max_tokens = *max_tokens,
+                                         fail_after = *fail_after,
+                                         done = std::move(done)]() mutable {
+    self->Generate(std::move(call), max_tokens, fail_after, std::move(done));
+  });
 }
 
 void FakeGenerationModel::Generate(InferenceCall call, int64_t max_tokens,
