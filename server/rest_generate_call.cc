@@ -37,9 +37,9 @@ RestGenerateCall::RestGenerateCall(InferenceCore* core, const RestRoute& route,
       streaming_(route.operation == RestOperation::kModelGenerateStream),
       body_(std::move(body)),
       call_(std::move(call)),
-      stream_(streaming_ ? std::make_shared<HttpBodyStream>(
-                               kMaxPendingStreamBytes)
-                         : nullptr),
+      stream_(streaming_
+                  ? std::make_shared<HttpBodyStream>(kMaxPendingStreamBytes)
+                  : nullptr),
       reply_(std::move(reply)) {}
 
 void RestGenerateCall::Run(const inference::ModelMetadataResponse& metadata) {
@@ -99,7 +99,10 @@ void RestGenerateCall::Send(std::string event) {
     return;
   }
   answered_ = true;
-  reply_({200, kEventStream, std::move(event), {{"Cache-Control", "no-cache"}},
+  reply_({200,
+          kEventStream,
+          std::move(event),
+          {{"Cache-Control", "no-cache"}},
           stream_});
 }
 

@@ -78,10 +78,10 @@ Answer ParseAnswer(const std::string& raw) {
   answer.head = raw.substr(0, end);
   absl::SimpleAtoi(raw.substr(9, 3), &answer.status);
   const std::string body = raw.substr(end + 4);
-  answer.body = answer.head.find("Transfer-Encoding: chunked") !=
-                        std::string::npos
-                    ? Dechunk(body)
-                    : body;
+  answer.body =
+      answer.head.find("Transfer-Encoding: chunked") != std::string::npos
+          ? Dechunk(body)
+          : body;
   return answer;
 }
 
@@ -179,10 +179,9 @@ TEST_F(RestGenerateCallTest, ErrorsBeforeTheFirstEventAreHttpErrors) {
 }
 
 TEST_F(RestGenerateCallTest, ErrorAfterTheFirstEventIsAnErrorEvent) {
-  Answer answer =
-      Call("/v2/models/gen/generate_stream",
-           R"({"input_ids": [1], "max_tokens": 5, "parameters": )"
-           R"({"fake_fail_after": 2}})");
+  Answer answer = Call("/v2/models/gen/generate_stream",
+                       R"({"input_ids": [1], "max_tokens": 5, "parameters": )"
+                       R"({"fake_fail_after": 2}})");
   ASSERT_EQ(answer.status, 200);
   const std::vector<json> events = Events(answer.body);
   ASSERT_EQ(events.size(), 3u) << answer.body;
@@ -193,8 +192,9 @@ TEST_F(RestGenerateCallTest, ErrorAfterTheFirstEventIsAnErrorEvent) {
 TEST_F(RestGenerateCallTest, ClientClosingTheStreamCancelsIt) {
   const int fd = test_util::ConnectLocal(http_->port(), 5);
   ASSERT_GE(fd, 0);
-  const std::string request = Post("/v2/models/gen/generate_stream",
-                                   R"({"input_ids": [1], "max_tokens": 100000})");
+  const std::string request =
+      Post("/v2/models/gen/generate_stream",
+           R"({"input_ids": [1], "max_tokens": 100000})");
   ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(request.size()));
   std::string got;

@@ -103,7 +103,8 @@ absl::StatusOr<json> InferJson(
       if (!value.is_string()) return Invalid("\"id\" must be a string");
       infer[kId] = value;
     } else if (key == kParameters) {
-      if (!value.is_object()) return Invalid("\"parameters\" must be an object");
+      if (!value.is_object())
+        return Invalid("\"parameters\" must be an object");
       for (const auto& [name, parameter] : value.items()) {
         status.Update(AddParameter(name, parameter, infer[kParameters]));
       }
@@ -114,11 +115,11 @@ absl::StatusOr<json> InferJson(
     } else if (IsGenerateParameter(key)) {
       status = AddParameter(key, value, infer[kParameters]);
     } else {
-      return Invalid(absl::StrCat(
-          "unknown key '", key, "': not an input of model '", metadata.name(),
-          "' (", InputNames(metadata),
-          "), \"id\", \"parameters\" or a generation parameter (",
-          absl::StrJoin(kGenerateParameterKeys, ", "), ")"));
+      return Invalid(
+          absl::StrCat("unknown key '", key, "': not an input of model '",
+                       metadata.name(), "' (", InputNames(metadata),
+                       "), \"id\", \"parameters\" or a generation parameter (",
+                       absl::StrJoin(kGenerateParameterKeys, ", "), ")"));
     }
     if (!status.ok()) return status;
   }
@@ -141,8 +142,8 @@ absl::StatusOr<inference::ModelInferRequest> DecodeGenerateRequest(
   }
   absl::StatusOr<json> infer = InferJson(*root, metadata);
   if (!infer.ok()) return infer.status();
-  absl::StatusOr<RestInferRequest> decoded = DecodeRestInferRequest(
-      infer->dump(), std::nullopt, model, version);
+  absl::StatusOr<RestInferRequest> decoded =
+      DecodeRestInferRequest(infer->dump(), std::nullopt, model, version);
   if (!decoded.ok()) return decoded.status();
   return std::move(decoded->request);
 }

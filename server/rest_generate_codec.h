@@ -36,9 +36,9 @@ namespace castserve {
 
 // The generation parameters a generate body may give at its top level.
 inline constexpr const char* kGenerateParameterKeys[] = {
-    "max_tokens",     "temperature",    "top_k", "top_p",
-    "repetition_penalty", "seed",       "stop",  "stop_token_ids",
-    "ignore_eos"};
+    "max_tokens", "temperature",        "top_k",
+    "top_p",      "repetition_penalty", "seed",
+    "stop",       "stop_token_ids",     "ignore_eos"};
 
 // Decodes a generate body for `model` (`version` may be empty) whose
 // inputs `metadata` describes. INVALID_ARGUMENT naming the key for a body
