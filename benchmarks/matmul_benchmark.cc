@@ -133,7 +133,7 @@ int Run(int threads, int rounds) {
 }  // namespace castserve
 
 int main(int argc, char** argv) {
-  int threads = 1, rounds = 5;
+  int threads = 1, rounds = 15;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--threads=", 10) == 0) {
       threads = std::max(1, std::atoi(argv[i] + 10));
