@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <memory>
@@ -520,6 +521,37 @@ TEST_F(SchedulerTest, LayerwiseCastingBatchedEqualsSequential) {
     EXPECT_EQ(outcomes[i]->result->tokens, sequential->tokens) << i;
   }
   ExpectIdle(*scheduler);
+}
+
+TEST_F(SchedulerTest, EachWeightRunsOncePerStepForTheWholeBatch) {
+  std::shared_ptr<Model> model = Load(kFolder, Fp8TransientPrefetch());
+  ASSERT_NE(model, nullptr);
+  std::atomic<int> q_proj_calls{0};
+  std::atomic<int> most_holding{0};
+  model->root().Visit([&](Module& module) {
+    if (module.weights().empty()) return;
+    const bool q_proj = module.name() == "model.layers.0.self_attn.q_proj";
+    module.AddPreForwardHook([&, q_proj](const Module&, ForwardContext& ctx) {
+      if (q_proj) ++q_proj_calls;
+      most_holding = std::max(most_holding.load(), ctx.modules_holding());
+    });
+  });
+  auto scheduler = MakeScheduler(*model, Roomy());
+  ASSERT_NE(scheduler, nullptr);
+  std::vector<OutcomePtr> outcomes;
+  for (int64_t i = 0; i < 4; ++i) {
+    outcomes.push_back(Submit(*scheduler, Request({3, 4 + i, 5}, 8)));
+  }
+  for (const OutcomePtr& outcome : outcomes) {
+    ASSERT_TRUE(outcome->Wait());
+    ASSERT_TRUE(outcome->result.ok()) << outcome->result.status();
+  }
+  // 32 tokens in 8 steps (a late joiner adds at most one step each), not
+  // one forward per sequence and token.
+  EXPECT_GE(q_proj_calls.load(), 8);
+  EXPECT_LE(q_proj_calls.load(), 11);
+  // Transient copies: one module's weights at a time.
+  EXPECT_LE(most_holding.load(), 1);
 }
 
 }  // namespace
