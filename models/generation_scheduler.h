@@ -21,9 +21,9 @@
 // the pool is empty, the newest running sequence is preempted (its blocks
 // freed, its tokens kept; it waits at the front of the line and on joining
 // again recomputes its cache from its prompt and the tokens it generated,
-// its sampler's state kept, so its output is what it would have been), so
-// that the sequences running longest finish first and newcomers never fail
-// running ones. A sequence that alone needs more than the whole pool fails
+// its sampler's state kept, so its output is what it would have been up to
+// the rounding of a prefill against one-token steps), so that the sequences
+// running longest finish first and newcomers never fail running ones. A sequence that alone needs more than the whole pool fails
 // with RESOURCE_EXHAUSTED. Deadlines and is_cancelled are checked for every
 // sequence, waiting or running, before every step.
 //
