@@ -11,8 +11,12 @@
 // SequenceKv whose Append writes the new tokens into their blocks and
 // gathers the layer's blocks into contiguous keys and values for attention
 // (one fused attention call per sequence and layer, as without blocks; the
-// gathered copy lives for the layer's step and costs a copy of the
-// sequence's keys and values, the same order as attention reading them).
+// gathered copy lives for the layer's step). Measured side by side on the
+// CPU (one thread, Llama-1B's 32/8 heads of 64, blocks of 16, one query):
+// gather + attention takes about 2x attention over a contiguous cache at 64
+// and at 2048 cached tokens; attending per block would need a log-sum-exp
+// merge of many small attention calls or a paged-attention kernel: left
+// for later, chosen here for simplicity and exactness.
 //
 // Thread safety: Take and Give are called by one thread at a time (the
 // scheduler's step thread); the byte counters may be read from any thread.
