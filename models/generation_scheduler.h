@@ -23,8 +23,9 @@
 // again recomputes its cache from its prompt and the tokens it generated,
 // its sampler's state kept, so its output is what it would have been up to
 // the rounding of a prefill against one-token steps), so that the sequences
-// running longest finish first and newcomers never fail running ones. A sequence that alone needs more than the whole pool fails
-// with RESOURCE_EXHAUSTED. Deadlines and is_cancelled are checked for every
+// running longest finish first and newcomers never fail running ones. A
+// sequence that alone needs more than the whole pool fails with
+// RESOURCE_EXHAUSTED. Deadlines and is_cancelled are checked for every
 // sequence, waiting or running, before every step.
 //
 // Threads: the scheduler owns one step thread (joined by Stop()); forwards,
