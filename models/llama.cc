@@ -14,6 +14,7 @@
 #include "casting/device_codec.h"
 #include "models/attention.h"
 #include "models/incremental_decoder.h"
+#include "models/matmul.h"
 #include "models/model_loader.h"
 
 namespace castserve::models {
@@ -156,7 +157,7 @@ class GatedMlp : public Module {
 
   at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x) const {
     ModuleCall call(*this, ctx);
-    at::Tensor gated = Activate(activation_, gate_->Forward(ctx, x));
+    at::Tensor gated = gate_->ForwardActivated(ctx, x, activation_);
     return down_->Forward(ctx, gated * up_->Forward(ctx, x));
   }
 
@@ -232,7 +233,7 @@ class TiedLmHead : public Module {
   at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x) const {
     ModuleCall call(*this, ctx);
     ModuleCall tied_call(*embedding_, ctx);
-    return at::linear(x, embedding_->Param(ctx, "weight"));
+    return LinearProduct(x, embedding_->Param(ctx, "weight"), at::Tensor());
   }
 
  private:
