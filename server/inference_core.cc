@@ -299,6 +299,7 @@ void InferenceCore::ModelInfer(CallContext call,
   if (!deadline.ok()) return done(RefuseInference(deadline.status()));
   auto run = [&request, deadline = *deadline,
               is_cancelled = std::move(call.is_cancelled),
+              partial_response = std::move(call.partial_response),
               max_response_bytes =
                   max_response_bytes_ - call.response_envelope_bytes,
               response, done = std::move(done)](ModelOrStatus model) mutable {
@@ -311,6 +312,7 @@ void InferenceCore::ModelInfer(CallContext call,
     inference.response = response;
     inference.deadline = deadline;
     inference.is_cancelled = std::move(is_cancelled);
+    inference.partial_response = std::move(partial_response);
     inference.max_response_bytes = max_response_bytes;
     // The served model validates the request, runs it and fills `response`;
     // `done` keeps the model alive until the call ends.

@@ -37,6 +37,11 @@ struct CallContext {
   // Bytes the protocol wraps around an inference response (a stream
   // message's envelope): the response may use the limit less these.
   int64_t response_envelope_bytes = 0;
+  // Set by a streaming protocol, null for a unary call: a decoupled
+  // (generation) model hands it every response before the final one, in
+  // order, from its step thread. It must not block (the protocol queues the
+  // write). The final response goes into the call's `response` as always.
+  std::function<void(inference::ModelInferResponse)> partial_response;
 };
 
 // How an operation ends: exactly once, inline or on another thread.
