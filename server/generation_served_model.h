@@ -58,6 +58,8 @@ inline constexpr char kTextOutputTensor[] = "text_output";
 inline constexpr char kOutputIdsTensor[] = "output_ids";
 
 struct GenerationModelParts {
+  // Tags the model's memory; may be null. Declared first: released last.
+  std::unique_ptr<TrackedModelId> tracked_id;
   // The model's config.pbtxt; `generation` must be present (validated,
   // ValidateModelConfig).
   inference::ModelConfig config;
@@ -70,8 +72,6 @@ struct GenerationModelParts {
   std::vector<int64_t> eos_token_ids;
   // Null: token ids only.
   std::shared_ptr<const text::Tokenizer> tokenizer;
-  // Tags the model's memory; may be null. Released last.
-  std::unique_ptr<TrackedModelId> tracked_id;
   // Over `model`.
   std::unique_ptr<GenerationEngine> engine;
 };

@@ -85,6 +85,10 @@ absl::Status ValidateGeneration(const ModelConfig& config) {
                    "generation batches sequences itself (max_sequences): "
                    "max_batch_size must be 0 and dynamic_batching absent");
   }
+  if (config.model_warmup_size() > 0) {
+    return Invalid(config.name(),
+                   "model_warmup is not supported with generation");
+  }
   if (generation.kv_cache_bytes() <= 0) {
     return Invalid(config.name(),
                    absl::StrCat("generation.kv_cache_bytes must be > 0 (the "
