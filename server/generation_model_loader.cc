@@ -1,8 +1,10 @@
 #include "server/generation_model_loader.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "casting/tracking_allocator.h"
 #include "models/generation.h"
 #include "models/incremental_decoder.h"
 #include "server/generation_served_model.h"
@@ -68,9 +70,15 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadGenerationModel(
   parts.tokenizer = *std::move(tokenizer);
   parts.tracked_id = std::move(tracked_id);
   parts.model = std::shared_ptr<models::Model>(std::move(model));
-  absl::StatusOr<std::unique_ptr<GenerationEngine>> engine =
-      CreateSchedulerEngine(*parts.model,
-                            SchedulerOptionsOf(config.generation()));
+  absl::StatusOr<std::unique_ptr<GenerationEngine>> engine;
+  {
+    // The step thread's allocations (the pool's blocks, each step's
+    // transients) count for the model, as its forwards' do.
+    std::optional<casting::ScopedModelTag> tag;
+    if (parts.tracked_id) tag.emplace(parts.tracked_id->id());
+    engine = CreateSchedulerEngine(*parts.model,
+                                   SchedulerOptionsOf(config.generation()));
+  }
   if (!engine.ok()) {
     return absl::Status(engine.status().code(),
                         absl::StrCat("generation: ", engine.status().message()));

@@ -164,9 +164,15 @@ class GenerationServedModel::Impl {
     return model_ ? ModelFootprint(*model_) : casting::Footprint();
   }
   int64_t tracked_bytes() const {
-    const int64_t kv_bytes = engine_->stats().kv_bytes_in_use;
-    if (!tracked_id_) return kv_bytes;
-    return std::max(tracked_id_->live_bytes() + device_bytes(), kv_bytes);
+    const models::SchedulerStats stats = engine_->stats();
+    // Blocks are allocated when first taken and kept: the pool has
+    // allocated its peak so far; the rest is reserved.
+    const int64_t reserved_bytes =
+        std::max<int64_t>(stats.pool_capacity_bytes - stats.kv_bytes_peak, 0);
+    const int64_t measured_bytes =
+        tracked_id_ ? tracked_id_->live_bytes() + device_bytes()
+                    : stats.kv_bytes_peak;
+    return measured_bytes + reserved_bytes;
   }
   casting::Device device() const {
     return model_ ? model_->device() : casting::Device::Cpu();

@@ -93,8 +93,10 @@ class GenerationServedModel final : public ServedModel {
   int64_t pending_requests() const override;
   ServedModelStatistics statistics() const override;
   casting::Footprint footprint() const override;
-  // The tracked model's bytes (weights, and the KV pool's blocks, which the
-  // engine allocates under the model's tag), else the engine's KV bytes.
+  // What the memory budget counts: the tracked model's bytes (weights, step
+  // transients and the KV pool's allocated blocks: the engine's step thread
+  // runs under the model's tag) plus the part of the pool not allocated yet,
+  // so that the whole configured pool counts from load on.
   int64_t tracked_bytes() const override;
   casting::Device device() const override;
   int64_t device_bytes() const override;
