@@ -24,10 +24,10 @@ absl::StatusOr<std::shared_ptr<const text::Tokenizer>> OptionalTokenizer(
     return std::shared_ptr<const text::Tokenizer>();
   }
   if (!tokenizer.ok()) {
-    return absl::Status(tokenizer.status().code(),
-                        absl::StrCat("the tokenizer of ", folder,
-                                     " does not load: ",
-                                     tokenizer.status().message()));
+    return absl::Status(
+        tokenizer.status().code(),
+        absl::StrCat("the tokenizer of ", folder,
+                     " does not load: ", tokenizer.status().message()));
   }
   return std::shared_ptr<const text::Tokenizer>(*std::move(tokenizer));
 }
@@ -52,10 +52,11 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadGenerationModel(
     std::unique_ptr<TrackedModelId> tracked_id) {
   const models::IncrementalDecoder* decoder = model->incremental_decoder();
   if (decoder == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model '", config.name(), "': generation is for decoder models "
-        "(llama, mistral, qwen2); architecture '", model->architecture(),
-        "' does not generate"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", config.name(),
+                     "': generation is for decoder models "
+                     "(llama, mistral, qwen2); architecture '",
+                     model->architecture(), "' does not generate"));
   }
   absl::StatusOr<std::shared_ptr<const text::Tokenizer>> tokenizer =
       OptionalTokenizer(folder);
@@ -80,8 +81,9 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadGenerationModel(
                                    SchedulerOptionsOf(config.generation()));
   }
   if (!engine.ok()) {
-    return absl::Status(engine.status().code(),
-                        absl::StrCat("generation: ", engine.status().message()));
+    return absl::Status(
+        engine.status().code(),
+        absl::StrCat("generation: ", engine.status().message()));
   }
   parts.engine = *std::move(engine);
   absl::StatusOr<std::unique_ptr<GenerationServedModel>> served =

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "casting/json_parser.h"
-#include "server/model_config_loader.h"
 #include "server/generation_text.h"
+#include "server/model_config_loader.h"
 
 namespace castserve {
 namespace {
@@ -35,9 +35,8 @@ absl::string_view TypeName(const InferParameter& value) {
 
 absl::Status WrongType(absl::string_view name, absl::string_view expected,
                        const InferParameter& value) {
-  return absl::InvalidArgumentError(absl::StrCat("parameter '", name,
-                                                 "' must be ", expected,
-                                                 ", got ", TypeName(value)));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "parameter '", name, "' must be ", expected, ", got ", TypeName(value)));
 }
 
 absl::Status OutOfRange(absl::string_view name, absl::string_view range,
@@ -75,14 +74,12 @@ absl::StatusOr<bool> BoolOf(absl::string_view name,
 
 absl::Status CheckStopString(const std::string& stop) {
   if (stop.empty() || stop.size() > kMaxStopStringBytes) {
-    return OutOfRange("stop",
-                      absl::StrCat("strings of 1..", kMaxStopStringBytes,
-                                   " bytes"),
-                      absl::StrCat(stop.size(), " bytes"));
+    return OutOfRange(
+        "stop", absl::StrCat("strings of 1..", kMaxStopStringBytes, " bytes"),
+        absl::StrCat(stop.size(), " bytes"));
   }
   if (!IsValidUtf8(stop)) {
-    return absl::InvalidArgumentError(
-        "parameter 'stop' must be valid UTF-8");
+    return absl::InvalidArgumentError("parameter 'stop' must be valid UTF-8");
   }
   return absl::OkStatus();
 }
@@ -130,8 +127,8 @@ absl::StatusOr<std::vector<int64_t>> StopTokenIdsOf(
     if (!id.ok()) return id.status();
     ids.push_back(*id);
   } else if (value.has_string_param()) {
-    absl::StatusOr<nlohmann::json> json = casting::ParseJson(
-        value.string_param(), kListLimits);
+    absl::StatusOr<nlohmann::json> json =
+        casting::ParseJson(value.string_param(), kListLimits);
     if (!json.ok() || !json->is_array()) {
       return absl::InvalidArgumentError(
           "parameter 'stop_token_ids' must be a JSON array of integers");

@@ -141,15 +141,16 @@ TEST(GenerationParametersTest, RangeErrorsNameTheParameter) {
             "parameter 'max_tokens' must be in 1..1048576, got 1099511627776");
   EXPECT_NE(ErrorFor("max_tokens", Uint(~uint64_t{0})).find("'max_tokens'"),
             std::string::npos);
-  EXPECT_EQ(ErrorFor("top_k", Int(-1)), "parameter 'top_k' must be >= 0, got -1");
+  EXPECT_EQ(ErrorFor("top_k", Int(-1)),
+            "parameter 'top_k' must be >= 0, got -1");
   EXPECT_EQ(ErrorFor("seed", Int(-5)), "parameter 'seed' must be >= 0, got -5");
   EXPECT_NE(ErrorFor("temperature", Double(-1)).find("temperature"),
             std::string::npos);
   EXPECT_NE(ErrorFor("top_p", Double(0)).find("top_p"), std::string::npos);
   EXPECT_NE(ErrorFor("top_p", Double(1.5)).find("top_p"), std::string::npos);
-  EXPECT_NE(ErrorFor("repetition_penalty", Double(0)).find(
-                "repetition_penalty"),
-            std::string::npos);
+  EXPECT_NE(
+      ErrorFor("repetition_penalty", Double(0)).find("repetition_penalty"),
+      std::string::npos);
   EXPECT_NE(ErrorFor("stop", String("")).find("'stop'"), std::string::npos);
   EXPECT_NE(ErrorFor("stop", String("\xC3")).find("UTF-8"), std::string::npos);
   EXPECT_NE(ErrorFor("stop", String(std::string(1000, 'x'))).find("'stop'"),

@@ -238,12 +238,13 @@ class GenerationServedModel::Impl {
   const std::unique_ptr<GenerationEngine> engine_;
 };
 
-absl::StatusOr<std::vector<int64_t>> GenerationServedModel::Impl::PromptFromText(
+absl::StatusOr<std::vector<int64_t>>
+GenerationServedModel::Impl::PromptFromText(
     const inference::ModelInferRequest& request, int index) const {
   if (tokenizer_ == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input '", kTextInputTensor,
-        "': the model folder has no tokenizer; send input_ids"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", kTextInputTensor,
+                     "': the model folder has no tokenizer; send input_ids"));
   }
   absl::StatusOr<std::vector<std::string>> strings =
       StringsOfInput(request, index, /*max_batch_size=*/1);
@@ -282,9 +283,9 @@ absl::StatusOr<std::vector<int64_t>> GenerationServedModel::Impl::Prompt(
     }
   }
   if ((text_index < 0) == (ids_index < 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a generation request gives exactly one of '", kTextInputTensor,
-        "' and '", kInputIdsTensor, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a generation request gives exactly one of '",
+                     kTextInputTensor, "' and '", kInputIdsTensor, "'"));
   }
   if (text_index >= 0) return PromptFromText(request, text_index);
   static const std::vector<models::TensorSpec> kIdsSpec = {
@@ -303,10 +304,10 @@ GenerationServedModel::Impl::OptionsFor(
     const GenerationParameters& parameters) const {
   const int64_t length = static_cast<int64_t>(prompt.size());
   if (length < 1 || length >= max_positions_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt has ", length, " tokens; the model takes 1..",
-        max_positions_ - 1, " (its context is ", max_positions_,
-        " positions, one at least for a new token)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt has ", length, " tokens; the model takes 1..",
+                     max_positions_ - 1, " (its context is ", max_positions_,
+                     " positions, one at least for a new token)"));
   }
   for (int64_t id : prompt) {
     if (id < 0 || id >= vocab_size_) {
@@ -322,8 +323,8 @@ GenerationServedModel::Impl::OptionsFor(
                        ", outside the vocabulary 0..", vocab_size_ - 1));
     }
   }
-  const int64_t max_tokens = parameters.max_tokens.value_or(
-      config_.generation().default_max_tokens());
+  const int64_t max_tokens =
+      parameters.max_tokens.value_or(config_.generation().default_max_tokens());
   if (max_tokens > max_positions_ - length) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parameter 'max_tokens' is ", max_tokens, "; the prompt's ", length,
@@ -395,11 +396,11 @@ GenerationServedModel::Impl::RequestedOutputs(
     const inference::ModelInferRequest& request) const {
   std::vector<std::string> names;
   for (const auto& output : request.outputs()) {
-    const bool known =
-        std::any_of(outputs_.begin(), outputs_.end(),
-                    [&](const TensorSpec& s) { return s.name == output.name(); });
-    if (!known || std::find(names.begin(), names.end(), output.name()) !=
-                      names.end()) {
+    const bool known = std::any_of(
+        outputs_.begin(), outputs_.end(),
+        [&](const TensorSpec& s) { return s.name == output.name(); });
+    if (!known ||
+        std::find(names.begin(), names.end(), output.name()) != names.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "requested output '", output.name().substr(0, 64),
           "' is not an output of the model or is requested twice"));
@@ -431,7 +432,8 @@ bool GenerationServedModel::Impl::OnToken(GenerationSequence& sequence,
   if (!sequence.call.partial_response) {
     sequence.whole_text += piece;
   } else {
-    if (sequence.held) sequence.call.partial_response(*std::move(sequence.held));
+    if (sequence.held)
+      sequence.call.partial_response(*std::move(sequence.held));
     sequence.held = Response(sequence, absl::MakeConstSpan(&token, 1),
                              sequence.text ? &piece : nullptr);
   }
@@ -442,9 +444,8 @@ void GenerationServedModel::Impl::OnDone(
     SequencePtr sequence, absl::StatusOr<models::GenerationResult> result) {
   absl::Status status = result.status();
   if (status.ok() && !sequence->text_error.ok()) {
-    status = absl::InternalError(
-        absl::StrCat("a generated token has no text: ",
-                     sequence->text_error.message()));
+    status = absl::InternalError(absl::StrCat("a generated token has no text: ",
+                                              sequence->text_error.message()));
   }
   if (status.ok()) status = WriteFinal(*sequence, *result);
   callback_of = this;
@@ -463,7 +464,8 @@ absl::Status GenerationServedModel::Impl::WriteFinal(
   const bool stop_string =
       sequence.text_stream && sequence.text_stream->stopped();
   const std::string finish_reason =
-      !stop_string && result.stop == models::GenerationResult::Stop::kMaxNewTokens
+      !stop_string &&
+              result.stop == models::GenerationResult::Stop::kMaxNewTokens
           ? "length"
           : "stop";
   inference::ModelInferResponse final_response;
@@ -472,9 +474,9 @@ absl::Status GenerationServedModel::Impl::WriteFinal(
     final_response = Response(sequence, result.tokens,
                               sequence.text ? &sequence.whole_text : nullptr);
   } else {
-    inference::ModelInferResponse last =
-        sequence.held ? *std::move(sequence.held)
-                      : Response(sequence, {}, nullptr);
+    inference::ModelInferResponse last = sequence.held
+                                             ? *std::move(sequence.held)
+                                             : Response(sequence, {}, nullptr);
     sequence.held.reset();
     if (!rest.empty()) {
       for (int i = 0; i < last.outputs_size(); ++i) {
@@ -575,7 +577,8 @@ GenerationServedModel::Create(GenerationModelParts parts) {
   absl::Status valid =
       ApplyGenerationSignature(inputs, "input", config.mutable_input());
   if (valid.ok()) {
-    valid = ApplyGenerationSignature(outputs, "output", config.mutable_output());
+    valid =
+        ApplyGenerationSignature(outputs, "output", config.mutable_output());
   }
   if (!valid.ok()) return valid;
   return absl::WrapUnique(new GenerationServedModel(std::make_unique<Impl>(

@@ -83,7 +83,7 @@ struct Outcome {
 };
 
 Outcome Call(ServedModel& model, const inference::ModelInferRequest& request,
-            bool stream, std::function<bool()> is_cancelled = nullptr) {
+             bool stream, std::function<bool()> is_cancelled = nullptr) {
   Outcome outcome;
   absl::Notification done;
   InferenceCall call;
@@ -324,8 +324,8 @@ TEST(GenerationServedModelTest, WithoutTokenizerIdsOnly) {
 }
 
 TEST(GenerationServedModelTest, CancellingAStreamFreesItsKvBytes) {
-  Served served = MakeModel(Says(std::string(40, 'z')), true,
-                            absl::Milliseconds(5));
+  Served served =
+      MakeModel(Says(std::string(40, 'z')), true, absl::Milliseconds(5));
   inference::ModelInferRequest request;
   AddIds(request, {1, 2});
   SetInt(request, "max_tokens", 40);
@@ -357,14 +357,15 @@ TEST(GenerationServedModelTest, CancellingAStreamFreesItsKvBytes) {
   EXPECT_EQ(after.kv_cache->bytes, 0);
   EXPECT_GE(after.kv_cache->peak_bytes, kv_while_running);
   EXPECT_LT(outcome.partials.size(), 10u);
-  EXPECT_EQ(served.model->statistics().requests_by_code[static_cast<int>(
-                absl::StatusCode::kCancelled)],
-            1u);
+  EXPECT_EQ(
+      served.model->statistics()
+          .requests_by_code[static_cast<int>(absl::StatusCode::kCancelled)],
+      1u);
 }
 
 TEST(GenerationServedModelTest, DestroyingEndsRunningSequencesUnavailable) {
-  Served served = MakeModel(Says(std::string(60, 'z')), true,
-                            absl::Milliseconds(20));
+  Served served =
+      MakeModel(Says(std::string(60, 'z')), true, absl::Milliseconds(20));
   inference::ModelInferRequest request;
   AddIds(request, {1});
   SetInt(request, "max_tokens", 60);

@@ -45,7 +45,7 @@ bool IsValidUtf8(absl::string_view text) {
     }
     if (length > 1) {
       const auto second = static_cast<unsigned char>(text[i + 1]);
-      if ((lead == 0xE0 && second < 0xA0) ||  // Overlong.
+      if ((lead == 0xE0 && second < 0xA0) ||   // Overlong.
           (lead == 0xED && second >= 0xA0) ||  // Surrogate.
           (lead == 0xF0 && second < 0x90) ||   // Overlong.
           (lead == 0xF4 && second >= 0x90)) {  // Beyond U+10FFFF.
@@ -113,8 +113,7 @@ std::string GenerationText::Release() {
   // Hold back the longest end of pending_ that begins a stop string.
   size_t held = 0;
   for (const std::string& stop : stops_) {
-    for (size_t n = std::min(stop.size() - 1, pending_.size()); n > held;
-         --n) {
+    for (size_t n = std::min(stop.size() - 1, pending_.size()); n > held; --n) {
       if (absl::EndsWith(pending_, absl::string_view(stop).substr(0, n))) {
         held = n;
         break;

@@ -67,8 +67,8 @@ TEST(GenerationTextTest, StopStringAcrossTokensIsCutAndNotEmitted) {
   EXPECT_TRUE(stream.stopped());
   EXPECT_EQ(Joined(pieces), "Hi ");
   // "S", "T", "O" were held back (they could begin the stop string).
-  EXPECT_EQ(pieces, (std::vector<std::string>{"H", "i", " ", "", "", "", "",
-                                              ""}));
+  EXPECT_EQ(pieces,
+            (std::vector<std::string>{"H", "i", " ", "", "", "", "", ""}));
 }
 
 TEST(GenerationTextTest, HeldBackTextThatDoesNotStopIsReleased) {

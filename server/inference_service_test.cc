@@ -516,11 +516,9 @@ TEST_F(InferenceServiceTest, DecoupledStreamWritesEachTokenThenTheFinal) {
   EXPECT_EQ(text, "abc");
   ASSERT_TRUE(stream->Read(&response));  // The EOS token's, final.
   EXPECT_TRUE(IsFinal(response.infer_response()));
-  EXPECT_EQ(response.infer_response()
-                .parameters()
-                .at("finish_reason")
-                .string_param(),
-            "stop");
+  EXPECT_EQ(
+      response.infer_response().parameters().at("finish_reason").string_param(),
+      "stop");
   ASSERT_TRUE(stream->Read(&response));
   EXPECT_EQ(response.infer_response().id(), "id-7");
   EXPECT_FALSE(stream->Read(&response));
@@ -550,8 +548,8 @@ TEST_F(InferenceServiceTest, DecoupledStreamEmptyFinalResponse) {
 }
 
 TEST_F(InferenceServiceTest, ClientGoingAwayCancelsTheSequence) {
-  std::shared_ptr<GenerationServedModel> model =
-      AddGenerationModel(manager_, std::string(200, 'z'), absl::Milliseconds(10));
+  std::shared_ptr<GenerationServedModel> model = AddGenerationModel(
+      manager_, std::string(200, 'z'), absl::Milliseconds(10));
   {
     grpc::ClientContext context;
     auto stream = stub_->ModelStreamInfer(&context);
@@ -573,9 +571,10 @@ TEST_F(InferenceServiceTest, ClientGoingAwayCancelsTheSequence) {
   }
   EXPECT_EQ(model->pending_requests(), 0);
   EXPECT_EQ(model->activity().kv_cache->bytes, 0);
-  EXPECT_EQ(model->statistics().requests_by_code[static_cast<int>(
-                absl::StatusCode::kCancelled)],
-            1u);
+  EXPECT_EQ(
+      model->statistics()
+          .requests_by_code[static_cast<int>(absl::StatusCode::kCancelled)],
+      1u);
 }
 
 TEST_F(InferenceServiceTest, UnaryInferOnGenerationModelReturnsItAll) {

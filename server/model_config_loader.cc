@@ -95,13 +95,13 @@ absl::Status ValidateGeneration(const ModelConfig& config) {
                                 "KV-cache pool), got ",
                                 generation.kv_cache_bytes()));
   }
-  absl::Status valid = CheckGenerationField(
-      config, "kv_block_tokens", generation.kv_block_tokens(), 0,
-      kMaxKvBlockTokens);
+  absl::Status valid =
+      CheckGenerationField(config, "kv_block_tokens",
+                           generation.kv_block_tokens(), 0, kMaxKvBlockTokens);
   if (valid.ok()) {
-    valid = CheckGenerationField(config, "max_sequences",
-                                 generation.max_sequences(), 0,
-                                 kMaxSequencesLimit);
+    valid =
+        CheckGenerationField(config, "max_sequences",
+                             generation.max_sequences(), 0, kMaxSequencesLimit);
   }
   if (valid.ok()) {
     valid = CheckGenerationField(config, "max_waiting",

@@ -15,9 +15,9 @@ const std::vector<double>& DurationBuckets() {
 
 // Latencies from 1 ms to 60 s, in milliseconds.
 const std::vector<double>& MillisecondBuckets() {
-  static const auto* const buckets = new std::vector<double>{
-      1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
-      60000};
+  static const auto* const buckets =
+      new std::vector<double>{1,   2.5,  5,    10,   25,    50,    100,  250,
+                              500, 1000, 2500, 5000, 10000, 30000, 60000};
   return *buckets;
 }
 

@@ -136,11 +136,11 @@ struct ModelFamilies {
       "Modules that ran before their prefetch finished.", MetricType::Counter);
 
   // Generation models only.
-  MetricFamily first_response_ms = Family(
-      "nv_inference_first_response_histogram_ms",
-      "Time from a generation request's arrival to its first token, in "
-      "milliseconds.",
-      MetricType::Histogram);
+  MetricFamily first_response_ms =
+      Family("nv_inference_first_response_histogram_ms",
+             "Time from a generation request's arrival to its first token, in "
+             "milliseconds.",
+             MetricType::Histogram);
   MetricFamily inter_token_seconds =
       Family("castserve_generation_inter_token_seconds",
              "Time between consecutive tokens of one sequence.",
@@ -148,10 +148,9 @@ struct ModelFamilies {
   MetricFamily generated_tokens =
       Family("castserve_generation_tokens_total", "Tokens generated.",
              MetricType::Counter);
-  MetricFamily kv_cache_bytes =
-      Family("castserve_kv_cache_bytes",
-             "Bytes of the KV-cache pool held by sequences now.",
-             MetricType::Gauge);
+  MetricFamily kv_cache_bytes = Family(
+      "castserve_kv_cache_bytes",
+      "Bytes of the KV-cache pool held by sequences now.", MetricType::Gauge);
   MetricFamily kv_cache_peak_bytes =
       Family("castserve_kv_cache_peak_bytes",
              "Most bytes of the KV-cache pool held at once since load.",
@@ -234,14 +233,30 @@ struct ModelFamilies {
   }
 
   void MoveTo(std::vector<MetricFamily>& out) {
-    for (MetricFamily* family :
-         {&weight_bytes, &allocated_bytes, &peak_allocated_bytes,
-          &batch_peak_bytes, &success, &failure, &inference_count,
-          &execution_count, &pending, &queue_seconds, &compute_seconds,
-          &request_seconds, &batch_size, &materializations, &materialized_bytes,
-          &materialization_seconds, &transient_copy_bytes, &prefetch_hits,
-          &prefetch_misses, &first_response_ms, &inter_token_seconds,
-          &generated_tokens, &kv_cache_bytes, &kv_cache_peak_bytes}) {
+    for (MetricFamily* family : {&weight_bytes,
+                                 &allocated_bytes,
+                                 &peak_allocated_bytes,
+                                 &batch_peak_bytes,
+                                 &success,
+                                 &failure,
+                                 &inference_count,
+                                 &execution_count,
+                                 &pending,
+                                 &queue_seconds,
+                                 &compute_seconds,
+                                 &request_seconds,
+                                 &batch_size,
+                                 &materializations,
+                                 &materialized_bytes,
+                                 &materialization_seconds,
+                                 &transient_copy_bytes,
+                                 &prefetch_hits,
+                                 &prefetch_misses,
+                                 &first_response_ms,
+                                 &inter_token_seconds,
+                                 &generated_tokens,
+                                 &kv_cache_bytes,
+                                 &kv_cache_peak_bytes}) {
       if (family->metric.empty() && IsGenerationFamily(*family)) continue;
       out.push_back(std::move(*family));
     }

@@ -358,8 +358,8 @@ absl::StatusOr<int64_t> TextBatchSize(const InputTensor& input,
                      "batch element"));
   }
   if (shape[0] < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        prefix, "shape ", ShapeString(shape), " holds no string"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "shape ", ShapeString(shape), " holds no string"));
   }
   if (max_batch_size > 0 && shape[0] > max_batch_size) {
     return absl::InvalidArgumentError(
@@ -379,9 +379,8 @@ absl::Status CheckTextBytes(size_t bytes, int64_t index,
 
 // BYTES raw contents: per element a 4-byte little-endian length, then that
 // many bytes; exactly `count` elements.
-absl::StatusOr<std::vector<std::string>> StringsFromRaw(const std::string& raw,
-                                                        int64_t count,
-                                                        absl::string_view name) {
+absl::StatusOr<std::vector<std::string>> StringsFromRaw(
+    const std::string& raw, int64_t count, absl::string_view name) {
   const std::string prefix = TextPrefix(name);
   std::vector<std::string> strings;
   size_t offset = 0;
@@ -399,9 +398,9 @@ absl::StatusOr<std::vector<std::string>> StringsFromRaw(const std::string& raw,
       return small;
     }
     if (raw.size() - offset < length) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          prefix, "raw data ends inside element ", i, " (", length,
-          " bytes announced, ", raw.size() - offset, " left)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "raw data ends inside element ", i, " (", length,
+                       " bytes announced, ", raw.size() - offset, " left)"));
     }
     strings.emplace_back(raw.data() + offset, length);
     offset += length;
@@ -427,12 +426,13 @@ absl::StatusOr<std::vector<std::string>> StringsFromTyped(
   const auto& contents = input.contents().bytes_contents();
   if (contents.size() != count) {
     return absl::InvalidArgumentError(absl::StrCat(
-        prefix, "bytes_contents has ", contents.size(),
-        " elements; shape ", ShapeString(input.shape()), " needs ", count));
+        prefix, "bytes_contents has ", contents.size(), " elements; shape ",
+        ShapeString(input.shape()), " needs ", count));
   }
   std::vector<std::string> strings;
   for (int i = 0; i < contents.size(); ++i) {
-    if (absl::Status small = CheckTextBytes(contents[i].size(), i, input.name());
+    if (absl::Status small =
+            CheckTextBytes(contents[i].size(), i, input.name());
         !small.ok()) {
       return small;
     }
@@ -488,9 +488,9 @@ absl::StatusOr<std::vector<std::string>> StringsOfInput(
     int64_t max_batch_size) {
   const InputTensor& input = request.inputs(index);
   if (input.datatype() != "BYTES") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        TextPrefix(input.name()), "datatype ", input.datatype(),
-        ", expected BYTES"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(TextPrefix(input.name()), "datatype ", input.datatype(),
+                     ", expected BYTES"));
   }
   if (absl::Status layout = CheckRawLayout(request); !layout.ok()) {
     return layout;

@@ -24,7 +24,8 @@ class ByteTokenizer final : public text::Tokenizer {
   static constexpr int64_t kBos = 257;
 
   absl::StatusOr<text::Encoding> Encode(
-      std::string_view text, const text::EncodeOptions& options) const override {
+      std::string_view text,
+      const text::EncodeOptions& options) const override {
     text::Encoding encoding;
     if (options.add_special_tokens) encoding.ids.push_back(kBos);
     for (unsigned char c : text) encoding.ids.push_back(c);
@@ -52,8 +53,12 @@ class ByteTokenizer final : public text::Tokenizer {
     }
     if (back < out.size()) {
       const auto lead = static_cast<unsigned char>(out[out.size() - 1 - back]);
-      const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-      if (need > back + 1) out.replace(out.size() - 1 - back, back + 1, "\xEF\xBF\xBD");
+      const size_t need = lead >= 0xF0   ? 4
+                          : lead >= 0xE0 ? 3
+                          : lead >= 0xC0 ? 2
+                                         : 1;
+      if (need > back + 1)
+        out.replace(out.size() - 1 - back, back + 1, "\xEF\xBF\xBD");
     }
     return out;
   }

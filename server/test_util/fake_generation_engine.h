@@ -29,8 +29,8 @@ class FakeGenerationEngine final : public GenerationEngine {
   using NextToken =
       std::function<int64_t(const std::vector<int64_t>& prompt, int64_t step)>;
 
-  explicit FakeGenerationEngine(NextToken next_token,
-                                absl::Duration step_time = absl::Milliseconds(1))
+  explicit FakeGenerationEngine(
+      NextToken next_token, absl::Duration step_time = absl::Milliseconds(1))
       : next_token_(std::move(next_token)),
         step_time_(step_time),
         thread_([this] { Loop(); }) {}

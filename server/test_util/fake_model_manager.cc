@@ -235,9 +235,9 @@ FakeModelManager::ReadyModels() {
   std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>> ready;
   for (const auto& [name, entry] : models_) {
     if (!entry.ready) continue;
-    ready.emplace_back(name, entry.served ? entry.served
-                                          : std::shared_ptr<ServedModel>(
-                                                entry.model));
+    ready.emplace_back(name, entry.served
+                                 ? entry.served
+                                 : std::shared_ptr<ServedModel>(entry.model));
   }
   return ready;
 }
