@@ -104,8 +104,8 @@ Outcome Call(ServedModel& model, const inference::ModelInferRequest& request,
   call.response = &outcome.final_response;
   call.is_cancelled = std::move(is_cancelled);
   if (stream) {
-    call.partial_response = [&outcome, on_partial](
-                                inference::ModelInferResponse part) {
+    call.partial_response = [&outcome,
+                             on_partial](inference::ModelInferResponse part) {
       outcome.partials.push_back(std::move(part));
       if (on_partial) on_partial(static_cast<int>(outcome.partials.size()));
     };
@@ -236,15 +236,15 @@ TEST(GenerationLlamaTest, CancellingAStreamFreesItsKvBytes) {
   EXPECT_GE((*model)->tracked_bytes(), int64_t{4} << 20);
   std::atomic<bool> cancelled{false};
   int64_t kv_while_running = 0;
-  const Outcome outcome =
-      Call(**model, IdsRequest({1, 2, 3}, 100), /*stream=*/true,
-           [&] { return cancelled.load(); },
-           [&](int parts) {
-             if (parts == 3) {
-               kv_while_running = (*model)->activity().kv_cache->bytes;
-               cancelled = true;
-             }
-           });
+  const Outcome outcome = Call(
+      **model, IdsRequest({1, 2, 3}, 100), /*stream=*/true,
+      [&] { return cancelled.load(); },
+      [&](int parts) {
+        if (parts == 3) {
+          kv_while_running = (*model)->activity().kv_cache->bytes;
+          cancelled = true;
+        }
+      });
   EXPECT_EQ(outcome.status.code(), absl::StatusCode::kCancelled);
   EXPECT_GT(kv_while_running, 0);
   EXPECT_LT(outcome.partials.size(), 100u);
@@ -279,8 +279,8 @@ std::string MakeTokenizerLlama() {
   const int64_t vocab = 1756;
   tensors["model.embed_tokens.weight"] = at::randn({vocab, 64});
   tensors["lm_head.weight"] = at::randn({vocab, 64}) * 0.5;
-  EXPECT_TRUE(models::test_util::WriteSafetensors(
-                  folder + "/model.safetensors", tensors)
+  EXPECT_TRUE(models::test_util::WriteSafetensors(folder + "/model.safetensors",
+                                                  tensors)
                   .ok());
   std::string config = ReadFile(std::string(kLlamaFolder) + "/config.json");
   const std::string from = "\"vocab_size\": 256";

@@ -49,7 +49,8 @@ models::SchedulerOptions SchedulerOptionsOf(
 absl::StatusOr<std::shared_ptr<ServedModel>> LoadGenerationModel(
     const std::string& folder, const inference::ModelConfig& config,
     std::unique_ptr<models::Model> model,
-    std::unique_ptr<TrackedModelId> tracked_id) {
+    std::unique_ptr<TrackedModelId> tracked_id,
+    std::shared_ptr<const models::Cancellation> cancellation) {
   const models::IncrementalDecoder* decoder = model->incremental_decoder();
   if (decoder == nullptr) {
     return absl::InvalidArgumentError(
@@ -70,6 +71,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadGenerationModel(
   parts.eos_token_ids = *std::move(eos);
   parts.tokenizer = *std::move(tokenizer);
   parts.tracked_id = std::move(tracked_id);
+  parts.cancellation = std::move(cancellation);
   parts.model = std::shared_ptr<models::Model>(std::move(model));
   absl::StatusOr<std::unique_ptr<GenerationEngine>> engine;
   {

@@ -149,6 +149,7 @@ class GenerationServedModel::Impl {
         eos_token_ids_(std::move(parts.eos_token_ids)),
         inputs_(std::move(inputs)),
         outputs_(std::move(outputs)),
+        cancellation_(std::move(parts.cancellation)),
         engine_(std::move(parts.engine)) {}
 
   ~Impl() { engine_->Stop(); }
@@ -234,6 +235,7 @@ class GenerationServedModel::Impl {
   const std::vector<TensorSpec> outputs_;
   ModelStatisticsRecorder recorder_;
   std::atomic<int64_t> pending_{0};
+  const std::shared_ptr<const models::Cancellation> cancellation_;
   // Declared last: destroyed (stopped) first, before what it runs on.
   const std::unique_ptr<GenerationEngine> engine_;
 };
@@ -362,6 +364,9 @@ void GenerationServedModel::Impl::Infer(
       parameters.ok() ? Prompt(request) : parameters.status();
   absl::StatusOr<models::GenerationOptions> options =
       prompt.ok() ? OptionsFor(*prompt, *parameters) : prompt.status();
+  if (options.ok() && cancellation_ != nullptr && cancellation_->cancelled()) {
+    options = absl::UnavailableError(cancellation_->reason());
+  }
   if (!options.ok()) return Finish(*sequence, options.status());
   sequence->requested_outputs = *std::move(requested);
   sequence->parameters = *std::move(parameters);
@@ -378,7 +383,10 @@ void GenerationServedModel::Impl::Submit(SequencePtr sequence,
   request.prompt = std::move(prompt);
   request.options = std::move(options);
   request.deadline = sequence->call.deadline;
-  request.is_cancelled = sequence->call.is_cancelled;
+  request.is_cancelled = [call = sequence->call.is_cancelled,
+                          model = cancellation_] {
+    return (model != nullptr && model->cancelled()) || (call && call());
+  };
   GenerationSequence* raw = sequence.get();
   request.on_token = [this, raw](int64_t token) {
     return OnToken(*raw, token);
@@ -443,6 +451,10 @@ bool GenerationServedModel::Impl::OnToken(GenerationSequence& sequence,
 void GenerationServedModel::Impl::OnDone(
     SequencePtr sequence, absl::StatusOr<models::GenerationResult> result) {
   absl::Status status = result.status();
+  if (absl::IsCancelled(status) && cancellation_ != nullptr &&
+      cancellation_->cancelled()) {
+    status = absl::UnavailableError(cancellation_->reason());
+  }
   if (status.ok() && !sequence->text_error.ok()) {
     status = absl::InternalError(absl::StrCat("a generated token has no text: ",
                                               sequence->text_error.message()));

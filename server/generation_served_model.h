@@ -28,6 +28,10 @@
 // time to first token and inter-token times go to the recorder, the
 // engine's KV bytes to activity().kv_cache and tracked_bytes().
 //
+// Shutdown: once the model's cancellation is set, sequences end before their
+// next step with UNAVAILABLE. Unloading waits for the running ones
+// (pending_requests) as for every model.
+//
 // Thread-safe. Destroying it stops the engine (every sequence ends with
 // UNAVAILABLE); it may be destroyed from a `done` callback, which runs on the
 // engine's step thread (the engine is then stopped on another thread).
@@ -42,6 +46,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "casting/footprint.h"
+#include "models/cancellation.h"
 #include "models/model.h"
 #include "proto/model_config.pb.h"
 #include "server/generation_engine.h"
@@ -74,6 +79,9 @@ struct GenerationModelParts {
   std::shared_ptr<const text::Tokenizer> tokenizer;
   // Over `model`.
   std::unique_ptr<GenerationEngine> engine;
+  // The model's (the manager's shutdown; may be null): once set, running
+  // and new sequences end with UNAVAILABLE and its reason.
+  std::shared_ptr<const models::Cancellation> cancellation;
 };
 
 class GenerationServedModel final : public ServedModel {

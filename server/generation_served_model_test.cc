@@ -389,6 +389,43 @@ TEST(GenerationServedModelTest, DestroyingEndsRunningSequencesUnavailable) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
 }
 
+TEST(GenerationServedModelTest, ShutdownCancellationEndsSequencesUnavailable) {
+  GenerationModelParts parts;
+  parts.config.mutable_generation()->set_kv_cache_bytes(1 << 20);
+  parts.vocab_size = 258;
+  parts.max_positions = kMaxPositions;
+  parts.engine = std::make_unique<FakeGenerationEngine>(
+      Says(std::string(60, 'z')), absl::Milliseconds(5));
+  auto cancellation = std::make_shared<models::Cancellation>();
+  parts.cancellation = cancellation;
+  std::unique_ptr<GenerationServedModel> model =
+      *GenerationServedModel::Create(std::move(parts));
+  inference::ModelInferRequest request;
+  AddIds(request, {1});
+  SetInt(request, "max_tokens", 60);
+  std::vector<inference::ModelInferResponse> partials;
+  inference::ModelInferResponse response;
+  absl::Notification done;
+  absl::Status status;
+  InferenceCall call;
+  call.request = &request;
+  call.response = &response;
+  call.partial_response = [&](inference::ModelInferResponse part) {
+    partials.push_back(std::move(part));
+    if (partials.size() == 2) cancellation->Cancel("the server is stopping");
+  };
+  model->Infer(std::move(call), [&](absl::Status s) {
+    status = s;
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(status.message(), "the server is stopping");
+  // Later requests are refused at once.
+  EXPECT_EQ(Call(*model, request, /*stream=*/true).status.code(),
+            absl::StatusCode::kUnavailable);
+}
+
 TEST(GenerationServedModelTest, ConfigListingOtherTensorsIsRefused) {
   GenerationModelParts parts;
   parts.config.mutable_generation()->set_kv_cache_bytes(1);

@@ -741,7 +741,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
   }
   if (config.has_generation()) {
     return LoadGenerationModel(*folder, config, *std::move(model),
-                               std::move(tracked_id));
+                               std::move(tracked_id), std::move(cancellation));
   }
   std::shared_ptr<const TextInput> text =
       TextInputFor(*folder, **model, config.name());
