@@ -121,8 +121,13 @@ struct GenerationSequence {
   std::optional<GenerationText> text_stream;
   std::vector<int64_t> tokens;
   std::string whole_text;  // Unary: every piece.
-  // Streaming: the last token's response, sent once the next one comes.
+  // Streaming: the response of the token that ends the sequence, which
+  // becomes the final one once the engine is done.
   std::optional<inference::ModelInferResponse> held;
+  // What ends the sequence after a token besides a stop string: its count,
+  // an EOS or stop id.
+  int64_t max_new_tokens = 0;
+  std::vector<int64_t> end_ids;
   absl::Time arrival;
   absl::Time last_token;
   absl::Status text_error;
@@ -370,6 +375,11 @@ void GenerationServedModel::Impl::Infer(
   if (!options.ok()) return Finish(*sequence, options.status());
   sequence->requested_outputs = *std::move(requested);
   sequence->parameters = *std::move(parameters);
+  sequence->max_new_tokens = options->max_new_tokens;
+  sequence->end_ids = options->eos_token_ids;
+  sequence->end_ids.insert(sequence->end_ids.end(),
+                           options->stop_token_ids.begin(),
+                           options->stop_token_ids.end());
   if (sequence->text) {
     sequence->text_stream.emplace(tokenizer_.get(), sequence->parameters.stop);
   }
@@ -437,15 +447,25 @@ bool GenerationServedModel::Impl::OnToken(GenerationSequence& sequence,
     }
     piece = *std::move(appended);
   }
+  const bool more = !(sequence.text_stream && sequence.text_stream->stopped());
   if (!sequence.call.partial_response) {
     sequence.whole_text += piece;
-  } else {
-    if (sequence.held)
-      sequence.call.partial_response(*std::move(sequence.held));
-    sequence.held = Response(sequence, absl::MakeConstSpan(&token, 1),
-                             sequence.text ? &piece : nullptr);
+    return more;
   }
-  return !(sequence.text_stream && sequence.text_stream->stopped());
+  inference::ModelInferResponse response =
+      Response(sequence, absl::MakeConstSpan(&token, 1),
+               sequence.text ? &piece : nullptr);
+  const bool last =
+      !more ||
+      static_cast<int64_t>(sequence.tokens.size()) >= sequence.max_new_tokens ||
+      std::find(sequence.end_ids.begin(), sequence.end_ids.end(), token) !=
+          sequence.end_ids.end();
+  if (last) {
+    sequence.held = std::move(response);  // The final one, in OnDone.
+  } else {
+    sequence.call.partial_response(std::move(response));
+  }
+  return more;
 }
 
 void GenerationServedModel::Impl::OnDone(
@@ -486,11 +506,14 @@ absl::Status GenerationServedModel::Impl::WriteFinal(
     final_response = Response(sequence, result.tokens,
                               sequence.text ? &sequence.whole_text : nullptr);
   } else {
-    inference::ModelInferResponse last = sequence.held
-                                             ? *std::move(sequence.held)
-                                             : Response(sequence, {}, nullptr);
+    // Without a held response (the engine ended the sequence on its own)
+    // the final one carries no id, only the text held back.
+    const bool held = sequence.held.has_value();
+    inference::ModelInferResponse last =
+        held ? *std::move(sequence.held)
+             : Response(sequence, {}, sequence.text ? &rest : nullptr);
     sequence.held.reset();
-    if (!rest.empty()) {
+    if (held && !rest.empty()) {
       for (int i = 0; i < last.outputs_size(); ++i) {
         if (last.outputs(i).name() != kTextOutputTensor) continue;
         std::string& raw = *last.mutable_raw_output_contents(i);

@@ -15,9 +15,10 @@
 // carries finish_reason ("length" for max_tokens, "stop" otherwise) and is
 // written into call.response. With triton_enable_empty_final_response every
 // token's response goes through partial_response and the final one has no
-// outputs. A token's response goes out when the next token is chosen (or the
-// sequence ends): the last one must know it is the last. Unary: one response
-// with all new ids and the whole text.
+// outputs. A token's response goes out as soon as the token is chosen, but
+// for the one that ends the sequence (max_tokens reached, an EOS or stop id,
+// a stop string), which becomes the final response when the engine is done.
+// Unary: one response with all new ids and the whole text.
 //
 // Validation happens once, in Infer, before anything is submitted: inputs,
 // parameters, stop ids within the vocabulary, a prompt of 1..max_positions

@@ -79,6 +79,8 @@ void SetInt(inference::ModelInferRequest& request, const std::string& name,
 struct Outcome {
   absl::Status status;
   std::vector<inference::ModelInferResponse> partials;
+  // The model's generated tokens when each partial response came.
+  std::vector<uint64_t> tokens_at_partial;
   inference::ModelInferResponse final_response;
 };
 
@@ -91,8 +93,10 @@ Outcome Call(ServedModel& model, const inference::ModelInferRequest& request,
   call.response = &outcome.final_response;
   call.is_cancelled = std::move(is_cancelled);
   if (stream) {
-    call.partial_response = [&outcome](inference::ModelInferResponse part) {
+    call.partial_response = [&outcome,
+                             &model](inference::ModelInferResponse part) {
       outcome.partials.push_back(std::move(part));
+      outcome.tokens_at_partial.push_back(model.statistics().generated_tokens);
     };
   }
   model.Infer(std::move(call), [&](absl::Status status) {
@@ -190,6 +194,8 @@ TEST(GenerationServedModelTest, StreamsOneResponsePerTokenLastOneFinal) {
   EXPECT_TRUE(FinalFlag(outcome.final_response));
   EXPECT_EQ(IdsOf(outcome.final_response), std::vector<int64_t>{'d'});
   EXPECT_EQ(text + TextOf(outcome.final_response), "abcd");
+  // Each token's response went out as soon as it was chosen.
+  EXPECT_EQ(outcome.tokens_at_partial, (std::vector<uint64_t>{1, 2, 3}));
   EXPECT_EQ(FinishReason(outcome.final_response), "length");
   EXPECT_EQ(served.model->statistics().success_count, 1u);
 }
