@@ -210,7 +210,7 @@ class BertLayer : public Module {
     at::Tensor attended = attention_output_->Forward(
         context, self_attention_->Forward(context, x, additive_mask), x);
     at::Tensor inner =
-        Activate(activation_, intermediate_->Forward(context, attended));
+        intermediate_->ForwardActivated(context, attended, activation_);
     return output_->Forward(context, inner, attended);
   }
 

@@ -5,9 +5,8 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
 #include "c10/util/Exception.h"
+#include "models/matmul.h"
 
 namespace castserve::models {
 namespace {
@@ -48,8 +47,16 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(
 
 at::Tensor Linear::Forward(ForwardContext& context, const at::Tensor& x) const {
   ModuleCall call(*this, context);
-  return at::linear(x, Param(context, "weight"),
-                    OptionalParam(context, "bias"));
+  return LinearProduct(x, Param(context, "weight"),
+                       OptionalParam(context, "bias"));
+}
+
+at::Tensor Linear::ForwardActivated(ForwardContext& context,
+                                    const at::Tensor& x,
+                                    Activation activation) const {
+  ModuleCall call(*this, context);
+  return LinearProduct(x, Param(context, "weight"),
+                       OptionalParam(context, "bias"), activation);
 }
 
 absl::StatusOr<std::unique_ptr<Embedding>> Embedding::Create(
@@ -158,38 +165,6 @@ at::Tensor Conv2d::Forward(ForwardContext& context, const at::Tensor& x) const {
   ModuleCall call(*this, context);
   return at::conv2d(x, Param(context, "weight"), OptionalParam(context, "bias"),
                     {stride_, stride_}, {padding_, padding_});
-}
-
-absl::StatusOr<Activation> ParseActivation(absl::string_view hf_name) {
-  const std::string name = absl::AsciiStrToLower(hf_name);
-  if (name == "gelu") return Activation::kGelu;
-  if (name == "gelu_new" || name == "gelu_pytorch_tanh" ||
-      name == "gelu_fast") {
-    return Activation::kGeluTanh;
-  }
-  if (name == "quick_gelu") return Activation::kQuickGelu;
-  if (name == "silu" || name == "swish") return Activation::kSilu;
-  if (name == "relu") return Activation::kRelu;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unsupported activation '", std::string(hf_name),
-      "'; supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, "
-      "quick_gelu, silu, swish, relu"));
-}
-
-at::Tensor Activate(Activation activation, const at::Tensor& x) {
-  switch (activation) {
-    case Activation::kGelu:
-      return at::gelu(x);
-    case Activation::kGeluTanh:
-      return at::gelu(x, "tanh");
-    case Activation::kQuickGelu:
-      return x * at::sigmoid(x * 1.702);
-    case Activation::kSilu:
-      return at::silu(x);
-    case Activation::kRelu:
-      return at::relu(x);
-  }
-  TORCH_INTERNAL_ASSERT(false, "unknown activation");
 }
 
 }  // namespace castserve::models

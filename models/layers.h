@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "models/activation.h"
 #include "models/module.h"
 #include "models/weight_factory.h"
 
@@ -35,6 +36,10 @@ class Linear : public Module {
       std::string name, const WeightFactory& weights, int64_t in_features,
       int64_t out_features, bool bias);
   at::Tensor Forward(ForwardContext& context, const at::Tensor& x) const;
+  // Activate(activation, Forward(x)), with the activation fused into the
+  // product where the kernel can (models/matmul.h).
+  at::Tensor ForwardActivated(ForwardContext& context, const at::Tensor& x,
+                              Activation activation) const;
 
  private:
   using Module::Module;
@@ -116,14 +121,6 @@ class Conv2d : public Module {
 absl::Status AddParameter(Module& module, const WeightFactory& weights,
                           absl::string_view local_name,
                           absl::Span<const int64_t> shape);
-
-// Activations by their Hugging Face names: "gelu" (erf), "gelu_new" /
-// "gelu_pytorch_tanh" / "gelu_fast" (tanh approximation), "quick_gelu"
-// (x * sigmoid(1.702 x)), "silu" / "swish", "relu" (case-insensitive).
-// InvalidArgument listing the supported names otherwise.
-enum class Activation { kGelu, kGeluTanh, kQuickGelu, kSilu, kRelu };
-absl::StatusOr<Activation> ParseActivation(absl::string_view hf_name);
-at::Tensor Activate(Activation activation, const at::Tensor& x);
 
 }  // namespace castserve::models
 

@@ -207,7 +207,7 @@ absl::StatusOr<std::unique_ptr<VisionMlp>> VisionMlp::Create(
 
 at::Tensor VisionMlp::Forward(ForwardContext& ctx, const at::Tensor& x) const {
   ModuleCall call(*this, ctx);
-  return fc2_->Forward(ctx, Activate(activation_, fc1_->Forward(ctx, x)));
+  return fc2_->Forward(ctx, fc1_->ForwardActivated(ctx, x, activation_));
 }
 
 absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Create(

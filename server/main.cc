@@ -17,6 +17,7 @@
 #include "casting/executor.h"
 #include "casting/malloc_settings.h"
 #include "models/cancellation.h"
+#include "models/matmul.h"
 #include "server/auth.h"
 #include "server/libtorch_version.h"
 #include "server/log.h"
@@ -204,6 +205,23 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const ServerFlags& flags) {
   return options;
 }
 
+// Settles the f32 layer-product kernel before any model loads (measuring
+// both when asked to) and logs what it chose and why.
+void ChooseF32Matmul(models::F32MatmulKernel requested) {
+  models::SetF32MatmulKernel(requested);
+  const models::F32MatmulChoice choice = models::ResolveF32MatmulKernel();
+  if (!choice.measured) {
+    Log(LogLevel::kInfo, "f32 matmul kernel",
+        {{"kernel", models::F32MatmulKernelName(choice.kernel)},
+         {"requested", models::F32MatmulKernelName(requested)}});
+    return;
+  }
+  Log(LogLevel::kInfo, "f32 matmul kernel",
+      {{"kernel", models::F32MatmulKernelName(choice.kernel)},
+       {"blas_us", static_cast<int64_t>(choice.blas_us)},
+       {"onednn_us", static_cast<int64_t>(choice.onednn_us)}});
+}
+
 int Run(const ServerFlags& flags) {
   casting::UseServingMallocSettings();
   SetLogLevel(flags.log_level);
@@ -214,6 +232,7 @@ int Run(const ServerFlags& flags) {
       {{"version", kServerVersion},
        {"libtorch", LibTorchVersion()},
        {"model_repository", flags.model_repository}});
+  ChooseF32Matmul(flags.cpu_f32_matmul);
   absl::StatusOr<ServerOptions> options = OptionsFromFlags(flags);
   if (options.ok()) options->stop = watcher.stop();
   absl::StatusOr<std::unique_ptr<Server>> server =

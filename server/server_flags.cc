@@ -246,6 +246,17 @@ const FlagMap& ValueFlags() {
            return ParseCount("inter-op-threads", v, "thread count", 0,
                              kMaxThreads, &f.inter_op_threads);
          }},
+        {"cpu-f32-matmul",
+         [](const std::string& v, ServerFlags& f) -> absl::Status {
+           absl::StatusOr<models::F32MatmulKernel> kernel =
+               models::ParseF32MatmulKernel(v);
+           if (!kernel.ok()) {
+             return absl::InvalidArgumentError(
+                 absl::StrCat("--cpu-f32-matmul: ", kernel.status().message()));
+           }
+           f.cpu_f32_matmul = *kernel;
+           return absl::OkStatus();
+         }},
         {"max-instances-per-model",
          [](const std::string& v, ServerFlags& f) {
            return ParseCount("max-instances-per-model", v, "count", 1,
@@ -455,6 +466,9 @@ Flags:
                                 the model's instance count, at least 1; a
                                 model's INTRA_OP_THREAD_COUNT parameter wins)
   --inter-op-threads=N          LibTorch's inter-op pool (default 0: its own)
+  --cpu-f32-matmul=KERNEL       f32 layer products on the CPU: auto (default:
+                                measure LibTorch's BLAS and oneDNN once at
+                                start, use the faster), blas or onednn
   --max-instances-per-model=N   most instances a model config may ask for
                                 (default 16)
   --max-warmup-seconds=S        how long a model's warmups may run before its

@@ -63,6 +63,9 @@ TEST(ServerFlagsTest, RejectsBadInputWithTheFlagNamed) {
        "--inter-op-threads: '5000'"},
       {{"--model-repository=/m", "--max-instances-per-model=0"},
        "--max-instances-per-model: '0'"},
+      {{"--model-repository=/m", "--cpu-f32-matmul=mkl"},
+       "--cpu-f32-matmul: unknown f32 matmul kernel 'mkl'; expected auto, "
+       "blas or onednn"},
       {{"--model-repository=/m", "--max-warmup-seconds=-3"},
        "--max-warmup-seconds: '-3'"},
       {{"--model-repository=/m", "--metrics-max-connections=0"},
@@ -117,6 +120,20 @@ TEST(ServerFlagsTest, ThreadFlagsDefaultToTheAutomaticRule) {
   ASSERT_TRUE(flags.ok()) << flags.status();
   EXPECT_EQ(flags->intra_op_threads, 3);
   EXPECT_EQ(flags->inter_op_threads, 2);
+}
+
+TEST(ServerFlagsTest, CpuF32MatmulDefaultsToMeasuringAndTakesAKernel) {
+  absl::StatusOr<ServerFlags> defaults = Parse({"--model-repository=/r"});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->cpu_f32_matmul, models::F32MatmulKernel::kAuto);
+  absl::StatusOr<ServerFlags> blas =
+      Parse({"--model-repository=/r", "--cpu-f32-matmul=blas"});
+  ASSERT_TRUE(blas.ok()) << blas.status();
+  EXPECT_EQ(blas->cpu_f32_matmul, models::F32MatmulKernel::kBlas);
+  absl::StatusOr<ServerFlags> onednn =
+      Parse({"--model-repository=/r", "--cpu-f32-matmul", "onednn"});
+  ASSERT_TRUE(onednn.ok()) << onednn.status();
+  EXPECT_EQ(onednn->cpu_f32_matmul, models::F32MatmulKernel::kOneDnn);
 }
 
 TEST(ServerFlagsTest, MetricsLimitsDefaultToTheHttpServersAndAreSet) {

@@ -1,0 +1,148 @@
+// The layer products of castserve's architectures on this CPU, each kernel
+// beside the other in one process, interleaved (models/matmul.h):
+//  - f32: LibTorch's BLAS (at::linear, MKL in the PyPI wheel) against
+//    oneDNN's matmul (what --cpu-f32-matmul=auto measures once at start);
+//  - f32 and bf16 with an activation: the product then the activation
+//    (two passes) against oneDNN with the activation fused into the
+//    product (Linear::ForwardActivated).
+// Shapes: rows (batch x tokens) x in -> out of MiniLM, SigLIP-base and the
+// Llama-1B shape, prefill- and decode-sized.
+//
+//   bazel run -c opt //benchmarks:matmul_benchmark -- [--threads=1]
+//       [--rounds=5]
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "models/matmul.h"
+
+namespace castserve {
+namespace {
+
+struct Shape {
+  const char* what;
+  int64_t rows, in, out;
+};
+
+constexpr Shape kShapes[] = {
+    {"MiniLM [1,128] intermediate", 128, 384, 1536},
+    {"MiniLM [16,128] output", 2048, 1536, 384},
+    {"SigLIP b1 qkv", 197, 768, 768},
+    {"SigLIP b8 fc1", 1576, 768, 3072},
+    {"SigLIP b8 fc2", 1576, 3072, 768},
+    {"Llama-1B prefill 128 gate", 128, 2048, 8192},
+    {"Llama-1B decode 8 gate", 8, 2048, 8192},
+    {"Llama-1B decode 1 down", 1, 8192, 2048},
+};
+
+// Best of `rounds` runs of `fn`, in microseconds, interleaved by the caller.
+double Microseconds(const std::function<void()>& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// Times `a` and `b` alternately; returns the medians.
+std::pair<double, double> Compare(const std::function<void()>& a,
+                                  const std::function<void()>& b, int rounds) {
+  a();
+  b();
+  std::vector<double> ta, tb;
+  for (int r = 0; r < rounds; ++r) {
+    ta.push_back(Microseconds(a));
+    tb.push_back(Microseconds(b));
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
+}
+
+void F32Kernels(int rounds) {
+  std::printf(
+      "\nf32 products: LibTorch's BLAS vs oneDNN (median us of %d)\n"
+      "%-30s %10s %10s %8s\n",
+      rounds, "shape (rows x in -> out)", "blas us", "onednn us", "ratio");
+  for (const Shape& s : kShapes) {
+    const at::Tensor x = at::randn({s.rows, s.in});
+    const at::Tensor w = at::randn({s.out, s.in}) * 0.02;
+    auto [blas, onednn] = Compare(
+        [&] {
+          models::SetF32MatmulKernel(models::F32MatmulKernel::kBlas);
+          models::LinearProduct(x, w, at::Tensor());
+        },
+        [&] {
+          models::SetF32MatmulKernel(models::F32MatmulKernel::kOneDnn);
+          models::LinearProduct(x, w, at::Tensor());
+        },
+        rounds);
+    std::printf("%-30s %10.0f %10.0f %8.3f%s\n", s.what, blas, onednn,
+                onednn / blas,
+                s.rows < models::kOneDnnMinRows ? "  (stays on blas)" : "");
+  }
+}
+
+void FusedActivation(at::ScalarType dtype, const char* name, int rounds) {
+  std::printf(
+      "\n%s product + GELU (tanh): two passes vs fused (median us of %d)\n"
+      "%-30s %10s %10s %8s\n",
+      name, rounds, "shape (rows x in -> out)", "two us", "fused us", "ratio");
+  models::SetF32MatmulKernel(models::F32MatmulKernel::kOneDnn);
+  for (const Shape& s : kShapes) {
+    const at::Tensor x = at::randn({s.rows, s.in}).to(dtype);
+    const at::Tensor w = (at::randn({s.out, s.in}) * 0.02).to(dtype);
+    const at::Tensor b = at::randn({s.out}).to(dtype);
+    auto [two, fused] = Compare(
+        [&] {
+          models::Activate(models::Activation::kGeluTanh,
+                           models::LinearProduct(x, w, b));
+        },
+        [&] { models::LinearProduct(x, w, b, models::Activation::kGeluTanh); },
+        rounds);
+    std::printf("%-30s %10.0f %10.0f %8.3f\n", s.what, two, fused, fused / two);
+  }
+}
+
+int Run(int threads, int rounds) {
+  at::set_num_threads(threads);
+  c10::InferenceMode inference;
+  models::SetF32MatmulKernel(models::F32MatmulKernel::kAuto);
+  const models::F32MatmulChoice choice = models::ResolveF32MatmulKernel();
+  std::printf(
+      "threads %d; --cpu-f32-matmul=auto here chooses %s (probe: blas %.0f "
+      "us, onednn %.0f us)\n",
+      threads, models::F32MatmulKernelName(choice.kernel).c_str(),
+      choice.blas_us, choice.onednn_us);
+  F32Kernels(rounds);
+  FusedActivation(at::kFloat, "f32 (oneDNN)", rounds);
+  FusedActivation(at::kBFloat16, "bf16", rounds);
+  return 0;
+}
+
+}  // namespace
+}  // namespace castserve
+
+int main(int argc, char** argv) {
+  int threads = 1, rounds = 15;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+      threads = std::max(1, std::atoi(argv[i] + 10));
+    } else if (std::strncmp(argv[i], "--rounds=", 9) == 0) {
+      rounds = std::max(1, std::atoi(argv[i] + 9));
+    } else {
+      std::fprintf(stderr, "usage: %s [--threads=N] [--rounds=N]\n", argv[0]);
+      return 2;
+    }
+  }
+  return castserve::Run(threads, rounds);
+}
