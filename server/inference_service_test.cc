@@ -449,12 +449,12 @@ TEST_F(InferenceServiceTest, UnknownModelInStreamIsAnErrorMessage) {
 // A generation model "gen" that writes `text` one byte per token, then EOS.
 std::shared_ptr<GenerationServedModel> AddGenerationModel(
     testing::FakeModelManager& manager, const std::string& text,
-    absl::Duration step = absl::Milliseconds(1)) {
+    absl::Duration step = absl::Milliseconds(1), int64_t max_positions = 256) {
   GenerationModelParts parts;
   parts.config.set_name("gen");
   parts.config.mutable_generation()->set_kv_cache_bytes(1 << 20);
   parts.vocab_size = 258;
-  parts.max_positions = 256;
+  parts.max_positions = max_positions;
   parts.eos_token_ids = {test_util::ByteTokenizer::kEos};
   parts.tokenizer = std::make_shared<test_util::ByteTokenizer>();
   parts.engine = std::make_unique<test_util::FakeGenerationEngine>(
@@ -571,6 +571,38 @@ TEST_F(InferenceServiceTest, ClientGoingAwayCancelsTheSequence) {
   }
   EXPECT_EQ(model->pending_requests(), 0);
   EXPECT_EQ(model->activity().kv_cache->bytes, 0);
+  EXPECT_EQ(
+      model->statistics()
+          .requests_by_code[static_cast<int>(absl::StatusCode::kCancelled)],
+      1u);
+}
+
+TEST_F(InferenceServiceTest, ClientThatDoesNotReadGetsItsSequenceCancelled) {
+  constexpr int kTokens = 20000;
+  std::shared_ptr<GenerationServedModel> model = AddGenerationModel(
+      manager_, std::string(kTokens, 'z'), absl::ZeroDuration(), kTokens + 16);
+  grpc::ClientContext context;
+  auto stream = stub_->ModelStreamInfer(&context);
+  inference::ModelInferRequest request = TextRequest("hi");
+  (*request.mutable_parameters())["max_tokens"].set_int64_param(kTokens);
+  ASSERT_TRUE(stream->Write(request));
+  stream->WritesDone();
+  // Nothing is read until the sequence has ended.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  do {
+    absl::SleepFor(absl::Milliseconds(5));
+  } while (model->pending_requests() > 0 && absl::Now() < give_up);
+  ASSERT_EQ(model->pending_requests(), 0);
+  inference::ModelStreamInferResponse response;
+  int responses = 0;
+  std::string last_error;
+  while (stream->Read(&response)) {
+    ++responses;
+    last_error = response.error_message();
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_LT(responses, kTokens);
+  EXPECT_THAT(last_error, HasSubstr("did not read"));
   EXPECT_EQ(
       model->statistics()
           .requests_by_code[static_cast<int>(absl::StatusCode::kCancelled)],
