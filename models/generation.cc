@@ -102,39 +102,52 @@ absl::StatusOr<at::Tensor> DecodeSession::Run(
     at::Tensor ids = casting::ToDevice(
         at::tensor(tokens, at::TensorOptions().dtype(at::kLong)),
         model_.device());
-    at::Tensor logits = decoder_.DecodeStep(context, ids, *cache_);
-    if (last_only) logits = logits[-1];
+    at::Tensor logits =
+        decoder_.DecodeBatch(context, ids, {{cache_.get(), n}}, last_only);
+    if (last_only) logits = logits[0];
     return logits.is_cpu() ? logits : logits.cpu();
   });
 }
 
-absl::StatusOr<GenerationResult> Generate(const Model& model,
-                                          const std::vector<int64_t>& prompt,
-                                          const GenerationOptions& options,
-                                          const Cancellation* cancellation) {
+absl::Status CheckGenerationRequest(const Model& model,
+                                    const std::vector<int64_t>& prompt,
+                                    const GenerationOptions& options) {
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
   if (options.max_new_tokens <= 0 || options.max_new_tokens > kMaxNewTokens) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_new_tokens is ", options.max_new_tokens,
                      "; it must be in [1, ", kMaxNewTokens, "]"));
   }
+  absl::Status sampling = ValidateSamplingParams(options.sampling);
+  if (!sampling.ok()) return sampling;
+  const IncrementalDecoder* decoder = model.incremental_decoder();
+  if (decoder == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "architecture ", model.architecture(), " cannot generate"));
+  }
+  const int64_t positions = decoder->max_positions();
+  const int64_t length = static_cast<int64_t>(prompt.size());
+  if (length > positions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt has ", length, " tokens, more than the model's ", positions,
+        " positions"));
+  }
+  if (options.max_new_tokens > positions - length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_new_tokens ", options.max_new_tokens, " after a prompt of ",
+        length, " tokens exceeds the model's ", positions, " positions"));
+  }
+  return CheckIds(prompt, decoder->vocab_size());
+}
+
+absl::StatusOr<GenerationResult> Generate(const Model& model,
+                                          const std::vector<int64_t>& prompt,
+                                          const GenerationOptions& options,
+                                          const Cancellation* cancellation) {
+  absl::Status checked = CheckGenerationRequest(model, prompt, options);
+  if (!checked.ok()) return checked;
   absl::StatusOr<Sampler> sampler = Sampler::Create(options.sampling);
   if (!sampler.ok()) return sampler.status();
-  const IncrementalDecoder* decoder = model.incremental_decoder();
-  if (decoder != nullptr) {
-    const int64_t positions = decoder->max_positions();
-    const int64_t length = static_cast<int64_t>(prompt.size());
-    if (length > positions) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the prompt has ", length, " tokens, more than the model's ",
-          positions, " positions"));
-    }
-    if (options.max_new_tokens > positions - length) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "max_new_tokens ", options.max_new_tokens, " after a prompt of ",
-          length, " tokens exceeds the model's ", positions, " positions"));
-    }
-  }
   absl::StatusOr<std::unique_ptr<DecodeSession>> session =
       DecodeSession::Create(
           model, static_cast<int64_t>(prompt.size()) + options.max_new_tokens);

@@ -5,9 +5,9 @@
 // references in models/testdata/*/generation_reference.json).
 //
 // With SamplingParams (sampling.h) a token is drawn instead, from a
-// generator seeded per sequence. In models/ only: one sequence per call, its
-// cache preallocated per sequence. A block pool under the memory budget,
-// continuous batching and streaming come later.
+// generator seeded per sequence. Generate runs one sequence per call, its
+// cache preallocated per sequence; GenerationScheduler
+// (generation_scheduler.h) batches many sequences over a KV block pool.
 #ifndef CASTSERVE_MODELS_GENERATION_H_
 #define CASTSERVE_MODELS_GENERATION_H_
 
@@ -44,10 +44,13 @@ struct GenerationOptions {
 };
 
 struct GenerationResult {
-  enum class Stop { kEos, kStopToken, kMaxNewTokens };
+  // kStoppedByCaller: the scheduler's on_token returned false
+  // (generation_scheduler.h); Generate never stops so.
+  enum class Stop { kEos, kStopToken, kMaxNewTokens, kStoppedByCaller };
   std::vector<int64_t> tokens;  // The new tokens, the EOS/stop id included.
   Stop stop = Stop::kMaxNewTokens;
-  // What the sequence's KV cache held (KvCache::bytes()).
+  // What the sequence's KV cache held at most (KvCache::bytes(), or the
+  // scheduler's blocks).
   int64_t kv_cache_bytes = 0;
 };
 
@@ -101,6 +104,15 @@ class DecodeSession {
   const IncrementalDecoder& decoder_;
   const std::unique_ptr<KvCache> cache_;
 };
+
+// Generate's checks of a request, for those who run it otherwise (the
+// scheduler): InvalidArgument for a model without incremental decoding, an
+// empty prompt, max_new_tokens outside 1..kMaxNewTokens, a prompt longer
+// than the position table or prompt + max_new_tokens beyond it, ids
+// outside the vocabulary, bad sampling parameters (ValidateSamplingParams).
+absl::Status CheckGenerationRequest(const Model& model,
+                                    const std::vector<int64_t>& prompt,
+                                    const GenerationOptions& options);
 
 // Generation: `prompt` (non-empty, ids within the vocabulary) then up to
 // options.max_new_tokens tokens chosen by a Sampler of options.sampling

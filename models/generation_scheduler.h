@@ -12,6 +12,22 @@
 // pool cannot take a new sequence, it waits (at most `max_waiting` of them,
 // each until its deadline) instead of failing the running ones.
 //
+// Policy. Admission: waiting sequences join in arrival order (a preempted
+// one first), between steps, while the batch has a place and the pool has
+// the blocks of the sequence's tokens plus one (the first new token's); the
+// first that does not fit stops admission for the step (no overtaking, so a
+// long prompt is not starved by short ones). Growth: before each step every
+// running sequence takes the blocks its new tokens need, oldest first; when
+// the pool is empty, the newest running sequence is preempted (its blocks
+// freed, its tokens kept; it waits at the front of the line and on joining
+// again recomputes its cache from its prompt and the tokens it generated,
+// its sampler's state kept, so its output is what it would have been up to
+// the rounding of a prefill against one-token steps), so that the sequences
+// running longest finish first and newcomers never fail running ones. A
+// sequence that alone needs more than the whole pool fails with
+// RESOURCE_EXHAUSTED. Deadlines and is_cancelled are checked for every
+// sequence, waiting or running, before every step.
+//
 // Threads: the scheduler owns one step thread (joined by Stop()); forwards,
 // sampling and every callback run on it. Submit, Stop and stats are
 // thread-safe.
@@ -19,14 +35,22 @@
 #define CASTSERVE_MODELS_GENERATION_SCHEDULER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "casting/executor.h"
+#include "models/cancellation.h"
 #include "models/generation.h"
+#include "models/incremental_decoder.h"
+#include "models/kv_block_pool.h"
 #include "models/model.h"
 
 namespace castserve::models {
@@ -40,8 +64,14 @@ struct SchedulerOptions {
   // Sequences in the running batch at most (> 0).
   int64_t max_running = 8;
   // Sequences waiting for room (pool or batch) at most (>= 0); one more is
-  // refused with RESOURCE_EXHAUSTED.
+  // refused with RESOURCE_EXHAUSTED. A sequence submitted while the batch
+  // has a free place does not count (it joins at the next step).
   int64_t max_waiting = 64;
+  // The tracking allocator's model id (casting::ScopedModelTag) that the
+  // step thread's allocations count for: the pool's blocks and each step's
+  // transients (CPU tracking allocator; device ledger on CUDA). Empty: the
+  // id the thread calling Create is tagged with, if any.
+  std::string model_tag;
 };
 
 // The pool and the batch, now.
@@ -101,6 +131,61 @@ class GenerationScheduler {
   void Stop();
 
   SchedulerStats stats() const;
+
+ private:
+  struct Sequence;  // One request and its state (generation_scheduler.cc).
+  using SequencePtr = std::unique_ptr<Sequence>;
+
+  GenerationScheduler(const Model& model, const IncrementalDecoder& decoder,
+                      const SchedulerOptions& options,
+                      std::unique_ptr<KvBlockPool> pool);
+
+  // The step thread: steps while there are sequences, until Stop.
+  void StepLoop();
+  // Blocks until a sequence waits or runs (true) or Stop (false).
+  bool WaitForWork() ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the waiting and running sequences whose deadline passed or which
+  // are cancelled.
+  void ReapExpired() ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes the blocks the running sequences' next tokens need, preempting
+  // the newest when the pool is empty.
+  void GrowRunning() ABSL_LOCKS_EXCLUDED(mu_);
+  // Moves waiting sequences into the batch while they fit.
+  void Admit() ABSL_LOCKS_EXCLUDED(mu_);
+  // One forward over the running sequences and a token for each.
+  void RunStep();
+  // Adds `token` to `sequence` (on_token); true when that ends it.
+  static bool Commit(Sequence& sequence, int64_t token);
+  // Frees the running sequence `index`'s blocks and removes it; on_done.
+  void Finish(size_t index, absl::StatusOr<GenerationResult> result);
+  // Preempts running sequence `index` back to the front of the line.
+  void Preempt(size_t index) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends every waiting and running sequence with `status`.
+  void FailAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  void SetRunningCount() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const Model& model_;
+  const IncrementalDecoder& decoder_;
+  const SchedulerOptions options_;
+  const std::unique_ptr<KvBlockPool> pool_;
+  // Set by Stop: a running forward ends at its next module.
+  Cancellation stopped_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // In arrival order; preempted sequences go back to the front.
+  std::deque<SequencePtr> waiting_ ABSL_GUARDED_BY(mu_);
+  // running_.size(), for Submit and stats.
+  int64_t running_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // Waiting sequences taken out of waiting_ while ReapExpired polls them
+  // (outside mu_): they still count as waiting.
+  int64_t reaping_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // The step thread's: in the order they joined (newest last).
+  std::vector<SequencePtr> running_;
+
+  absl::Mutex join_mu_;  // Serializes Stop's join.
+  std::unique_ptr<casting::Thread> thread_ ABSL_GUARDED_BY(join_mu_);
 };
 
 }  // namespace castserve::models

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "models/kv_cache.h"
 #include "models/module.h"
@@ -29,12 +30,34 @@ class IncrementalDecoder {
   // positions cache.length()..cache.length()+n-1 through every layer,
   // attending over the cached tokens and each other (causal, with the
   // model's sliding window), appends their keys and values to `cache` and
-  // returns the logits f32 [n, vocab_size] on the model's device. Every
-  // module runs under a ModuleCall in `ctx`, so casting hooks and
+  // returns the logits f32 [n, vocab_size] on the model's device: a
+  // DecodeBatch of one sequence. Thread-safe for distinct caches.
+  at::Tensor DecodeStep(ForwardContext& ctx, const at::Tensor& ids,
+                        SequenceKv& cache) const {
+    return DecodeBatch(ctx, ids, {{&cache, ids.size(0)}}, /*last_only=*/false);
+  }
+
+  // One sequence's share of a batched step: its next `tokens` ids (a
+  // prompt, or the one token chosen last) over `cache`.
+  struct Segment {
+    SequenceKv* cache = nullptr;
+    int64_t tokens = 0;
+  };
+  // One step over several sequences: `ids` (int64 [total] on the model's
+  // device) are the segments' new tokens one after the other (total = the
+  // sum of their `tokens`, each > 0; each cache distinct, with room, within
+  // max_positions(); checked by the caller). Embedding, norms, linears and
+  // the MLP run once over all of them (every weight read, decoded and cast
+  // once per step); attention runs per sequence over its own cache (as
+  // DecodeStep's). Appends every segment's keys and values and returns the
+  // logits f32 on the model's device: [total, vocab_size], or with
+  // `last_only` each segment's last token's, [segments, vocab_size]. Every
+  // module runs under a ModuleCall in `ctx`, so casting hooks, prefetch and
   // cancellation work as in a forward. Throws c10::Error like a forward.
   // Thread-safe for distinct caches.
-  virtual at::Tensor DecodeStep(ForwardContext& ctx, const at::Tensor& ids,
-                                KvCache& cache) const = 0;
+  virtual at::Tensor DecodeBatch(ForwardContext& ctx, const at::Tensor& ids,
+                                 const std::vector<Segment>& segments,
+                                 bool last_only) const = 0;
 };
 
 }  // namespace castserve::models

@@ -2,8 +2,9 @@
 // decoder layer, the rotated keys and the values of the tokens seen so far,
 // so that a decode step runs only its new token through the layers.
 //
-// Preallocated to `capacity` tokens when created (per-sequence tensors; a
-// block pool shared by sequences is issue 17's next step), in the model's
+// KvCache is preallocated to `capacity` tokens when created (per-sequence
+// tensors, for DecodeSession; the scheduler's sequences take blocks of a
+// shared pool instead: kv_block_pool.h), in the model's
 // compute dtype on its device: bytes() is what the cache holds from
 // creation until it is destroyed.
 //
@@ -32,30 +33,45 @@ struct KvCacheShape {
   at::TensorOptions options;
 };
 
-class KvCache {
+// The keys and values of one sequence's tokens as a decoder's attention
+// uses them, whatever holds them (a preallocated KvCache, or blocks of a
+// KvBlockPool through PagedKvCache). Used by one thread at a time.
+class SequenceKv {
+ public:
+  virtual ~SequenceKv() = default;
+
+  // Tokens cached (committed by Advance).
+  virtual int64_t length() const = 0;
+  // Writes `keys` and `values` ([1, kv_heads, n, head_dim], the step's n
+  // new tokens) of `layer` at positions length()..length()+n-1 and returns
+  // the layer's keys and values of positions 0..length()+n-1
+  // ([1, kv_heads, length()+n, head_dim]). The positions count once
+  // Advance(n) commits them after the last layer. TORCH_CHECK: layer in
+  // range, shapes as the cache's, room for the n tokens.
+  virtual std::pair<at::Tensor, at::Tensor> Append(
+      int64_t layer, const at::Tensor& keys, const at::Tensor& values) = 0;
+  // Commits the n tokens every layer appended. TORCH_CHECK within room.
+  virtual void Advance(int64_t n) = 0;
+};
+
+class KvCache : public SequenceKv {
  public:
   // InvalidArgument for a non-positive size or capacity; RESOURCE_EXHAUSTED
   // when the tensors cannot be allocated.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(
       const KvCacheShape& shape, int64_t capacity);
 
-  // Tokens cached (committed by Advance).
-  int64_t length() const { return length_; }
+  int64_t length() const override { return length_; }
   int64_t capacity() const { return capacity_; }
   // Bytes held by the keys and values of every layer:
   // 2 * layers * kv_heads * capacity * head_dim * element size.
   int64_t bytes() const;
 
-  // Writes `keys` and `values` ([1, kv_heads, n, head_dim], the step's n
-  // new tokens) of `layer` at positions length()..length()+n-1 and returns
-  // the layer's keys and values of positions 0..length()+n-1 (views).
-  // The positions count once Advance(n) commits them after the last layer.
-  // TORCH_CHECK: layer in range, shapes as the cache's, within capacity.
+  // SequenceKv; Append returns views of the preallocated tensors.
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer,
                                            const at::Tensor& keys,
-                                           const at::Tensor& values);
-  // Commits the n tokens every layer appended. TORCH_CHECK within capacity.
-  void Advance(int64_t n);
+                                           const at::Tensor& values) override;
+  void Advance(int64_t n) override;
 
  private:
   KvCache(std::vector<at::Tensor> keys, std::vector<at::Tensor> values,

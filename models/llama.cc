@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "casting/device_codec.h"
 #include "models/attention.h"
 #include "models/incremental_decoder.h"
+#include "models/matmul.h"
 #include "models/model_loader.h"
 
 namespace castserve::models {
@@ -28,12 +28,23 @@ std::string KindPrefix(const std::string& model_type) {
   return "Llama";
 }
 
-// The rotary tables, the attention bias and the KV cache (null for a
-// forward without one) shared by every layer of one forward or decode step.
+// One sequence of a decode step: its tokens offset..offset+tokens-1 of the
+// step's flattened tokens, its cache, and the bias of its queries over its
+// cached and new keys.
+struct SequenceSlice {
+  SequenceKv* cache = nullptr;
+  int64_t offset = 0;
+  int64_t tokens = 0;
+  at::Tensor bias;
+};
+
+// The rotary tables and the attention bias shared by every layer of one
+// forward, or (decode steps) the step's sequences, each attending over its
+// own cache.
 struct DecoderInputs {
   RopeTables rope;
   at::Tensor bias;
-  KvCache* cache = nullptr;
+  std::vector<SequenceSlice> sequences;  // Empty for a forward.
 };
 
 class Attention : public Module {
@@ -74,11 +85,10 @@ class Attention : public Module {
     at::Tensor k =
         ApplyRotary(SplitHeads(k_->Forward(ctx, x), kv_heads_), inputs.rope);
     at::Tensor v = SplitHeads(v_->Forward(ctx, x), kv_heads_);
-    if (inputs.cache != nullptr) {
-      std::tie(k, v) = inputs.cache->Append(layer_, k, v);
-    }
     at::Tensor attended =
-        ScaledDotProductAttention(q, k, v, inputs.bias, scale_);
+        inputs.sequences.empty()
+            ? ScaledDotProductAttention(q, k, v, inputs.bias, scale_)
+            : AttendPerSequence(q, k, v, inputs.sequences);
     return o_->Forward(ctx, MergeHeads(attended));
   }
 
@@ -89,6 +99,24 @@ class Attention : public Module {
         q_heads_(config.num_attention_heads),
         kv_heads_(config.num_key_value_heads),
         scale_(1.0 / std::sqrt(static_cast<double>(config.head_dim))) {}
+
+  // q, k, v [1, heads, total, head_dim] of the step's flattened tokens:
+  // each sequence's slice appended to its cache and attending over it;
+  // [1, q_heads, total, head_dim].
+  at::Tensor AttendPerSequence(
+      const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+      const std::vector<SequenceSlice>& sequences) const {
+    std::vector<at::Tensor> parts;
+    parts.reserve(sequences.size());
+    for (const SequenceSlice& s : sequences) {
+      auto [keys, values] =
+          s.cache->Append(layer_, k.narrow(2, s.offset, s.tokens),
+                          v.narrow(2, s.offset, s.tokens));
+      parts.push_back(ScaledDotProductAttention(q.narrow(2, s.offset, s.tokens),
+                                                keys, values, s.bias, scale_));
+    }
+    return parts.size() == 1 ? parts[0] : at::cat(parts, /*dim=*/2);
+  }
 
   const int64_t layer_;  // Its index in the KV cache.
   const int64_t q_heads_;
@@ -129,7 +157,7 @@ class GatedMlp : public Module {
 
   at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x) const {
     ModuleCall call(*this, ctx);
-    at::Tensor gated = Activate(activation_, gate_->Forward(ctx, x));
+    at::Tensor gated = gate_->ForwardActivated(ctx, x, activation_);
     return down_->Forward(ctx, gated * up_->Forward(ctx, x));
   }
 
@@ -205,7 +233,7 @@ class TiedLmHead : public Module {
   at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x) const {
     ModuleCall call(*this, ctx);
     ModuleCall tied_call(*embedding_, ctx);
-    return at::linear(x, embedding_->Param(ctx, "weight"));
+    return LinearProduct(x, embedding_->Param(ctx, "weight"), at::Tensor());
   }
 
  private:
@@ -237,8 +265,9 @@ class LlamaForCausalLM : public Model, public IncrementalDecoder {
     return config_.max_position_embeddings;
   }
   int64_t vocab_size() const override { return config_.vocab_size; }
-  at::Tensor DecodeStep(ForwardContext& ctx, const at::Tensor& ids,
-                        KvCache& cache) const override;
+  at::Tensor DecodeBatch(ForwardContext& ctx, const at::Tensor& ids,
+                         const std::vector<Segment>& segments,
+                         bool last_only) const override;
 
  protected:
   absl::Status ValidateInputs(const NamedTensors& inputs) const override;
@@ -252,11 +281,13 @@ class LlamaForCausalLM : public Model, public IncrementalDecoder {
   at::Tensor Logits(ForwardContext& ctx, const at::Tensor& input_ids,
                     const at::Tensor& attention_mask) const;
   // Embedding, layers, norm and lm_head for `input_ids` [batch, seq] at
-  // `positions` [batch, seq] under `bias`, appending to `cache` if set:
-  // logits f32 [batch, seq, vocab].
+  // `positions` [batch, seq] under `inputs`' bias or sequences (whose
+  // rope tables it fills): logits f32 [batch, seq, vocab], or with `rows`
+  // defined only those of the tokens at `rows` (int64 indices into the
+  // flattened tokens of batch 1): [rows, vocab].
   at::Tensor RunTokens(ForwardContext& ctx, const at::Tensor& input_ids,
-                       const at::Tensor& positions, at::Tensor bias,
-                       KvCache* cache) const;
+                       const at::Tensor& positions, DecoderInputs inputs,
+                       const at::Tensor& rows = at::Tensor()) const;
 
   const LlamaConfig config_;
   const at::ScalarType compute_dtype_;
@@ -367,46 +398,65 @@ at::Tensor LlamaForCausalLM::Logits(ForwardContext& ctx,
   const int64_t batch = input_ids.size(0), seq = input_ids.size(1);
   at::Tensor positions = at::arange(seq, input_ids.options().dtype(at::kLong))
                              .expand({batch, seq});
-  return RunTokens(ctx, input_ids, positions,
-                   MakeAttentionBias(attention_mask, batch, seq, seq,
-                                     /*causal=*/true,
-                                     input_ids.options().dtype(compute_dtype_),
-                                     config_.sliding_window),
-                   /*cache=*/nullptr);
+  DecoderInputs inputs;
+  inputs.bias = MakeAttentionBias(attention_mask, batch, seq, seq,
+                                  /*causal=*/true,
+                                  input_ids.options().dtype(compute_dtype_),
+                                  config_.sliding_window);
+  return RunTokens(ctx, input_ids, positions, std::move(inputs));
 }
 
-at::Tensor LlamaForCausalLM::DecodeStep(ForwardContext& ctx,
-                                        const at::Tensor& ids,
-                                        KvCache& cache) const {
-  const int64_t n = ids.size(0), start = cache.length();
-  at::Tensor positions =
-      at::arange(start, start + n, ids.options().dtype(at::kLong)).view({1, n});
-  // The n queries are the last n of start + n keys.
-  at::Tensor bias = MakeAttentionBias(
-      at::Tensor(), 1, n, start + n, /*causal=*/true,
-      ids.options().dtype(compute_dtype_), config_.sliding_window);
-  at::Tensor logits = RunTokens(ctx, ids.view({1, n}), positions, bias, &cache);
-  cache.Advance(n);
-  return logits[0];
+at::Tensor LlamaForCausalLM::DecodeBatch(ForwardContext& ctx,
+                                         const at::Tensor& ids,
+                                         const std::vector<Segment>& segments,
+                                         bool last_only) const {
+  const at::TensorOptions long_options = ids.options().dtype(at::kLong);
+  DecoderInputs inputs;
+  std::vector<at::Tensor> positions;
+  std::vector<int64_t> last_rows;
+  int64_t offset = 0;
+  for (const Segment& segment : segments) {
+    const int64_t n = segment.tokens, start = segment.cache->length();
+    positions.push_back(at::arange(start, start + n, long_options));
+    // The n queries are the last n of start + n keys.
+    at::Tensor bias = MakeAttentionBias(
+        at::Tensor(), 1, n, start + n, /*causal=*/true,
+        ids.options().dtype(compute_dtype_), config_.sliding_window);
+    inputs.sequences.push_back({segment.cache, offset, n, std::move(bias)});
+    offset += n;
+    last_rows.push_back(offset - 1);
+  }
+  TORCH_CHECK(offset == ids.size(0), "a decode step of ", ids.size(0),
+              " ids for segments of ", offset, " tokens");
+  at::Tensor rows = last_only
+                        ? casting::ToDevice(at::tensor(last_rows), device_)
+                        : at::Tensor();
+  at::Tensor logits =
+      RunTokens(ctx, ids.view({1, offset}),
+                at::cat(positions).view({1, offset}), std::move(inputs), rows);
+  for (const Segment& segment : segments) {
+    segment.cache->Advance(segment.tokens);
+  }
+  return last_only ? logits : logits[0];
 }
 
 at::Tensor LlamaForCausalLM::RunTokens(ForwardContext& ctx,
                                        const at::Tensor& input_ids,
                                        const at::Tensor& positions,
-                                       at::Tensor bias, KvCache* cache) const {
+                                       DecoderInputs inputs,
+                                       const at::Tensor& rows) const {
   ModuleCall root_call(root_, ctx);
   at::Tensor hidden;
   {
     ModuleCall backbone_call(*backbone_, ctx);
     hidden = embed_->Forward(ctx, input_ids).to(compute_dtype_);
     RopeTables rope = RopeCosSin(inv_freq_, positions);
-    DecoderInputs inputs{
-        {rope.cos.to(compute_dtype_), rope.sin.to(compute_dtype_)},
-        std::move(bias),
-        cache};
+    inputs.rope = {rope.cos.to(compute_dtype_), rope.sin.to(compute_dtype_)};
     for (const DecoderLayer* layer : layers_) {
       hidden = layer->Forward(ctx, hidden, inputs);
     }
+    // Only the rows asked for need the norm and lm_head.
+    if (rows.defined()) hidden = hidden[0].index_select(0, rows);
     hidden = norm_->Forward(ctx, hidden);
   }
   at::Tensor logits = tied_lm_head_ != nullptr
