@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "c10/util/Exception.h"
 #include "models/attention.h"
+#include "models/matmul.h"
 #include "models/model_loader.h"
 
 namespace castserve::models {
@@ -264,9 +265,9 @@ class PoolingAttention : public Module {
     std::vector<at::Tensor> w = Param(ctx, "in_proj_weight").chunk(3, 0);
     std::vector<at::Tensor> b = Param(ctx, "in_proj_bias").chunk(3, 0);
     at::Tensor attended = ScaledDotProductAttention(
-        SplitHeads(at::linear(query, w[0], b[0]), heads_),
-        SplitHeads(at::linear(x, w[1], b[1]), heads_),
-        SplitHeads(at::linear(x, w[2], b[2]), heads_), at::Tensor(), scale_);
+        SplitHeads(LinearProduct(query, w[0], b[0]), heads_),
+        SplitHeads(LinearProduct(x, w[1], b[1]), heads_),
+        SplitHeads(LinearProduct(x, w[2], b[2]), heads_), at::Tensor(), scale_);
     return out_->Forward(ctx, MergeHeads(attended));
   }
 
