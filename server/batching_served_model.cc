@@ -214,15 +214,27 @@ void BatchingServedModel::Impl::Complete(QueuedPtr queued,
 }
 
 casting::Footprint BatchingServedModel::Impl::footprint() const {
-  return SumOverWeights<casting::Footprint>(
-      model_->root(),
-      [](const casting::Weight& weight) { return weight.footprint(); });
+  return ModelFootprint(*model_);
 }
 
 ServedModelActivity BatchingServedModel::Impl::activity() const {
+  return ModelActivity(*model_, tracked_id_.get());
+}
+
+// ---------------------------------------------------------------------------
+// BatchingServedModel
+
+casting::Footprint ModelFootprint(models::Model& model) {
+  return SumOverWeights<casting::Footprint>(
+      model.root(),
+      [](const casting::Weight& weight) { return weight.footprint(); });
+}
+
+ServedModelActivity ModelActivity(models::Model& model,
+                                  const TrackedModelId* tracked_id) {
   const casting::WeightActivity weights =
       SumOverWeights<casting::WeightActivity>(
-          model_->root(),
+          model.root(),
           [](const casting::Weight& weight) { return weight.activity(); });
   ServedModelActivity activity;
   activity.storage = {weights.storage_materializations, weights.storage_bytes,
@@ -230,15 +242,13 @@ ServedModelActivity BatchingServedModel::Impl::activity() const {
   activity.compute = {weights.compute_materializations, weights.compute_bytes,
                       weights.compute_time};
   activity.transient_compute_bytes = weights.transient_compute_bytes;
-  activity.prefetch = model_->prefetch_counts();
-  activity.peak_tracked_bytes = tracked_id_ ? tracked_id_->peak_bytes() : 0;
-  activity.peak_device_bytes =
-      tracked_id_ && device().is_cuda() ? tracked_id_->device_peak_bytes() : 0;
+  activity.prefetch = model.prefetch_counts();
+  activity.peak_tracked_bytes = tracked_id ? tracked_id->peak_bytes() : 0;
+  activity.peak_device_bytes = tracked_id && model.device().is_cuda()
+                                   ? tracked_id->device_peak_bytes()
+                                   : 0;
   return activity;
 }
-
-// ---------------------------------------------------------------------------
-// BatchingServedModel
 
 int InstanceCount(const inference::ModelConfig& config) {
   if (config.instance_group_size() == 0) return 1;

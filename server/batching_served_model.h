@@ -63,6 +63,13 @@ namespace castserve {
 // counts (a group counts at least 1), 1 without groups.
 int InstanceCount(const inference::ModelConfig& config);
 
+// The footprint of `model`'s weights by state, and their copies since load
+// with its prefetches and `tracked_id`'s peaks (may be null): what a served
+// model's footprint() and activity() report.
+casting::Footprint ModelFootprint(models::Model& model);
+ServedModelActivity ModelActivity(models::Model& model,
+                                  const TrackedModelId* tracked_id);
+
 // Thread-safe. Destroying it fails the queued requests with UNAVAILABLE and
 // waits for running forwards; it may be destroyed from inside a `done`
 // callback (the last reference dropped on a worker thread). Each executed

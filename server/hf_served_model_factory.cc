@@ -21,6 +21,7 @@
 #include "casting/tracking_allocator.h"
 #include "models/model_loader.h"
 #include "server/batching_served_model.h"
+#include "server/generation_model_loader.h"
 #include "server/log.h"
 #include "server/proto_dtypes.h"
 #include "server/repository_boundary.h"
@@ -737,6 +738,10 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
   }
   if (!model.ok()) {
     return WithContext(model.status(), absl::StrCat(*folder, ": "));
+  }
+  if (config.has_generation()) {
+    return LoadGenerationModel(*folder, config, *std::move(model),
+                               std::move(tracked_id), std::move(cancellation));
   }
   std::shared_ptr<const TextInput> text =
       TextInputFor(*folder, **model, config.name());

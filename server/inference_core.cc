@@ -312,8 +312,8 @@ void InferenceCore::ModelInfer(CallContext call,
     inference.response = response;
     inference.deadline = deadline;
     inference.is_cancelled = std::move(is_cancelled);
-    inference.max_response_bytes = max_response_bytes;
     inference.partial_response = std::move(partial_response);
+    inference.max_response_bytes = max_response_bytes;
     // The served model validates the request, runs it and fills `response`;
     // `done` keeps the model alive until the call ends.
     (*model)->Infer(std::move(inference),

@@ -37,9 +37,10 @@ struct CallContext {
   // Bytes the protocol wraps around an inference response (a stream
   // message's envelope): the response may use the limit less these.
   int64_t response_envelope_bytes = 0;
-  // Set by a streaming protocol, null for unary: a decoupled (generation)
-  // model calls it for every response before the final one, in order, from
-  // its own thread; it must not block. The final response is the call's.
+  // Set by a streaming protocol, null for a unary call: a decoupled
+  // (generation) model hands it every response before the final one, in
+  // order, from its step thread. It must not block (the protocol queues the
+  // write). The final response goes into the call's `response` as always.
   std::function<void(inference::ModelInferResponse)> partial_response;
 };
 

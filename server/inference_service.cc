@@ -1,5 +1,6 @@
 #include "server/inference_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -91,10 +92,16 @@ class RefusedStream
 // rounded up.
 constexpr int64_t kStreamEnvelopeBytes = 16;
 
+// Partial responses (a decoupled model's tokens) of one stream queued for
+// writing at most: a client that does not read cancels the sequence that
+// would queue one more instead of growing the queue.
+constexpr size_t kMaxQueuedPartialResponses = 1024;
+
 // ModelStreamInfer: reads go on while earlier requests run; responses are
-// written one at a time in request order. Finishes (OK) once the client is
-// done writing and every response went out, or a write failed and nothing
-// is running any more.
+// written one at a time in request order, a decoupled model's partial
+// responses of a request before its final one. Finishes (OK) once the client
+// is done writing and every response went out, or a write failed and
+// nothing is running any more.
 class StreamInferReactor
     : public grpc::ServerBidiReactor<inference::ModelInferRequest,
                                      inference::ModelStreamInferResponse> {
@@ -131,6 +138,14 @@ class StreamInferReactor
     if (read_more) StartRead(&incoming_);
     CallContext call = CallFrom(*context_, guard_);
     call.response_envelope_bytes = kStreamEnvelopeBytes;
+    // Cancelled with the call, or when its partial responses overflow.
+    call.is_cancelled = [guard = guard_, dropped = raw->dropped,
+                         broken = broken_] {
+      return dropped->load() || broken->load() || guard->IsCancelled();
+    };
+    call.partial_response = [this, raw](inference::ModelInferResponse part) {
+      OnPartialResponse(raw, std::move(part));
+    };
     core_->ModelInfer(
         std::move(call), raw->request, raw->response.mutable_infer_response(),
         [this, raw](absl::Status status) { OnInferDone(raw, status); });
@@ -142,8 +157,17 @@ class StreamInferReactor
     {
       absl::MutexLock lock(&mutex_);
       writing_ = false;
-      slots_.pop_front();
-      if (!ok) write_failed_ = true;
+      Slot& front = *slots_.front();
+      if (!front.partials.empty()) {
+        front.partials.pop_front();
+        --queued_partials_;
+      } else {
+        slots_.pop_front();
+      }
+      if (!ok) {
+        write_failed_ = true;
+        broken_->store(true);  // Nobody reads what is still running.
+      }
       if (read_paused_ && !write_failed_ &&
           slots_.size() < kMaxStreamRequestsInFlight) {
         read_paused_ = false;
@@ -163,13 +187,42 @@ class StreamInferReactor
  private:
   struct Slot {
     inference::ModelInferRequest request;
+    // Partial responses not yet written, oldest first; then `response`.
+    std::deque<inference::ModelStreamInferResponse> partials;
     inference::ModelStreamInferResponse response;
     bool done = false;
+    // Set when a partial response was dropped: the request is cancelled.
+    // Shared: the model may poll it after the call ended.
+    std::shared_ptr<std::atomic<bool>> dropped =
+        std::make_shared<std::atomic<bool>>(false);
   };
+
+  // Runs on the model's step thread, never blocking: queues the response
+  // (or drops it and cancels the request when the queue is full).
+  void OnPartialResponse(Slot* slot, inference::ModelInferResponse part) {
+    Next next;
+    {
+      absl::MutexLock lock(&mutex_);
+      if (write_failed_ || slot->dropped->load()) return;
+      if (queued_partials_ >= kMaxQueuedPartialResponses) {
+        slot->dropped->store(true);
+        return;
+      }
+      ++queued_partials_;
+      slot->partials.emplace_back();
+      *slot->partials.back().mutable_infer_response() = std::move(part);
+      next = DecideLocked();
+    }
+    Perform(next);
+  }
 
   void OnInferDone(Slot* slot, const absl::Status& status) {
     if (!status.ok()) {
-      slot->response.set_error_message(std::string(status.message()));
+      slot->response.set_error_message(
+          slot->dropped->load()
+              ? std::string("the client did not read the stream's responses; "
+                            "the request was cancelled")
+              : std::string(status.message()));
       inference::ModelInferResponse* response =
           slot->response.mutable_infer_response();
       response->Clear();
@@ -202,10 +255,14 @@ class StreamInferReactor
   // inline and take the lock again.
   Next DecideLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     Next next;
-    if (!writing_ && !write_failed_ && !slots_.empty() &&
-        slots_.front()->done) {
-      writing_ = true;
-      next.write = &slots_.front()->response;
+    if (!writing_ && !write_failed_ && !slots_.empty()) {
+      Slot& front = *slots_.front();
+      if (!front.partials.empty()) {
+        next.write = &front.partials.front();
+      } else if (front.done) {
+        next.write = &front.response;
+      }
+      writing_ = next.write != nullptr;
     }
     if (!finished_ && !writing_ && in_flight_ == 0 &&
         ((reads_done_ && slots_.empty()) || write_failed_)) {
@@ -223,11 +280,15 @@ class StreamInferReactor
   InferenceCore* const core_;
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<CancellationGuard> guard_;
+  // Set once a write failed; cancels the requests still running.
+  const std::shared_ptr<std::atomic<bool>> broken_ =
+      std::make_shared<std::atomic<bool>>(false);
   // Written by gRPC between StartRead and OnReadDone only.
   inference::ModelInferRequest incoming_;
 
   absl::Mutex mutex_;
   std::deque<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mutex_);
+  size_t queued_partials_ ABSL_GUARDED_BY(mutex_) = 0;
   int in_flight_ ABSL_GUARDED_BY(mutex_) = 0;
   bool reads_done_ ABSL_GUARDED_BY(mutex_) = false;
   bool read_paused_ ABSL_GUARDED_BY(mutex_) = false;

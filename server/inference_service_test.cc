@@ -14,7 +14,10 @@
 #include "casting/test_util/manual_executor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/generation_served_model.h"
 #include "server/serving_metrics.h"
+#include "server/test_util/byte_tokenizer.h"
+#include "server/test_util/fake_generation_engine.h"
 #include "server/test_util/fake_model_manager.h"
 
 namespace castserve {
@@ -441,6 +444,177 @@ TEST_F(InferenceServiceTest, UnknownModelInStreamIsAnErrorMessage) {
   ASSERT_TRUE(stream->Read(&response));
   EXPECT_EQ(response.error_message(), "");
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+// A generation model "gen" that writes `text` one byte per token, then EOS.
+std::shared_ptr<GenerationServedModel> AddGenerationModel(
+    testing::FakeModelManager& manager, const std::string& text,
+    absl::Duration step = absl::Milliseconds(1), int64_t max_positions = 256) {
+  GenerationModelParts parts;
+  parts.config.set_name("gen");
+  parts.config.mutable_generation()->set_kv_cache_bytes(1 << 20);
+  parts.vocab_size = 258;
+  parts.max_positions = max_positions;
+  parts.eos_token_ids = {test_util::ByteTokenizer::kEos};
+  parts.tokenizer = std::make_shared<test_util::ByteTokenizer>();
+  parts.engine = std::make_unique<test_util::FakeGenerationEngine>(
+      [text](const std::vector<int64_t>&, int64_t step) -> int64_t {
+        return step < static_cast<int64_t>(text.size())
+                   ? static_cast<unsigned char>(text[step])
+                   : test_util::ByteTokenizer::kEos;
+      },
+      step);
+  std::shared_ptr<GenerationServedModel> model =
+      *GenerationServedModel::Create(std::move(parts));
+  manager.AddServedModel("gen", model);
+  return model;
+}
+
+inference::ModelInferRequest TextRequest(const std::string& text) {
+  inference::ModelInferRequest request;
+  request.set_model_name("gen");
+  request.set_id("g");
+  auto* input = request.add_inputs();
+  input->set_name("text_input");
+  input->set_datatype("BYTES");
+  input->add_shape(1);
+  input->mutable_contents()->add_bytes_contents(text);
+  return request;
+}
+
+bool IsFinal(const inference::ModelInferResponse& response) {
+  auto it = response.parameters().find("triton_final_response");
+  return it != response.parameters().end() && it->second.bool_param();
+}
+
+// The text_output of a generation response ("" without one).
+std::string TextOutput(const inference::ModelInferResponse& response) {
+  for (int i = 0; i < response.outputs_size(); ++i) {
+    if (response.outputs(i).name() == "text_output") {
+      return response.raw_output_contents(i).substr(4);
+    }
+  }
+  return "";
+}
+
+TEST_F(InferenceServiceTest, DecoupledStreamWritesEachTokenThenTheFinal) {
+  AddGenerationModel(manager_, "abc");
+  grpc::ClientContext context;
+  auto stream = stub_->ModelStreamInfer(&context);
+  ASSERT_TRUE(stream->Write(TextRequest("hi")));
+  ASSERT_TRUE(stream->Write(XRequest("fake", {1, 2})));  // After it, in order.
+  stream->WritesDone();
+  inference::ModelStreamInferResponse response;
+  std::string text;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(stream->Read(&response)) << i;
+    EXPECT_EQ(response.error_message(), "");
+    EXPECT_EQ(response.infer_response().id(), "g");
+    EXPECT_FALSE(IsFinal(response.infer_response())) << i;
+    text += TextOutput(response.infer_response());
+  }
+  EXPECT_EQ(text, "abc");
+  ASSERT_TRUE(stream->Read(&response));  // The EOS token's, final.
+  EXPECT_TRUE(IsFinal(response.infer_response()));
+  EXPECT_EQ(
+      response.infer_response().parameters().at("finish_reason").string_param(),
+      "stop");
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.infer_response().id(), "id-7");
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(InferenceServiceTest, DecoupledStreamEmptyFinalResponse) {
+  AddGenerationModel(manager_, "ab");
+  grpc::ClientContext context;
+  auto stream = stub_->ModelStreamInfer(&context);
+  inference::ModelInferRequest request = TextRequest("hi");
+  (*request.mutable_parameters())["triton_enable_empty_final_response"]
+      .set_bool_param(true);
+  ASSERT_TRUE(stream->Write(request));
+  stream->WritesDone();
+  inference::ModelStreamInferResponse response;
+  for (int i = 0; i < 3; ++i) {  // a, b, EOS.
+    ASSERT_TRUE(stream->Read(&response)) << i;
+    EXPECT_FALSE(IsFinal(response.infer_response())) << i;
+    EXPECT_EQ(response.infer_response().outputs_size(), 2) << i;
+  }
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_TRUE(IsFinal(response.infer_response()));
+  EXPECT_EQ(response.infer_response().outputs_size(), 0);
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(InferenceServiceTest, ClientGoingAwayCancelsTheSequence) {
+  std::shared_ptr<GenerationServedModel> model = AddGenerationModel(
+      manager_, std::string(200, 'z'), absl::Milliseconds(10));
+  {
+    grpc::ClientContext context;
+    auto stream = stub_->ModelStreamInfer(&context);
+    inference::ModelInferRequest request = TextRequest("hi");
+    (*request.mutable_parameters())["max_tokens"].set_int64_param(200);
+    ASSERT_TRUE(stream->Write(request));
+    inference::ModelStreamInferResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_GT(model->activity().kv_cache->bytes, 0);
+    context.TryCancel();
+    while (stream->Read(&response)) {
+    }
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (model->pending_requests() > 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(model->pending_requests(), 0);
+  EXPECT_EQ(model->activity().kv_cache->bytes, 0);
+  EXPECT_EQ(
+      model->statistics()
+          .requests_by_code[static_cast<int>(absl::StatusCode::kCancelled)],
+      1u);
+}
+
+TEST_F(InferenceServiceTest, ClientThatDoesNotReadGetsItsSequenceCancelled) {
+  constexpr int kTokens = 20000;
+  std::shared_ptr<GenerationServedModel> model = AddGenerationModel(
+      manager_, std::string(kTokens, 'z'), absl::ZeroDuration(), kTokens + 16);
+  grpc::ClientContext context;
+  auto stream = stub_->ModelStreamInfer(&context);
+  inference::ModelInferRequest request = TextRequest("hi");
+  (*request.mutable_parameters())["max_tokens"].set_int64_param(kTokens);
+  ASSERT_TRUE(stream->Write(request));
+  stream->WritesDone();
+  // Nothing is read until the sequence has ended.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  do {
+    absl::SleepFor(absl::Milliseconds(5));
+  } while (model->pending_requests() > 0 && absl::Now() < give_up);
+  ASSERT_EQ(model->pending_requests(), 0);
+  inference::ModelStreamInferResponse response;
+  int responses = 0;
+  std::string last_error;
+  while (stream->Read(&response)) {
+    ++responses;
+    last_error = response.error_message();
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_LT(responses, kTokens);
+  EXPECT_THAT(last_error, HasSubstr("did not read"));
+  EXPECT_EQ(
+      model->statistics()
+          .requests_by_code[static_cast<int>(absl::StatusCode::kCancelled)],
+      1u);
+}
+
+TEST_F(InferenceServiceTest, UnaryInferOnGenerationModelReturnsItAll) {
+  AddGenerationModel(manager_, "hello");
+  inference::ModelInferResponse response;
+  ASSERT_TRUE(Infer(TextRequest("hi"), &response).ok());
+  EXPECT_EQ(TextOutput(response), "hello");
+  EXPECT_EQ(response.parameters().at("finish_reason").string_param(), "stop");
 }
 
 TEST_F(InferenceServiceTest, ConcurrentClients) {

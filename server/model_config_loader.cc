@@ -1,5 +1,8 @@
 #include "server/model_config_loader.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -53,7 +56,83 @@ absl::Status ValidateCasting(const ModelConfig& config) {
   return absl::OkStatus();
 }
 
+// One `generation` field within [minimum, limit] (0 allowed for a field
+// with a default).
+absl::Status CheckGenerationField(const ModelConfig& config,
+                                  absl::string_view field, int64_t value,
+                                  int64_t minimum, int64_t limit) {
+  if (value >= minimum && value <= limit) return absl::OkStatus();
+  return Invalid(config.name(),
+                 absl::StrCat("generation.", field, " must be in ", minimum,
+                              "..", limit, ", got ", value));
+}
+
+absl::Status ValidateGeneration(const ModelConfig& config) {
+  if (!config.has_generation()) return absl::OkStatus();
+  const inference::GenerationConfig& generation = config.generation();
+  const std::string& architecture = config.architecture();
+  if (!architecture.empty() &&
+      std::find(std::begin(kGenerationArchitectures),
+                std::end(kGenerationArchitectures),
+                architecture) == std::end(kGenerationArchitectures)) {
+    return Invalid(config.name(),
+                   absl::StrCat("generation is for decoder models (",
+                                absl::StrJoin(kGenerationArchitectures, ", "),
+                                "); architecture is '", architecture, "'"));
+  }
+  if (config.max_batch_size() != 0 || config.has_dynamic_batching()) {
+    return Invalid(config.name(),
+                   "generation batches sequences itself (max_sequences): "
+                   "max_batch_size must be 0 and dynamic_batching absent");
+  }
+  if (config.model_warmup_size() > 0) {
+    return Invalid(config.name(),
+                   "model_warmup is not supported with generation");
+  }
+  if (generation.kv_cache_bytes() <= 0) {
+    return Invalid(config.name(),
+                   absl::StrCat("generation.kv_cache_bytes must be > 0 (the "
+                                "KV-cache pool), got ",
+                                generation.kv_cache_bytes()));
+  }
+  absl::Status valid =
+      CheckGenerationField(config, "kv_block_tokens",
+                           generation.kv_block_tokens(), 0, kMaxKvBlockTokens);
+  if (valid.ok()) {
+    valid =
+        CheckGenerationField(config, "max_sequences",
+                             generation.max_sequences(), 0, kMaxSequencesLimit);
+  }
+  if (valid.ok()) {
+    valid = CheckGenerationField(config, "max_waiting",
+                                 generation.max_waiting(), 0, kMaxWaitingLimit);
+  }
+  if (valid.ok()) {
+    valid = CheckGenerationField(config, "default_max_tokens",
+                                 generation.default_max_tokens(), 0,
+                                 kMaxGenerationTokens);
+  }
+  return valid;
+}
+
 }  // namespace
+
+inference::GenerationConfig WithGenerationDefaults(
+    inference::GenerationConfig generation) {
+  if (generation.kv_block_tokens() == 0) {
+    generation.set_kv_block_tokens(kDefaultKvBlockTokens);
+  }
+  if (generation.max_sequences() == 0) {
+    generation.set_max_sequences(kDefaultMaxSequences);
+  }
+  if (generation.max_waiting() == 0) {
+    generation.set_max_waiting(kDefaultMaxWaiting);
+  }
+  if (generation.default_max_tokens() == 0) {
+    generation.set_default_max_tokens(kDefaultMaxTokens);
+  }
+  return generation;
+}
 
 absl::Status ValidateModelConfig(const ModelConfig& config) {
   if (config.max_batch_size() < 0) {
@@ -79,7 +158,8 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
                                   config.max_batch_size(), ")"));
     }
   }
-  return ValidateCasting(config);
+  absl::Status valid = ValidateCasting(config);
+  return valid.ok() ? ValidateGeneration(config) : valid;
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text,

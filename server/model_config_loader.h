@@ -35,6 +35,24 @@ absl::StatusOr<inference::ModelConfig> LoadModelConfig(
 // Semantic checks that text format cannot express (ranges, combinations).
 absl::Status ValidateModelConfig(const inference::ModelConfig& config);
 
+// The `generation` block's defaults and limits (model_config.proto).
+inline constexpr int64_t kDefaultKvBlockTokens = 16;
+inline constexpr int64_t kDefaultMaxSequences = 8;
+inline constexpr int64_t kDefaultMaxWaiting = 64;
+inline constexpr int64_t kDefaultMaxTokens = 16;
+inline constexpr int64_t kMaxKvBlockTokens = 4096;
+inline constexpr int64_t kMaxSequencesLimit = 1024;
+inline constexpr int64_t kMaxWaitingLimit = 65536;
+// The most new tokens of one request (models::kMaxNewTokens).
+inline constexpr int64_t kMaxGenerationTokens = int64_t{1} << 20;
+// The architectures a `generation` block may serve.
+inline constexpr const char* kGenerationArchitectures[] = {"llama", "mistral",
+                                                           "qwen2"};
+
+// `generation` (validated) with every 0 replaced by its default.
+inference::GenerationConfig WithGenerationDefaults(
+    inference::GenerationConfig generation);
+
 }  // namespace castserve
 
 #endif  // CASTSERVE_SERVER_MODEL_CONFIG_LOADER_H_

@@ -95,5 +95,51 @@ TEST(ModelConfigLoaderTest, SemanticErrorsAreReported) {
   }
 }
 
+TEST(ModelConfigLoaderTest, GenerationBlockIsCheckedAndDefaulted) {
+  absl::StatusOr<inference::ModelConfig> config = ParseModelConfig(
+      "architecture: \"llama\" generation { kv_cache_bytes: 1048576 "
+      "max_sequences: 4 }",
+      "m");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const inference::GenerationConfig generation =
+      WithGenerationDefaults(config->generation());
+  EXPECT_EQ(generation.kv_cache_bytes(), 1048576);
+  EXPECT_EQ(generation.kv_block_tokens(), 16);
+  EXPECT_EQ(generation.max_sequences(), 4);
+  EXPECT_EQ(generation.max_waiting(), 64);
+  EXPECT_EQ(generation.default_max_tokens(), 16);
+
+  struct Case {
+    std::string text;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"generation {}", "generation.kv_cache_bytes must be > 0"},
+      {"generation { kv_cache_bytes: -5 }", "generation.kv_cache_bytes"},
+      {"architecture: \"bert\" generation { kv_cache_bytes: 1 }",
+       "generation is for decoder models (llama, mistral, qwen2); "
+       "architecture is 'bert'"},
+      {"max_batch_size: 4 generation { kv_cache_bytes: 1 }",
+       "max_batch_size must be 0"},
+      {"generation { kv_cache_bytes: 1 kv_block_tokens: -1 }",
+       "generation.kv_block_tokens must be in 0..4096, got -1"},
+      {"generation { kv_cache_bytes: 1 max_sequences: 100000 }",
+       "generation.max_sequences must be in 0..1024"},
+      {"generation { kv_cache_bytes: 1 max_waiting: -1 }",
+       "generation.max_waiting"},
+      {"generation { kv_cache_bytes: 1 default_max_tokens: 2000000 }",
+       "generation.default_max_tokens must be in 0..1048576"},
+      {"generation { kv_cache_bytes: 1 } model_warmup { name: \"w\" }",
+       "model_warmup is not supported with generation"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<inference::ModelConfig> refused =
+        ParseModelConfig(c.text, "m");
+    ASSERT_FALSE(refused.ok()) << c.text;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), HasSubstr(c.message)) << c.text;
+  }
+}
+
 }  // namespace
 }  // namespace castserve

@@ -13,6 +13,14 @@ const std::vector<double>& DurationBuckets() {
   return *buckets;
 }
 
+// Latencies from 1 ms to 60 s, in milliseconds.
+const std::vector<double>& MillisecondBuckets() {
+  static const auto* const buckets =
+      new std::vector<double>{1,   2.5,  5,    10,   25,    50,    100,  250,
+                              500, 1000, 2500, 5000, 10000, 30000, 60000};
+  return *buckets;
+}
+
 const std::vector<double>& BatchSizeBuckets() {
   static const auto* const buckets =
       new std::vector<double>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
@@ -57,6 +65,20 @@ ModelStatisticsRecorder::ModelStatisticsRecorder() {
   data_.request_seconds = BucketCounts(&DurationBuckets());
   data_.batch_size = BucketCounts(&BatchSizeBuckets());
   data_.batch_peak_bytes = BucketCounts(&PeakBytesBuckets());
+  data_.first_response_ms = BucketCounts(&MillisecondBuckets());
+  data_.inter_token_seconds = BucketCounts(&DurationBuckets());
+}
+
+void ModelStatisticsRecorder::RecordFirstToken(absl::Duration after) {
+  absl::MutexLock lock(&mu_);
+  data_.first_response_ms.Observe(absl::ToDoubleMilliseconds(after));
+  ++data_.generated_tokens;
+}
+
+void ModelStatisticsRecorder::RecordNextToken(absl::Duration after) {
+  absl::MutexLock lock(&mu_);
+  data_.inter_token_seconds.Observe(absl::ToDoubleSeconds(after));
+  ++data_.generated_tokens;
 }
 
 void ModelStatisticsRecorder::RecordRequest(const CompletedRequest& request,

@@ -69,6 +69,14 @@ struct ServedModelStatistics {
   BucketCounts request_seconds;  // Enqueue to completion.
   BucketCounts batch_size;       // Items per executed batch.
   BucketCounts batch_peak_bytes;
+
+  // Generation models only (zeros for the others): time from the request's
+  // arrival to its first generated token (milliseconds, as Triton's
+  // first-response histogram), time between a sequence's tokens (seconds),
+  // and the tokens generated.
+  BucketCounts first_response_ms;
+  BucketCounts inter_token_seconds;
+  uint64_t generated_tokens = 0;
 };
 
 // One completed request, successful or not. A request refused before it
@@ -92,6 +100,11 @@ class ModelStatisticsRecorder {
   // increase of the tracking allocator's live bytes during it.
   void RecordBatch(int64_t items, absl::Duration compute,
                    int64_t peak_increase_bytes);
+
+  // A generation model's token: the first of its sequence `after` the
+  // request arrived, or a later one `after` the one before it.
+  void RecordFirstToken(absl::Duration after);
+  void RecordNextToken(absl::Duration after);
 
   ServedModelStatistics snapshot() const;
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,10 @@ struct InferenceCall {
   // A response larger than this fails the call with RESOURCE_EXHAUSTED
   // (and counts as that failure).
   int64_t max_response_bytes = std::numeric_limits<int64_t>::max();
-  // CallContext::partial_response (inference_core.h); null for unary.
+  // Null for a unary call. A decoupled model (model_transaction_policy
+  // decoupled: a generation model) calls it with every response before the
+  // final one, in order, never blocking on it; the final response is
+  // written into `response` before `done` runs. Other models never call it.
   std::function<void(inference::ModelInferResponse)> partial_response;
 };
 
@@ -70,6 +74,13 @@ struct ServedModelActivity {
   // The part of compute.bytes made as transient copies (freed after use).
   int64_t transient_compute_bytes = 0;
   models::PrefetchCounts prefetch;
+  // Generation models only (absent for the others): the KV-cache pool's
+  // bytes held by sequences now, and the most since load.
+  struct KvCache {
+    int64_t bytes = 0;
+    int64_t peak_bytes = 0;
+  };
+  std::optional<KvCache> kv_cache;
   // The tracking allocator's peak for the model since it was loaded; 0
   // without a tracking allocator.
   int64_t peak_tracked_bytes = 0;

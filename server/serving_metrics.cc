@@ -135,6 +135,36 @@ struct ModelFamilies {
       "castserve_model_prefetch_misses_total",
       "Modules that ran before their prefetch finished.", MetricType::Counter);
 
+  // Generation models only.
+  MetricFamily first_response_ms =
+      Family("nv_inference_first_response_histogram_ms",
+             "Time from a generation request's arrival to its first token, in "
+             "milliseconds.",
+             MetricType::Histogram);
+  MetricFamily inter_token_seconds =
+      Family("castserve_generation_inter_token_seconds",
+             "Time between consecutive tokens of one sequence.",
+             MetricType::Histogram);
+  MetricFamily generated_tokens =
+      Family("castserve_generation_tokens_total", "Tokens generated.",
+             MetricType::Counter);
+  MetricFamily kv_cache_bytes = Family(
+      "castserve_kv_cache_bytes",
+      "Bytes of the KV-cache pool held by sequences now.", MetricType::Gauge);
+  MetricFamily kv_cache_peak_bytes =
+      Family("castserve_kv_cache_peak_bytes",
+             "Most bytes of the KV-cache pool held at once since load.",
+             MetricType::Gauge);
+
+  void AddGeneration(const Labels& labels, const ServedModelStatistics& stats,
+                     const ServedModelActivity::KvCache& kv_cache) {
+    AddHistogram(first_response_ms, labels, stats.first_response_ms);
+    AddHistogram(inter_token_seconds, labels, stats.inter_token_seconds);
+    AddValue(generated_tokens, labels, stats.generated_tokens);
+    AddValue(kv_cache_bytes, labels, kv_cache.bytes);
+    AddValue(kv_cache_peak_bytes, labels, kv_cache.peak_bytes);
+  }
+
   // Returns the model's mapped bytes.
   int64_t Add(const Labels& labels, const ServedModel& model) {
     const casting::Footprint footprint = model.footprint();
@@ -164,6 +194,7 @@ struct ModelFamilies {
     AddHistogram(request_seconds, labels, stats.request_seconds);
     AddHistogram(batch_size, labels, stats.batch_size);
     AddLazyWork(labels, activity);
+    if (activity.kv_cache) AddGeneration(labels, stats, *activity.kv_cache);
     return footprint.mapped_bytes();
   }
 
@@ -194,14 +225,39 @@ struct ModelFamilies {
     AddValue(prefetch_misses, labels, activity.prefetch.misses);
   }
 
+  // Exported only when a generation model is loaded.
+  bool IsGenerationFamily(const MetricFamily& family) const {
+    return &family == &first_response_ms || &family == &inter_token_seconds ||
+           &family == &generated_tokens || &family == &kv_cache_bytes ||
+           &family == &kv_cache_peak_bytes;
+  }
+
   void MoveTo(std::vector<MetricFamily>& out) {
-    for (MetricFamily* family :
-         {&weight_bytes, &allocated_bytes, &peak_allocated_bytes,
-          &batch_peak_bytes, &success, &failure, &inference_count,
-          &execution_count, &pending, &queue_seconds, &compute_seconds,
-          &request_seconds, &batch_size, &materializations, &materialized_bytes,
-          &materialization_seconds, &transient_copy_bytes, &prefetch_hits,
-          &prefetch_misses}) {
+    for (MetricFamily* family : {&weight_bytes,
+                                 &allocated_bytes,
+                                 &peak_allocated_bytes,
+                                 &batch_peak_bytes,
+                                 &success,
+                                 &failure,
+                                 &inference_count,
+                                 &execution_count,
+                                 &pending,
+                                 &queue_seconds,
+                                 &compute_seconds,
+                                 &request_seconds,
+                                 &batch_size,
+                                 &materializations,
+                                 &materialized_bytes,
+                                 &materialization_seconds,
+                                 &transient_copy_bytes,
+                                 &prefetch_hits,
+                                 &prefetch_misses,
+                                 &first_response_ms,
+                                 &inter_token_seconds,
+                                 &generated_tokens,
+                                 &kv_cache_bytes,
+                                 &kv_cache_peak_bytes}) {
+      if (family->metric.empty() && IsGenerationFamily(*family)) continue;
       out.push_back(std::move(*family));
     }
   }

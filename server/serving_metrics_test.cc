@@ -24,8 +24,10 @@
 #include "gtest/gtest.h"
 #include "models/model.h"
 #include "server/batching_served_model.h"
+#include "server/generation_served_model.h"
 #include "server/metrics_exporter.h"
 #include "server/model_manager.h"
+#include "server/test_util/fake_generation_engine.h"
 
 namespace castserve {
 namespace {
@@ -68,6 +70,8 @@ class FakeServedModel final : public ServedModel {
   ServedModelStatistics statistics() const override { return stats; }
   casting::Footprint footprint() const override { return footprint_value; }
   int64_t tracked_bytes() const override { return tracked; }
+  ServedModelActivity activity() const override { return activity_value; }
+  ServedModelActivity activity_value;
 
  private:
   inference::ModelConfig config_;
@@ -488,6 +492,114 @@ TEST(ServingMetricsTest, CountsFailuresByReasonAndServesThemAsText) {
                               "histogram"));
   EXPECT_THAT(text, HasSubstr("castserve_batch_size_bucket{model=\"chain\","
                               "version=\"1\",le=\"+Inf\"} 1"));
+}
+
+// The generation families of `model` (named "g") alone.
+std::vector<MetricFamily> CollectOne(std::shared_ptr<ServedModel> model) {
+  ServingMetricsOptions options;
+  options.model_states = [] {
+    return std::vector<ModelStateSample>{{"g", "1", "READY"}};
+  };
+  options.ready_models = [model] {
+    return std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>{
+        {"g", model}};
+  };
+  options.lifecycle = nullptr;
+  options.unrouted = nullptr;
+  return ServingMetrics(std::move(options)).Collect();
+}
+
+TEST(ServingMetricsTest, ExportsGenerationFamiliesOnlyForGenerationModels) {
+  auto plain = std::make_shared<FakeServedModel>();
+  for (const MetricFamily& family : CollectOne(plain)) {
+    EXPECT_NE(family.name, "castserve_kv_cache_bytes");
+    EXPECT_NE(family.name, "nv_inference_first_response_histogram_ms");
+  }
+  auto generation = std::make_shared<FakeServedModel>();
+  generation->activity_value.kv_cache = ServedModelActivity::KvCache{64, 256};
+  ModelStatisticsRecorder recorder;
+  recorder.RecordFirstToken(absl::Milliseconds(30));
+  recorder.RecordNextToken(absl::Milliseconds(5));
+  recorder.RecordNextToken(absl::Milliseconds(7));
+  generation->stats = recorder.snapshot();
+  const std::vector<MetricFamily> families = CollectOne(generation);
+  const LabelMap labels = {{"model", "g"}, {"version", "1"}};
+  const ClientMetric* kv = Find(families, "castserve_kv_cache_bytes", labels);
+  ASSERT_NE(kv, nullptr);
+  EXPECT_EQ(kv->gauge.value, 64);
+  const ClientMetric* peak =
+      Find(families, "castserve_kv_cache_peak_bytes", labels);
+  ASSERT_NE(peak, nullptr);
+  EXPECT_EQ(peak->gauge.value, 256);
+  const ClientMetric* tokens =
+      Find(families, "castserve_generation_tokens_total", labels);
+  ASSERT_NE(tokens, nullptr);
+  EXPECT_EQ(tokens->counter.value, 3);
+  const ClientMetric* first =
+      Find(families, "nv_inference_first_response_histogram_ms", labels);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->histogram.sample_count, 1u);
+  EXPECT_DOUBLE_EQ(first->histogram.sample_sum, 30);
+  const ClientMetric* inter =
+      Find(families, "castserve_generation_inter_token_seconds", labels);
+  ASSERT_NE(inter, nullptr);
+  EXPECT_EQ(inter->histogram.sample_count, 2u);
+  EXPECT_NEAR(inter->histogram.sample_sum, 0.012, 1e-9);
+}
+
+TEST(ServingMetricsTest, CancelledStreamReturnsKvCacheMetricToZero) {
+  GenerationModelParts parts;
+  parts.config.set_name("g");
+  parts.config.mutable_generation()->set_kv_cache_bytes(1 << 20);
+  parts.vocab_size = 100;
+  parts.max_positions = 100;
+  parts.engine = std::make_unique<test_util::FakeGenerationEngine>(
+      [](const std::vector<int64_t>&, int64_t) -> int64_t { return 7; },
+      absl::Milliseconds(2));
+  std::shared_ptr<ServedModel> model =
+      *GenerationServedModel::Create(std::move(parts));
+  inference::ModelInferRequest request;
+  auto* input = request.add_inputs();
+  input->set_name("input_ids");
+  input->set_datatype("INT64");
+  input->add_shape(2);
+  input->mutable_contents()->add_int64_contents(1);
+  input->mutable_contents()->add_int64_contents(2);
+  (*request.mutable_parameters())["max_tokens"].set_int64_param(90);
+  inference::ModelInferResponse response;
+  std::atomic<bool> cancelled{false};
+  double kv_while_streaming = -1;
+  absl::Notification done;
+  absl::Status status;
+  InferenceCall call;
+  call.request = &request;
+  call.response = &response;
+  call.is_cancelled = [&] { return cancelled.load(); };
+  int parts_seen = 0;
+  call.partial_response = [&](inference::ModelInferResponse) {
+    if (++parts_seen == 3) {
+      const ClientMetric* kv =
+          Find(CollectOne(model), "castserve_kv_cache_bytes", {{"model", "g"}});
+      kv_while_streaming = kv == nullptr ? -1 : kv->gauge.value;
+      cancelled = true;
+    }
+  };
+  model->Infer(std::move(call), [&](absl::Status s) {
+    status = s;
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+  EXPECT_GT(kv_while_streaming, 0);
+  const std::vector<MetricFamily> after = CollectOne(model);
+  const ClientMetric* kv =
+      Find(after, "castserve_kv_cache_bytes", {{"model", "g"}});
+  ASSERT_NE(kv, nullptr);
+  EXPECT_EQ(kv->gauge.value, 0);
+  const ClientMetric* peak =
+      Find(after, "castserve_kv_cache_peak_bytes", {{"model", "g"}});
+  ASSERT_NE(peak, nullptr);
+  EXPECT_GE(peak->gauge.value, kv_while_streaming);
 }
 
 }  // namespace

@@ -339,8 +339,8 @@ absl::StatusOr<models::NamedTensors> ConvertInputs(
 
 // --- The text input ---------------------------------------------------------
 
-std::string TextPrefix() {
-  return absl::StrCat("input '", kTextInputName, "': ");
+std::string TextPrefix(absl::string_view name = kTextInputName) {
+  return absl::StrCat("input '", name, "': ");
 }
 
 // The text input's batch size: shape [batch] or [batch, 1], batch in
@@ -348,63 +348,66 @@ std::string TextPrefix() {
 absl::StatusOr<int64_t> TextBatchSize(const InputTensor& input,
                                       int64_t max_batch_size) {
   const auto& shape = input.shape();
+  const std::string prefix = TextPrefix(input.name());
   const bool rank_ok =
       shape.size() == 1 || (shape.size() == 2 && shape[1] == 1);
   if (!rank_ok) {
     return absl::InvalidArgumentError(
-        absl::StrCat(TextPrefix(), "shape ", ShapeString(shape),
+        absl::StrCat(prefix, "shape ", ShapeString(shape),
                      "; expected [batch, 1] (or [batch]): one string per "
                      "batch element"));
   }
   if (shape[0] < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        TextPrefix(), "shape ", ShapeString(shape), " holds no string"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "shape ", ShapeString(shape), " holds no string"));
   }
   if (max_batch_size > 0 && shape[0] > max_batch_size) {
     return absl::InvalidArgumentError(
-        absl::StrCat(TextPrefix(), "batch size ", shape[0],
+        absl::StrCat(prefix, "batch size ", shape[0],
                      " exceeds max_batch_size ", max_batch_size));
   }
   return shape[0];
 }
 
-absl::Status CheckTextBytes(size_t bytes, int64_t index) {
+absl::Status CheckTextBytes(size_t bytes, int64_t index,
+                            absl::string_view name) {
   if (static_cast<int64_t>(bytes) <= kMaxTextBytes) return absl::OkStatus();
   return absl::InvalidArgumentError(
-      absl::StrCat(TextPrefix(), "element ", index, " has ", bytes,
+      absl::StrCat(TextPrefix(name), "element ", index, " has ", bytes,
                    " bytes, above the limit of ", kMaxTextBytes));
 }
 
 // BYTES raw contents: per element a 4-byte little-endian length, then that
 // many bytes; exactly `count` elements.
-absl::StatusOr<std::vector<std::string>> StringsFromRaw(const std::string& raw,
-                                                        int64_t count) {
+absl::StatusOr<std::vector<std::string>> StringsFromRaw(
+    const std::string& raw, int64_t count, absl::string_view name) {
+  const std::string prefix = TextPrefix(name);
   std::vector<std::string> strings;
   size_t offset = 0;
   for (int64_t i = 0; i < count; ++i) {
     if (raw.size() - offset < 4) {
       return absl::InvalidArgumentError(absl::StrCat(
-          TextPrefix(), "raw data ends before the length of element ", i,
+          prefix, "raw data ends before the length of element ", i,
           " (each BYTES element is a 4-byte little-endian length, then its "
           "bytes)"));
     }
     uint32_t length = 0;
     std::memcpy(&length, raw.data() + offset, 4);
     offset += 4;
-    if (absl::Status small = CheckTextBytes(length, i); !small.ok()) {
+    if (absl::Status small = CheckTextBytes(length, i, name); !small.ok()) {
       return small;
     }
     if (raw.size() - offset < length) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          TextPrefix(), "raw data ends inside element ", i, " (", length,
-          " bytes announced, ", raw.size() - offset, " left)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "raw data ends inside element ", i, " (", length,
+                       " bytes announced, ", raw.size() - offset, " left)"));
     }
     strings.emplace_back(raw.data() + offset, length);
     offset += length;
   }
   if (offset != raw.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(TextPrefix(), "raw data has ", raw.size() - offset,
+        absl::StrCat(prefix, "raw data has ", raw.size() - offset,
                      " bytes after its ", count, " elements"));
   }
   return strings;
@@ -413,21 +416,23 @@ absl::StatusOr<std::vector<std::string>> StringsFromRaw(const std::string& raw,
 // BYTES typed contents: bytes_contents, exactly `count` elements.
 absl::StatusOr<std::vector<std::string>> StringsFromTyped(
     const InputTensor& input, int64_t count) {
+  const std::string prefix = TextPrefix(input.name());
   for (const auto& [field, size] : TypedFields(input.contents())) {
     if (size > 0 && std::strcmp(field, "bytes_contents") != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          TextPrefix(), "BYTES data belongs in bytes_contents, not ", field));
+          prefix, "BYTES data belongs in bytes_contents, not ", field));
     }
   }
   const auto& contents = input.contents().bytes_contents();
   if (contents.size() != count) {
     return absl::InvalidArgumentError(absl::StrCat(
-        TextPrefix(), "bytes_contents has ", contents.size(),
-        " elements; shape ", ShapeString(input.shape()), " needs ", count));
+        prefix, "bytes_contents has ", contents.size(), " elements; shape ",
+        ShapeString(input.shape()), " needs ", count));
   }
   std::vector<std::string> strings;
   for (int i = 0; i < contents.size(); ++i) {
-    if (absl::Status small = CheckTextBytes(contents[i].size(), i);
+    if (absl::Status small =
+            CheckTextBytes(contents[i].size(), i, input.name());
         !small.ok()) {
       return small;
     }
@@ -440,7 +445,6 @@ absl::StatusOr<std::vector<std::string>> StringsFromTyped(
 absl::StatusOr<std::vector<std::string>> TextStrings(
     const inference::ModelInferRequest& request, int index,
     int64_t max_batch_size) {
-  const InputTensor& input = request.inputs(index);
   if (request.inputs_size() > 1) {
     const std::string other = request.inputs(index == 0 ? 1 : 0).name();
     return absl::InvalidArgumentError(
@@ -449,18 +453,7 @@ absl::StatusOr<std::vector<std::string>> TextStrings(
                      "both (it also has ",
                      Quoted(other), ")"));
   }
-  if (input.datatype() != "BYTES") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        TextPrefix(), "datatype ", input.datatype(), ", expected BYTES"));
-  }
-  if (absl::Status layout = CheckRawLayout(request); !layout.ok()) {
-    return layout;
-  }
-  absl::StatusOr<int64_t> count = TextBatchSize(input, max_batch_size);
-  if (!count.ok()) return count.status();
-  return request.raw_input_contents_size() > 0
-             ? StringsFromRaw(request.raw_input_contents(index), *count)
-             : StringsFromTyped(input, *count);
+  return StringsOfInput(request, index, max_batch_size);
 }
 
 // The token inputs of the request's text input (at `index`).
@@ -489,6 +482,26 @@ int FindRequestInput(const inference::ModelInferRequest& request,
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<std::string>> StringsOfInput(
+    const inference::ModelInferRequest& request, int index,
+    int64_t max_batch_size) {
+  const InputTensor& input = request.inputs(index);
+  if (input.datatype() != "BYTES") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(TextPrefix(input.name()), "datatype ", input.datatype(),
+                     ", expected BYTES"));
+  }
+  if (absl::Status layout = CheckRawLayout(request); !layout.ok()) {
+    return layout;
+  }
+  absl::StatusOr<int64_t> count = TextBatchSize(input, max_batch_size);
+  if (!count.ok()) return count.status();
+  return request.raw_input_contents_size() > 0
+             ? StringsFromRaw(request.raw_input_contents(index), *count,
+                              input.name())
+             : StringsFromTyped(input, *count);
+}
 
 absl::StatusOr<models::NamedTensors> InputsFromRequest(
     const inference::ModelInferRequest& request,

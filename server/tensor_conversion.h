@@ -35,6 +35,14 @@ absl::StatusOr<models::NamedTensors> InputsFromRequest(
     const inference::ModelInferRequest& request,
     const std::vector<models::TensorSpec>& specs, int64_t max_batch_size);
 
+// The strings of the request's BYTES input at `index` (shape [n] or [n, 1],
+// n >= 1 and within `max_batch_size` when > 0; raw length-prefixed or
+// bytes_contents; each at most kMaxTextBytes): INVALID_ARGUMENT naming the
+// input otherwise.
+absl::StatusOr<std::vector<std::string>> StringsOfInput(
+    const inference::ModelInferRequest& request, int index,
+    int64_t max_batch_size);
+
 // The names of the outputs `request` asks for, in its order; empty when it
 // asks for none (= all). INVALID_ARGUMENT for a name not in `specs` or
 // requested twice.

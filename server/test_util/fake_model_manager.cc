@@ -135,6 +135,15 @@ void FakeModelManager::AddModel(const std::string& name, bool lazy,
   if (!lazy) LoadLocked(entry).IgnoreError();
 }
 
+void FakeModelManager::AddServedModel(const std::string& name,
+                                      std::shared_ptr<ServedModel> served) {
+  absl::MutexLock lock(&mutex_);
+  Entry& entry = models_[name];
+  entry.model = std::make_shared<FakeServedModel>(name);
+  entry.served = std::move(served);
+  entry.ready = true;
+}
+
 std::shared_ptr<FakeServedModel> FakeModelManager::model(
     const std::string& name) {
   absl::MutexLock lock(&mutex_);
@@ -171,6 +180,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> FakeModelManager::GetReady(
       return status;
     }
   }
+  if (it->second.served) return it->second.served;
   return std::shared_ptr<ServedModel>(it->second.model);
 }
 
@@ -224,7 +234,10 @@ FakeModelManager::ReadyModels() {
   absl::MutexLock lock(&mutex_);
   std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>> ready;
   for (const auto& [name, entry] : models_) {
-    if (entry.ready) ready.emplace_back(name, entry.model);
+    if (!entry.ready) continue;
+    ready.emplace_back(name, entry.served
+                                 ? entry.served
+                                 : std::shared_ptr<ServedModel>(entry.model));
   }
   return ready;
 }

@@ -77,6 +77,10 @@ class FakeModelManager : public ModelManager {
   void AddModel(const std::string& name, bool lazy = false,
                 bool broken = false);
   std::shared_ptr<FakeServedModel> model(const std::string& name);
+  // A READY model served by `served` (a generation model, say) instead of a
+  // FakeServedModel.
+  void AddServedModel(const std::string& name,
+                      std::shared_ptr<ServedModel> served);
   // The config_override of the last Load of `name`.
   std::optional<inference::ModelConfig> last_override(const std::string& name);
 
@@ -98,6 +102,8 @@ class FakeModelManager : public ModelManager {
  private:
   struct Entry {
     std::shared_ptr<FakeServedModel> model;
+    // When set, what GetReady and ReadyModels return instead of `model`.
+    std::shared_ptr<ServedModel> served;
     bool ready = false;
     bool broken = false;
     std::string reason;
