@@ -143,6 +143,7 @@ class GenerationTest(unittest.TestCase):
         self.assertIn("application/json", content_type)
         unary = json.loads(text)
         self.assertEqual(unary["output_ids"], self.reference["output_ids"])
+        self.assertEqual(unary["text_output"], self.reference["text_output"])
         self.assertEqual(unary["finish_reason"], "length")
         self.assertEqual(unary["id"], "g1")
         self.assertEqual(unary["model_name"], MODEL)

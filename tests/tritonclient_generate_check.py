@@ -74,10 +74,12 @@ def check_stream(url, reference):
     assert ids == reference["output_ids"], (ids, reference["output_ids"])
     reasons = [reason for _, _, reason in pieces]
     assert reasons == [None] * (len(ids) - 1) + ["length"], reasons
+    text = "".join(piece for piece, _, _ in pieces)
+    assert text == reference["text_output"], (text, reference["text_output"])
     print(f"stream: {len(pieces)} responses, one per token, equal to "
-          "transformers' greedy tokens; the last final with finish_reason "
-          "length")
-    return "".join(text for text, _, _ in pieces)
+          "transformers' greedy tokens and their text; the last final with "
+          "finish_reason length")
+    return text
 
 
 def check_unary(url, reference, streamed_text):

@@ -13,8 +13,9 @@ bin=bazel-bin
 cat <<MSG
 
 castserve: serving deploy/model_repository (model "minilm": fp8 layerwise
-casting over a lazily mapped checkpoint; text in, sentence_embedding out).
-In another shell, try:
+casting over a lazily mapped checkpoint; text in, sentence_embedding out;
+model "tiny_llama": a generation model with random weights that shows the
+generation API, meaningless text out). In another shell, try:
 
   $bin/client/castserve-client --url=localhost:8001 ready
   $bin/client/castserve-client --url=localhost:8001 infer minilm \\
@@ -26,6 +27,10 @@ In another shell, try:
   curl -s localhost:8000/v2/models/minilm/infer -d '{"inputs": [{"name": "text",
       "datatype": "BYTES", "shape": [1, 1], "data": ["A man is playing a guitar."]}],
       "outputs": [{"name": "sentence_embedding"}]}'
+  $bin/client/castserve-client --url=localhost:8001 generate tiny_llama \\
+      --text="The quick brown fox" --stream --param=max_tokens=32
+  curl -sN localhost:8000/v2/models/tiny_llama/generate_stream \\
+      -d '{"text_input": "The quick brown fox", "max_tokens": 16}'
   curl -s localhost:8002/metrics
 
 MSG
