@@ -1,5 +1,7 @@
 // REST generate and generate_stream end to end in one process: an
-// HttpServer serving a RestService over a fake decoupled generation model.
+// HttpServer serving a RestService over a GenerationServedModel whose
+// engine is scripted (test_util/fake_generation_engine.h: token i is the
+// byte 'a' + i) and whose tokenizer maps bytes to ids.
 #include "server/rest_generate_call.h"
 
 #include <sys/socket.h>
@@ -16,10 +18,12 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/generation_served_model.h"
 #include "server/http_server.h"
 #include "server/inference_core.h"
 #include "server/rest_service.h"
-#include "server/test_util/fake_generation_model.h"
+#include "server/test_util/byte_tokenizer.h"
+#include "server/test_util/fake_generation_engine.h"
 #include "server/test_util/fake_model_manager.h"
 #include "server/test_util/http_client.h"
 
@@ -30,12 +34,34 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// The fake manager's models plus "gen", a FakeGenerationModel.
+using test_util::ByteTokenizer;
+using test_util::FakeGenerationEngine;
+
+// The fake manager's models plus "gen", a GenerationServedModel over a
+// FakeGenerationEngine that says 'a', 'b', 'c', ... (no EOS) one token every
+// 5 ms.
 class GenerationModelManager : public testing::FakeModelManager {
  public:
-  GenerationModelManager()
-      : generation_(std::make_shared<testing::FakeGenerationModel>(
-            "gen", absl::Milliseconds(5))) {}
+  GenerationModelManager() {
+    GenerationModelParts parts;
+    parts.config.set_name("gen");
+    parts.config.mutable_generation()->set_kv_cache_bytes(1 << 20);
+    parts.vocab_size = 258;
+    parts.max_positions = 1 << 16;
+    parts.eos_token_ids = {ByteTokenizer::kEos};
+    parts.tokenizer = std::make_shared<ByteTokenizer>();
+    auto engine = std::make_unique<FakeGenerationEngine>(
+        [](const std::vector<int64_t>&, int64_t step) {
+          return 'a' + step % 26;
+        },
+        absl::Milliseconds(5));
+    engine_ = engine.get();
+    parts.engine = std::move(engine);
+    absl::StatusOr<std::unique_ptr<GenerationServedModel>> model =
+        GenerationServedModel::Create(std::move(parts));
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (model.ok()) generation_ = *std::move(model);
+  }
 
   absl::StatusOr<std::shared_ptr<ServedModel>> GetReady(
       const std::string& name, const std::string& version,
@@ -43,10 +69,11 @@ class GenerationModelManager : public testing::FakeModelManager {
     if (name == "gen") return generation_;
     return FakeModelManager::GetReady(name, version, deadline);
   }
-  testing::FakeGenerationModel& generation() { return *generation_; }
+  FakeGenerationEngine& engine() { return *engine_; }
 
  private:
-  const std::shared_ptr<testing::FakeGenerationModel> generation_;
+  std::shared_ptr<ServedModel> generation_;
+  FakeGenerationEngine* engine_ = nullptr;
 };
 
 struct Answer {
@@ -138,10 +165,9 @@ TEST_F(RestGenerateCallTest, GenerateAnswersOneObject) {
   EXPECT_EQ(json::parse(answer.body), json({{"model_name", "gen"},
                                             {"model_version", "1"},
                                             {"id", "a"},
-                                            {"text_output", "t0 t1 t2 "},
-                                            {"output_ids", {100, 101, 102}},
+                                            {"text_output", "abc"},
+                                            {"output_ids", {97, 98, 99}},
                                             {"finish_reason", "length"}}));
-  EXPECT_EQ(manager_.generation().last_prompt(), std::string("\2\0\0\0Hi", 6));
 }
 
 TEST_F(RestGenerateCallTest, GenerateStreamSendsOneEventPerToken) {
@@ -154,8 +180,8 @@ TEST_F(RestGenerateCallTest, GenerateStreamSendsOneEventPerToken) {
   const std::vector<json> events = Events(answer.body);
   ASSERT_EQ(events.size(), 4u) << answer.body;
   for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(events[i]["output_ids"], json({100 + i}));
-    EXPECT_EQ(events[i]["text_output"], absl::StrCat("t", i, " "));
+    EXPECT_EQ(events[i]["output_ids"], json({97 + i}));
+    EXPECT_EQ(events[i]["text_output"], std::string(1, 'a' + i));
     EXPECT_EQ(events[i]["model_name"], "gen");
     EXPECT_EQ(events[i].contains("finish_reason"), i == 3) << i;
   }
@@ -178,35 +204,61 @@ TEST_F(RestGenerateCallTest, ErrorsBeforeTheFirstEventAreHttpErrors) {
   EXPECT_EQ(Call("/v2/models/gen/generate", "[]").status, 400);
 }
 
-TEST_F(RestGenerateCallTest, ErrorAfterTheFirstEventIsAnErrorEvent) {
-  Answer answer = Call("/v2/models/gen/generate_stream",
-                       R"({"input_ids": [1], "max_tokens": 5, "parameters": )"
-                       R"({"fake_fail_after": 2}})");
-  ASSERT_EQ(answer.status, 200);
-  const std::vector<json> events = Events(answer.body);
-  ASSERT_EQ(events.size(), 3u) << answer.body;
-  EXPECT_EQ(events[1]["output_ids"], json({101}));
-  EXPECT_EQ(events[2], json({{"error", "fake failure"}}));
-}
-
-TEST_F(RestGenerateCallTest, ClientClosingTheStreamCancelsIt) {
-  const int fd = test_util::ConnectLocal(http_->port(), 5);
-  ASSERT_GE(fd, 0);
-  const std::string request =
-      Post("/v2/models/gen/generate_stream",
-           R"({"input_ids": [1], "max_tokens": 100000})");
-  ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
-            static_cast<ssize_t>(request.size()));
+// Sends a generate_stream request of `body` on a new connection and reads
+// until the first event is in; the connection's descriptor (-1 on failure).
+int StartStream(int port, const std::string& body) {
+  const int fd = test_util::ConnectLocal(port, 5);
+  if (fd < 0) return -1;
+  const std::string request = Post("/v2/models/gen/generate_stream", body);
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return -1;
+  }
   std::string got;
   char buffer[256];
   while (got.find("data: ") == std::string::npos) {
     const ssize_t n = read(fd, buffer, sizeof buffer);
-    ASSERT_GT(n, 0);
+    if (n <= 0) {
+      close(fd);
+      return -1;
+    }
     got.append(buffer, n);
   }
-  EXPECT_THAT(got, StartsWith("HTTP/1.1 200"));
+  return fd;
+}
+
+TEST_F(RestGenerateCallTest, ErrorAfterTheFirstEventIsAnErrorEvent) {
+  const int fd =
+      StartStream(http_->port(), R"({"input_ids": [1], "max_tokens": 10000})");
+  ASSERT_GE(fd, 0);
+  manager_.engine().Stop();  // Ends the running sequence with UNAVAILABLE.
+  // The rest of the chunked body: an event is never split (they are small).
+  const std::string rest = test_util::ReadToEnd(fd);
   close(fd);
-  EXPECT_TRUE(manager_.generation().AwaitCancelled(1, absl::Seconds(10)));
+  EXPECT_THAT(rest, HasSubstr("data: {\"error\":\""));
+  EXPECT_THAT(rest, HasSubstr("stopped"));
+  EXPECT_THAT(rest, HasSubstr("\r\n0\r\n\r\n")) << "the body ends";
+}
+
+TEST_F(RestGenerateCallTest,
+       ClientClosingTheStreamCancelsItAndFreesTheKvCache) {
+  const int fd =
+      StartStream(http_->port(), R"({"input_ids": [1], "max_tokens": 10000})");
+  ASSERT_GE(fd, 0);
+  EXPECT_GT(manager_.engine().stats().kv_bytes_in_use, 0);
+  close(fd);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (manager_.engine().stats().kv_bytes_in_use != 0 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(manager_.engine().stats().kv_bytes_in_use, 0);
+  // The next request runs: the cancelled one is gone.
+  EXPECT_EQ(
+      Call("/v2/models/gen/generate", R"({"text_input": "x", "max_tokens": 1})")
+          .status,
+      200);
 }
 
 }  // namespace
