@@ -34,6 +34,13 @@
 
 namespace castserve {
 
+// The names above, the generation parameters proper (not Triton's keys):
+// what REST's generate body may also give at its top level.
+inline constexpr const char* kGenerationParameterNames[] = {
+    "max_tokens", "temperature",        "top_k",
+    "top_p",      "repetition_penalty", "seed",
+    "stop",       "stop_token_ids",     "ignore_eos"};
+
 // Bounds on what one request may ask for.
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopStringBytes = 256;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "casting/json_parser.h"
+#include "server/generation_parameters.h"
 #include "server/rest_infer_codec.h"
 
 namespace castserve {
@@ -28,9 +29,9 @@ absl::Status Invalid(absl::string_view what) {
 }
 
 bool IsGenerateParameter(absl::string_view key) {
-  return std::find(std::begin(kGenerateParameterKeys),
-                   std::end(kGenerateParameterKeys),
-                   key) != std::end(kGenerateParameterKeys);
+  return std::find(std::begin(kGenerationParameterNames),
+                   std::end(kGenerationParameterNames),
+                   key) != std::end(kGenerationParameterNames);
 }
 
 const inference::ModelMetadataResponse::TensorMetadata* FindInput(
@@ -119,7 +120,7 @@ absl::StatusOr<json> InferJson(
           absl::StrCat("unknown key '", key, "': not an input of model '",
                        metadata.name(), "' (", InputNames(metadata),
                        "), \"id\", \"parameters\" or a generation parameter (",
-                       absl::StrJoin(kGenerateParameterKeys, ", "), ")"));
+                       absl::StrJoin(kGenerationParameterNames, ", "), ")"));
     }
     if (!status.ok()) return status;
   }

@@ -9,11 +9,12 @@
 // datatype comes from the model's metadata, its shape is [n] (with leading
 // 1s to the input's rank). "parameters" is an object of request parameters
 // and "id" a string. A top-level key naming a generation parameter
-// (kGenerateParameterKeys: max_tokens, temperature, ...) is taken as a
-// parameter too, as Triton's generate examples send them. Any other key:
-// INVALID_ARGUMENT naming it. A parameter's value is a boolean, a number or
-// a string; an array (stop: ["\n", "."], stop_token_ids: [2]) is passed on
-// as its JSON text, the form the generation parameters take.
+// (generation_parameters.h's kGenerationParameterNames: max_tokens,
+// temperature, ...) is taken as a parameter too, as Triton's generate
+// examples send them. Any other key: INVALID_ARGUMENT naming it. A parameter's
+// value is a boolean, a number or a string; an array (stop: ["\n", "."],
+// stop_token_ids: [2]) is passed on as its JSON text, the form the generation
+// parameters take.
 //
 // Response: one JSON object {"model_name", "model_version", "id" (when the
 // request had one), one key per output: a BYTES output of one element as
@@ -33,12 +34,6 @@
 #include "proto/inference.pb.h"
 
 namespace castserve {
-
-// The generation parameters a generate body may give at its top level.
-inline constexpr const char* kGenerateParameterKeys[] = {
-    "max_tokens", "temperature",        "top_k",
-    "top_p",      "repetition_penalty", "seed",
-    "stop",       "stop_token_ids",     "ignore_eos"};
 
 // Decodes a generate body for `model` (`version` may be empty) whose
 // inputs `metadata` describes. INVALID_ARGUMENT naming the key for a body

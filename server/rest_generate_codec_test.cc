@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/generation_parameters.h"
 
 namespace castserve {
 namespace {
@@ -92,6 +93,29 @@ TEST(RestGenerateCodecTest, UnknownKeysAndBadValuesAreNamed) {
   EXPECT_THAT(Decode(R"({"id": 7})").status().message(), HasSubstr("\"id\""));
   EXPECT_THAT(Decode("[1]").status().message(), HasSubstr("JSON object"));
   EXPECT_EQ(Decode("{").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The names REST takes at the top level are the ones the generation
+// parameters parse: a value of a wrong type is refused naming each.
+TEST(RestGenerateCodecTest, TopLevelNamesAreTheParsedParameters) {
+  for (const char* name : kGenerationParameterNames) {
+    bool refused = false;
+    for (bool as_string : {false, true}) {
+      InferParameters parameters;
+      if (as_string) {
+        parameters[name].set_string_param("x");
+      } else {
+        parameters[name].set_bool_param(true);
+      }
+      absl::StatusOr<GenerationParameters> parsed =
+          ParseGenerationParameters(parameters);
+      if (!parsed.ok()) {
+        refused = true;
+        EXPECT_THAT(parsed.status().message(), HasSubstr(name));
+      }
+    }
+    EXPECT_TRUE(refused) << name;
+  }
 }
 
 TEST(RestGenerateCodecTest, ResponseHasTextIdsAndFinishReason) {
