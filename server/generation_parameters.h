@@ -31,15 +31,9 @@
 #include "google/protobuf/map.h"
 #include "models/sampling.h"
 #include "proto/inference.pb.h"
+#include "server/generation_parameter_names.h"
 
 namespace castserve {
-
-// The names above, the generation parameters proper (not Triton's keys):
-// what REST's generate body may also give at its top level.
-inline constexpr const char* kGenerationParameterNames[] = {
-    "max_tokens", "temperature",        "top_k",
-    "top_p",      "repetition_penalty", "seed",
-    "stop",       "stop_token_ids",     "ignore_eos"};
 
 // Bounds on what one request may ask for.
 inline constexpr size_t kMaxStopStrings = 16;

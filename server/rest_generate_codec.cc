@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "casting/json_parser.h"
-#include "server/generation_parameters.h"
+#include "server/generation_parameter_names.h"
 #include "server/rest_infer_codec.h"
 
 namespace castserve {

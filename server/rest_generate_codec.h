@@ -9,7 +9,7 @@
 // datatype comes from the model's metadata, its shape is [n] (with leading
 // 1s to the input's rank). "parameters" is an object of request parameters
 // and "id" a string. A top-level key naming a generation parameter
-// (generation_parameters.h's kGenerationParameterNames: max_tokens,
+// (generation_parameter_names.h's kGenerationParameterNames: max_tokens,
 // temperature, ...) is taken as a parameter too, as Triton's generate
 // examples send them. Any other key: INVALID_ARGUMENT naming it. A parameter's
 // value is a boolean, a number or a string; an array (stop: ["\n", "."],
