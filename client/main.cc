@@ -241,21 +241,26 @@ int Generate(InferenceClient& client, const CommandArgs& args) {
   if (!request.ok()) return Usage(std::string(request.status().message()));
   std::string finish_reason;
   absl::Status status;
+  // Whether a piece went to stdout (its line is ended then).
+  bool continued = false;
   if (args.stream) {
-    bool continued = false;
     status = client.ModelStreamInfer(
         *request, [&](const inference::ModelInferResponse& response) {
-          if (status.ok())
+          if (status.ok()) {
             status = PrintPiece(response, continued, &finish_reason);
+          }
           continued = true;
         });
   } else {
     absl::StatusOr<inference::ModelInferResponse> response =
         client.ModelInfer(*request);
-    status = response.ok() ? PrintPiece(*response, false, &finish_reason)
-                           : response.status();
+    status = response.status();
+    if (response.ok()) {
+      status = PrintPiece(*response, false, &finish_reason);
+      continued = true;
+    }
   }
-  std::fputs("\n", stdout);
+  if (continued) std::fputs("\n", stdout);
   if (!status.ok()) return Fail(status);
   std::fprintf(stderr, "finish_reason: %s\n", finish_reason.c_str());
   return 0;
