@@ -120,9 +120,10 @@ int Run(int threads, int rounds) {
   const models::F32MatmulChoice choice = models::ResolveF32MatmulKernel();
   std::printf(
       "threads %d; --cpu-f32-matmul=auto here chooses %s (probe: blas %.0f "
-      "us, onednn %.0f us)\n",
+      "us, onednn %.0f us); bf16 on oneDNN with fused activations: %s\n",
       threads, models::F32MatmulKernelName(choice.kernel).c_str(),
-      choice.blas_us, choice.onednn_us);
+      choice.blas_us, choice.onednn_us,
+      models::OneDnnRunsReducedPrecision() ? "yes" : "no");
   F32Kernels(rounds);
   FusedActivation(at::kFloat, "f32 (oneDNN)", rounds);
   FusedActivation(at::kBFloat16, "bf16", rounds);

@@ -78,23 +78,6 @@ at::Tensor OneDnnProduct(const at::Tensor& x, const at::Tensor& weight,
                               post_op.algorithm);
 }
 
-// What at::linear uses for reduced-precision products on the CPU: oneDNN
-// on CPUs with AVX-512 (BW, VL, DQ), LibTorch's own loops otherwise.
-bool OneDnnRunsReducedPrecision() {
-  static const bool yes = [] {
-    const std::unordered_map<std::string, c10::IValue> caps =
-        at::cpu::get_cpu_capabilities();
-    for (const char* isa : {"avx512bw", "avx512vl", "avx512dq"}) {
-      auto it = caps.find(isa);
-      if (it == caps.end() || !it->second.isBool() || !it->second.toBool()) {
-        return false;
-      }
-    }
-    return true;
-  }();
-  return yes;
-}
-
 // The measurement's product: rows large enough to be past the small-batch
 // regime, a weight (4 MiB) that fits in the caches like a layer's slice.
 constexpr int64_t kProbeRows = 256;
@@ -167,6 +150,21 @@ F32MatmulChoice ResolveF32MatmulKernel() {
     fast_kernel.store(resolved.kernel, std::memory_order_release);
   }
   return resolved;
+}
+
+bool OneDnnRunsReducedPrecision() {
+  static const bool yes = [] {
+    const std::unordered_map<std::string, c10::IValue> caps =
+        at::cpu::get_cpu_capabilities();
+    for (const char* isa : {"avx512_bw", "avx512_vl", "avx512_dq"}) {
+      auto it = caps.find(isa);
+      if (it == caps.end() || !it->second.isBool() || !it->second.toBool()) {
+        return false;
+      }
+    }
+    return true;
+  }();
+  return yes;
 }
 
 namespace {

@@ -42,6 +42,11 @@ void SetF32MatmulKernel(F32MatmulKernel kernel);
 // (once per process; concurrent callers wait for the one measurement).
 F32MatmulChoice ResolveF32MatmulKernel();
 
+// True when this CPU has what LibTorch requires to run bf16/f16 products
+// on oneDNN (AVX-512 BW, VL and DQ; cpuinfo's names avx512_bw, avx512_vl,
+// avx512_dq): then LinearProduct runs them there with fused activations.
+bool OneDnnRunsReducedPrecision();
+
 // Products with fewer rows than this stay on at::linear whatever the
 // choice: at decode-sized batches the two kernels trade places by shape.
 inline constexpr int64_t kOneDnnMinRows = 16;

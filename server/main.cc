@@ -213,13 +213,15 @@ void ChooseF32Matmul(models::F32MatmulKernel requested) {
   if (!choice.measured) {
     Log(LogLevel::kInfo, "f32 matmul kernel",
         {{"kernel", models::F32MatmulKernelName(choice.kernel)},
-         {"requested", models::F32MatmulKernelName(requested)}});
+         {"requested", models::F32MatmulKernelName(requested)},
+         {"bf16_on_onednn", models::OneDnnRunsReducedPrecision()}});
     return;
   }
   Log(LogLevel::kInfo, "f32 matmul kernel",
       {{"kernel", models::F32MatmulKernelName(choice.kernel)},
        {"blas_us", static_cast<int64_t>(choice.blas_us)},
-       {"onednn_us", static_cast<int64_t>(choice.onednn_us)}});
+       {"onednn_us", static_cast<int64_t>(choice.onednn_us)},
+       {"bf16_on_onednn", models::OneDnnRunsReducedPrecision()}});
 }
 
 int Run(const ServerFlags& flags) {

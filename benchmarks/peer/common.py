@@ -151,7 +151,7 @@ def start_castserve(children, binary, repository, flags, threads, log_path,
     while True:
         wait_for_file(binary, what="castserve binary")
         argv = [binary, f"--model-repository={repository}", "--grpc-port=0",
-                "--metrics-port=0", *flags]
+                "--metrics-port=0", "--http-port=off", *flags]
         child = children.spawn(name, argv, thread_env(threads), log_path)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
