@@ -4,6 +4,10 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
 #include <vector>
 
 namespace castserve::models {
@@ -116,6 +120,25 @@ TEST_F(MatmulTest, ActivationsAreAppliedFusedOrNot) {
     EXPECT_LT(RelativeDifference(got.to(at::kFloat), reference), 1e-2)
         << "bf16 activation " << static_cast<int>(activation);
   }
+}
+
+// The kernel's own flag names (/proc/cpuinfo) against what cpuinfo, through
+// LibTorch, told matmul.cc: a misspelt capability key reads as "absent".
+TEST_F(MatmulTest, ReducedPrecisionOnOneDnnFollowsTheCpuFlags) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  ASSERT_TRUE(cpuinfo.good());
+  std::string line;
+  std::set<std::string> flags;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    for (std::string flag; words >> flag;) flags.insert(flag);
+    break;
+  }
+  ASSERT_FALSE(flags.empty());
+  const bool expected = flags.count("avx512bw") && flags.count("avx512vl") &&
+                        flags.count("avx512dq");
+  EXPECT_EQ(OneDnnRunsReducedPrecision(), expected);
 }
 
 TEST_F(MatmulTest, DoublesAndEmptyInputsStayOnAtLinear) {
