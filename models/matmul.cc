@@ -14,7 +14,6 @@
 #include <unordered_map>
 
 #include "absl/base/const_init.h"
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
 namespace castserve::models {
