@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace castserve {
 namespace {
@@ -105,9 +106,10 @@ absl::StatusOr<GeneratedPiece> ReadGeneratedPiece(
   GeneratedPiece piece;
   for (int i = 0; i < response.outputs_size(); ++i) {
     const auto& output = response.outputs(i);
-    const std::string raw = i < response.raw_output_contents_size()
-                                ? response.raw_output_contents(i)
-                                : std::string();
+    const absl::string_view raw =
+        i < response.raw_output_contents_size()
+            ? absl::string_view(response.raw_output_contents(i))
+            : absl::string_view();
     if (output.name() == kTextOutput) {
       absl::StatusOr<std::vector<std::string>> elements = BytesElements(raw);
       if (!elements.ok()) return elements.status();

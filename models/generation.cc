@@ -39,6 +39,26 @@ bool Contains(const std::vector<int64_t>& ids, int64_t id) {
 
 }  // namespace
 
+absl::StatusOr<const IncrementalDecoder*> DecoderOf(const Model& model) {
+  const IncrementalDecoder* decoder = model.incremental_decoder();
+  if (decoder == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "architecture ", model.architecture(), " cannot generate"));
+  }
+  return decoder;
+}
+
+std::optional<GenerationResult::Stop> StopByIdOf(
+    const GenerationOptions& options, int64_t token) {
+  if (Contains(options.eos_token_ids, token)) {
+    return GenerationResult::Stop::kEos;
+  }
+  if (Contains(options.stop_token_ids, token)) {
+    return GenerationResult::Stop::kStopToken;
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<std::vector<int64_t>> ReadEosTokenIds(
     const std::string& folder) {
   for (const char* file : {"generation_config.json", "config.json"}) {
@@ -54,11 +74,9 @@ absl::StatusOr<std::vector<int64_t>> ReadEosTokenIds(
 
 absl::StatusOr<std::unique_ptr<DecodeSession>> DecodeSession::Create(
     const Model& model, int64_t capacity) {
-  const IncrementalDecoder* decoder = model.incremental_decoder();
-  if (decoder == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "architecture ", model.architecture(), " cannot generate"));
-  }
+  absl::StatusOr<const IncrementalDecoder*> decoder_or = DecoderOf(model);
+  if (!decoder_or.ok()) return decoder_or.status();
+  const IncrementalDecoder* decoder = *decoder_or;
   if (capacity <= 0 || capacity > decoder->max_positions()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a sequence of ", capacity, " tokens does not fit the model's ",
@@ -120,11 +138,9 @@ absl::Status CheckGenerationRequest(const Model& model,
   }
   absl::Status sampling = ValidateSamplingParams(options.sampling);
   if (!sampling.ok()) return sampling;
-  const IncrementalDecoder* decoder = model.incremental_decoder();
-  if (decoder == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "architecture ", model.architecture(), " cannot generate"));
-  }
+  absl::StatusOr<const IncrementalDecoder*> decoder_or = DecoderOf(model);
+  if (!decoder_or.ok()) return decoder_or.status();
+  const IncrementalDecoder* decoder = *decoder_or;
   const int64_t positions = decoder->max_positions();
   const int64_t length = static_cast<int64_t>(prompt.size());
   if (length > positions) {
@@ -167,12 +183,9 @@ absl::StatusOr<GenerationResult> Generate(const Model& model,
     const int64_t token = sampler->Next(*logits, history);
     result.tokens.push_back(token);
     history.push_back(token);
-    if (Contains(options.eos_token_ids, token)) {
-      result.stop = GenerationResult::Stop::kEos;
-      return result;
-    }
-    if (Contains(options.stop_token_ids, token)) {
-      result.stop = GenerationResult::Stop::kStopToken;
+    if (std::optional<GenerationResult::Stop> stop =
+            StopByIdOf(options, token)) {
+      result.stop = *stop;
       return result;
     }
     next = {token};

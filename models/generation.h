@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,16 @@ class DecodeSession {
   const IncrementalDecoder& decoder_;
   const std::unique_ptr<KvCache> cache_;
 };
+
+// The model's incremental decoder; InvalidArgument "architecture X cannot
+// generate" for a model without one.
+absl::StatusOr<const IncrementalDecoder*> DecoderOf(const Model& model);
+
+// How `token` stops a sequence by its id: kEos for one of
+// options.eos_token_ids, else kStopToken for one of options.stop_token_ids;
+// nullopt for any other token.
+std::optional<GenerationResult::Stop> StopByIdOf(
+    const GenerationOptions& options, int64_t token);
 
 // Generate's checks of a request, for those who run it otherwise (the
 // scheduler): InvalidArgument for a model without incremental decoding, an

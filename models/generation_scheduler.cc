@@ -14,10 +14,6 @@
 namespace castserve::models {
 namespace {
 
-bool Contains(const std::vector<int64_t>& ids, int64_t id) {
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
-
 absl::Status CheckOptions(const SchedulerOptions& options) {
   struct Bound {
     const char* name;
@@ -75,22 +71,19 @@ struct GenerationScheduler::Sequence {
 absl::StatusOr<std::unique_ptr<GenerationScheduler>>
 GenerationScheduler::Create(const Model& model,
                             const SchedulerOptions& options) {
-  const IncrementalDecoder* decoder = model.incremental_decoder();
-  if (decoder == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "architecture ", model.architecture(), " cannot generate"));
-  }
+  absl::StatusOr<const IncrementalDecoder*> decoder = DecoderOf(model);
+  if (!decoder.ok()) return decoder.status();
   absl::Status valid = CheckOptions(options);
   if (!valid.ok()) return valid;
   absl::StatusOr<std::unique_ptr<KvBlockPool>> pool = KvBlockPool::Create(
-      decoder->kv_cache_shape(), options.block_tokens, options.pool_bytes);
+      (*decoder)->kv_cache_shape(), options.block_tokens, options.pool_bytes);
   if (!pool.ok()) return pool.status();
   SchedulerOptions resolved = options;
   if (resolved.model_tag.empty()) {
     resolved.model_tag = casting::ScopedModelTag::CurrentModelId();
   }
   auto scheduler = std::unique_ptr<GenerationScheduler>(
-      new GenerationScheduler(model, *decoder, resolved, *std::move(pool)));
+      new GenerationScheduler(model, **decoder, resolved, *std::move(pool)));
   GenerationScheduler* self = scheduler.get();
   absl::MutexLock lock(&scheduler->join_mu_);
   scheduler->thread_ =
@@ -329,10 +322,8 @@ bool GenerationScheduler::Commit(Sequence& sequence, int64_t token) {
   sequence.pending = {token};
   const bool more =
       !sequence.request.on_token || sequence.request.on_token(token);
-  if (Contains(options.eos_token_ids, token)) {
-    result.stop = GenerationResult::Stop::kEos;
-  } else if (Contains(options.stop_token_ids, token)) {
-    result.stop = GenerationResult::Stop::kStopToken;
+  if (std::optional<GenerationResult::Stop> stop = StopByIdOf(options, token)) {
+    result.stop = *stop;
   } else if (!more) {
     result.stop = GenerationResult::Stop::kStoppedByCaller;
   } else if (static_cast<int64_t>(result.tokens.size()) >=

@@ -8,6 +8,7 @@
 #include "casting/json_parser.h"
 #include "server/generation_text.h"
 #include "server/model_config_loader.h"
+#include "text/unicode.h"
 
 namespace castserve {
 namespace {
@@ -78,7 +79,7 @@ absl::Status CheckStopString(const std::string& stop) {
         "stop", absl::StrCat("strings of 1..", kMaxStopStringBytes, " bytes"),
         absl::StrCat(stop.size(), " bytes"));
   }
-  if (!IsValidUtf8(stop)) {
+  if (!text::IsValidUtf8(stop)) {
     return absl::InvalidArgumentError("parameter 'stop' must be valid UTF-8");
   }
   return absl::OkStatus();

@@ -20,6 +20,7 @@
 #include "server/generation_text.h"
 #include "server/model_config_loader.h"
 #include "server/tensor_conversion.h"
+#include "text/unicode.h"
 
 namespace castserve {
 namespace {
@@ -256,7 +257,7 @@ GenerationServedModel::Impl::PromptFromText(
   absl::StatusOr<std::vector<std::string>> strings =
       StringsOfInput(request, index, /*max_batch_size=*/1);
   if (!strings.ok()) return strings.status();
-  if (!IsValidUtf8(strings->front())) {
+  if (!text::IsValidUtf8(strings->front())) {
     return absl::InvalidArgumentError(
         absl::StrCat("input '", kTextInputTensor, "' is not valid UTF-8"));
   }

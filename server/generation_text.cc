@@ -33,30 +33,6 @@ bool EndsMidCharacter(absl::string_view text) {
 
 }  // namespace
 
-bool IsValidUtf8(absl::string_view text) {
-  for (size_t i = 0; i < text.size();) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    const int length = SequenceLength(lead);
-    if (length == 0 || i + length > text.size()) return false;
-    for (int k = 1; k < length; ++k) {
-      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) {
-        return false;
-      }
-    }
-    if (length > 1) {
-      const auto second = static_cast<unsigned char>(text[i + 1]);
-      if ((lead == 0xE0 && second < 0xA0) ||   // Overlong.
-          (lead == 0xED && second >= 0xA0) ||  // Surrogate.
-          (lead == 0xF0 && second < 0x90) ||   // Overlong.
-          (lead == 0xF4 && second >= 0x90)) {  // Beyond U+10FFFF.
-        return false;
-      }
-    }
-    i += length;
-  }
-  return true;
-}
-
 GenerationText::GenerationText(const text::Tokenizer* tokenizer,
                                std::vector<std::string> stops)
     : tokenizer_(tokenizer), stops_(std::move(stops)) {}

@@ -24,9 +24,6 @@
 
 namespace castserve {
 
-// True when `text` is well-formed UTF-8 (no surrogates, no overlongs).
-bool IsValidUtf8(absl::string_view text);
-
 class GenerationText {
  public:
   // `tokenizer` must outlive the object; `stops` are non-empty UTF-8

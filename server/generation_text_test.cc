@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "server/test_util/byte_tokenizer.h"
+#include "text/unicode.h"
 
 namespace castserve {
 namespace {
@@ -48,7 +49,7 @@ TEST(GenerationTextTest, NeverEmitsHalfACharacter) {
   const std::vector<std::string> pieces = Pieces(stream, ByteIds("xé€y"));
   EXPECT_EQ(pieces, (std::vector<std::string>{"x", "", "\xC3\xA9", "", "",
                                               "\xE2\x82\xAC", "y", ""}));
-  for (const std::string& piece : pieces) EXPECT_TRUE(IsValidUtf8(piece));
+  for (const std::string& piece : pieces) EXPECT_TRUE(text::IsValidUtf8(piece));
 }
 
 TEST(GenerationTextTest, SpecialTokensHaveNoText) {
@@ -102,11 +103,12 @@ TEST(GenerationTextTest, UnknownIdIsAnError) {
 }
 
 TEST(IsValidUtf8Test, AcceptsUtf8AndRefusesBrokenSequences) {
-  EXPECT_TRUE(IsValidUtf8("plain \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"));
-  EXPECT_FALSE(IsValidUtf8("\xC3"));
-  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));      // Overlong.
-  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));  // Surrogate.
-  EXPECT_FALSE(IsValidUtf8("\xFF"));
+  EXPECT_TRUE(
+      text::IsValidUtf8("plain \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"));
+  EXPECT_FALSE(text::IsValidUtf8("\xC3"));
+  EXPECT_FALSE(text::IsValidUtf8("\xC0\xAF"));      // Overlong.
+  EXPECT_FALSE(text::IsValidUtf8("\xED\xA0\x80"));  // Surrogate.
+  EXPECT_FALSE(text::IsValidUtf8("\xFF"));
 }
 
 }  // namespace
