@@ -72,8 +72,11 @@ at::Tensor OneDnnProduct(const at::Tensor& x, const at::Tensor& weight,
                          const at::Tensor& bias, const PostOp& post_op) {
   std::optional<at::Tensor> b;
   if (bias.defined()) b = bias;
-  return OneDnnLinear()->call(x, weight, b, post_op.attr,
-                              c10::List<std::optional<at::Scalar>>(),
+  // No scalars for the post-ops castserve uses; shared, not allocated per
+  // call (a copy of a c10::List only counts a reference).
+  static const auto* const no_scalars =
+      new c10::List<std::optional<at::Scalar>>();
+  return OneDnnLinear()->call(x, weight, b, post_op.attr, *no_scalars,
                               post_op.algorithm);
 }
 
@@ -98,8 +101,10 @@ F32MatmulChoice Measure() {
   F32MatmulChoice choice;
   if (OneDnnLinear() == nullptr) return choice;
   c10::InferenceMode inference;
-  const at::Tensor x = at::randn({kProbeRows, kProbeFeatures});
-  const at::Tensor w = at::randn({kProbeFeatures, kProbeFeatures});
+  // Constant values (timing does not depend on them) so that measuring
+  // leaves the global generator where seeded callers expect it.
+  const at::Tensor x = at::full({kProbeRows, kProbeFeatures}, 0.5);
+  const at::Tensor w = at::full({kProbeFeatures, kProbeFeatures}, 0.5);
   const at::Tensor none;
   at::linear(x, w);  // First calls set up each kernel.
   OneDnnProduct(x, w, none, kNoPostOp);
@@ -196,13 +201,14 @@ bool OnOneDnn(const at::Tensor& x, const at::Tensor& weight) {
 at::Tensor LinearProduct(const at::Tensor& x, const at::Tensor& weight,
                          const at::Tensor& bias,
                          std::optional<Activation> activation) {
+  at::Tensor y;
   if (OnOneDnn(x, weight)) {
-    if (std::optional<PostOp> post_op = PostOpOf(activation)) {
-      return OneDnnProduct(x, weight, bias, *post_op);
-    }
-    return Activate(*activation, OneDnnProduct(x, weight, bias, kNoPostOp));
+    const std::optional<PostOp> post_op = PostOpOf(activation);
+    y = OneDnnProduct(x, weight, bias, post_op.value_or(kNoPostOp));
+    if (post_op.has_value()) return y;  // Fused, or no activation.
+  } else {
+    y = at::linear(x, weight, bias);
   }
-  at::Tensor y = at::linear(x, weight, bias);
   return activation.has_value() ? Activate(*activation, y) : y;
 }
 

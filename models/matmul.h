@@ -2,7 +2,7 @@
 // and which CPU kernel computes it in f32.
 //
 // LibTorch hands f32 products on the CPU to the BLAS it was built with
-// (MKL in the PyPI wheel), bf16 and f16 ones to oneDNN. MKL picks its
+// (MKL in the PyPI wheel), bf16 ones to oneDNN on AVX-512 CPUs. MKL picks its
 // kernels by CPU vendor: on an AMD EPYC with AVX-512 it runs its sgemm at
 // about half the speed of oneDNN's f32 matmul on the same core (measured
 // in BENCHMARKS.md, "f32 matmul kernels"); on Intel CPUs the two are close.
@@ -42,9 +42,10 @@ void SetF32MatmulKernel(F32MatmulKernel kernel);
 // (once per process; concurrent callers wait for the one measurement).
 F32MatmulChoice ResolveF32MatmulKernel();
 
-// True when this CPU has what LibTorch requires to run bf16/f16 products
-// on oneDNN (AVX-512 BW, VL and DQ; cpuinfo's names avx512_bw, avx512_vl,
-// avx512_dq): then LinearProduct runs them there with fused activations.
+// True when this CPU has AVX-512 BW, VL and DQ (cpuinfo's avx512_bw,
+// avx512_vl, avx512_dq), what LibTorch requires to run bf16 products on
+// oneDNN: then LinearProduct runs bf16 and f16 products there, with fused
+// activations.
 bool OneDnnRunsReducedPrecision();
 
 // Products with fewer rows than this stay on at::linear whatever the
@@ -54,11 +55,11 @@ inline constexpr int64_t kOneDnnMinRows = 16;
 // y = x W^T + b for `x` [..., in], `weight` [out, in], `bias` [out] or
 // undefined, as at::linear, then `activation` when given. On the CPU, with
 // at least kOneDnnMinRows rows, oneDNN computes f32 products when it is the
-// chosen kernel and bf16/f16 products always (as at::linear does on CPUs
-// with AVX-512), fusing GELU (erf and tanh), SiLU and ReLU into the
-// product: the activation reads the f32 accumulator instead of a second
-// pass over a rounded output. Everything else (CUDA, quick GELU, few rows,
-// f32 on LibTorch's BLAS) is at::linear followed by Activate.
+// chosen kernel and bf16/f16 products when OneDnnRunsReducedPrecision()
+// (for bf16, where at::linear would run them too), fusing GELU (erf and tanh),
+// SiLU and ReLU into the product: the activation reads the f32 accumulator
+// instead of a second pass over a rounded output. Everything else (CUDA, quick
+// GELU, few rows, f32 on LibTorch's BLAS) is at::linear followed by Activate.
 at::Tensor LinearProduct(const at::Tensor& x, const at::Tensor& weight,
                          const at::Tensor& bias,
                          std::optional<Activation> activation = std::nullopt);

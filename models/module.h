@@ -181,7 +181,8 @@ class Module {
 //   at::Tensor Linear::Forward(ForwardContext& ctx, const at::Tensor& x) const
 //   {
 //     ModuleCall call(*this, ctx);
-//     return at::linear(x, Param(ctx, "weight"), OptionalParam(ctx, "bias"));
+//     return LinearProduct(x, Param(ctx, "weight"), OptionalParam(ctx,
+//     "bias"));
 //   }
 class ModuleCall {
  public:

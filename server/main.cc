@@ -234,9 +234,11 @@ int Run(const ServerFlags& flags) {
       {{"version", kServerVersion},
        {"libtorch", LibTorchVersion()},
        {"model_repository", flags.model_repository}});
-  ChooseF32Matmul(flags.cpu_f32_matmul);
   absl::StatusOr<ServerOptions> options = OptionsFromFlags(flags);
-  if (options.ok()) options->stop = watcher.stop();
+  if (options.ok()) {
+    options->stop = watcher.stop();
+    ChooseF32Matmul(flags.cpu_f32_matmul);
+  }
   absl::StatusOr<std::unique_ptr<Server>> server =
       options.ok() ? Server::Create(*options) : options.status();
   if (!server.ok()) {

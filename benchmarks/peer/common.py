@@ -138,20 +138,24 @@ def start_castserve(children, binary, repository, flags, threads, log_path,
 
     `--intra-op-threads=<threads>` is added unless `flags` sets it (castserve
     otherwise uses cores / instances), and
-    `--allow-symlinks-outside-repository`; OMP_NUM_THREADS and MKL_NUM_THREADS are
+    `--allow-symlinks-outside-repository` and `--http-port=off` (once each);
+    OMP_NUM_THREADS and MKL_NUM_THREADS are
     set too. A flag castserve rejects as unknown is dropped (with a warning)
     and the daemon started again without it. A daemon that exits without a
     word (its binary being rebuilt) is retried after a pause."""
     flags = list(flags)
     if not any(f.startswith("--intra-op-threads") for f in flags):
         flags.append(f"--intra-op-threads={threads}")
-    # The benchmark repositories link the checkpoints in (`hf` symlinks).
-    flags.append("--allow-symlinks-outside-repository")
+    # The benchmark repositories link the checkpoints in (`hf` symlinks);
+    # REST is off, or two daemons of one run would both want port 8000.
+    for fixed in ("--allow-symlinks-outside-repository", "--http-port=off"):
+        if fixed not in flags:
+            flags.append(fixed)
     silent_exits = 0
     while True:
         wait_for_file(binary, what="castserve binary")
         argv = [binary, f"--model-repository={repository}", "--grpc-port=0",
-                "--metrics-port=0", "--http-port=off", *flags]
+                "--metrics-port=0", *flags]
         child = children.spawn(name, argv, thread_env(threads), log_path)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
