@@ -1,6 +1,6 @@
 // The JSON libraries of Debian 12 side by side in one process, on the
 // documents castserve reads and writes: nlohmann/json 3.11.2 (plain, and
-// through castserve's bounded builder casting/json_parser.h), RapidJSON 1.1.0
+// through castserve's bounded builder platform/json_parser.h), RapidJSON 1.1.0
 // and simdjson 3.0.1. The measurements behind the choice of one library
 // (the README's "What castserve writes by hand, and why").
 //
@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "casting/json_parser.h"
+#include "platform/json_parser.h"
 
 namespace castserve {
 namespace {
@@ -313,7 +313,7 @@ Tally ReadNlohmann(const std::string& text) {
 }
 
 Tally ReadBounded(const std::string& text) {
-  absl::StatusOr<Json> json = casting::ParseJson(text);
+  absl::StatusOr<Json> json = platform::ParseJson(text);
   if (!json.ok()) Fail(std::string(json.status().message()));
   Tally tally;
   Visit(*json, tally);
@@ -550,7 +550,7 @@ std::string NlohmannVerdict(const std::string& text) {
 }
 
 std::string BoundedVerdict(const std::string& text) {
-  absl::StatusOr<Json> json = casting::ParseJson(text);
+  absl::StatusOr<Json> json = platform::ParseJson(text);
   if (json.ok()) return "accepted";
   return std::string(json.status().message().substr(0, 70));
 }
@@ -637,7 +637,7 @@ int main(int argc, char** argv) {
   ReadRow("infer request [1,3,224,224] FP32", image);
   SaxRow("  same, SAX into vector<float>", image);
   WriteRows();
-  std::printf("\nhostile input (nlohmann+bounds: casting/json_parser.h)\n");
+  std::printf("\nhostile input (nlohmann+bounds: platform/json_parser.h)\n");
   HostileRows();
   return 0;
 }

@@ -67,7 +67,7 @@ int64_t TensorEntry::numel() const {
 }
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Create(
-    std::vector<std::unique_ptr<MappedFile>> files,
+    std::vector<std::unique_ptr<platform::MappedFile>> files,
     std::vector<TensorEntry> tensors,
     std::map<std::string, std::string> metadata, CheckpointOptions options) {
   std::unique_ptr<Checkpoint> checkpoint(new Checkpoint());
@@ -95,7 +95,7 @@ absl::Status Checkpoint::IndexAndValidate(const CheckpointOptions& options) {
       return absl::InternalError(absl::StrCat(
           "tensor '", entry.name, "' names file ", entry.file_index));
     }
-    const MappedFile& mapped = file(entry.file_index);
+    const platform::MappedFile& mapped = file(entry.file_index);
     auto [it, inserted] = by_name.emplace(entry.name, i);
     if (!inserted) {
       const TensorEntry& first = tensors_[it->second];

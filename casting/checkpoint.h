@@ -14,7 +14,7 @@
 #include "absl/types/span.h"
 #include "casting/codec.h"
 #include "casting/dtype_table.h"
-#include "casting/mapped_file.h"
+#include "platform/mapped_file.h"
 
 namespace castserve::casting {
 
@@ -63,7 +63,7 @@ struct CheckpointOptions {
 class Checkpoint {
  public:
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Create(
-      std::vector<std::unique_ptr<MappedFile>> files,
+      std::vector<std::unique_ptr<platform::MappedFile>> files,
       std::vector<TensorEntry> tensors,
       std::map<std::string, std::string> metadata,
       CheckpointOptions options = {});
@@ -74,7 +74,7 @@ class Checkpoint {
   const TensorEntry* Find(absl::string_view name) const;
 
   int file_count() const { return static_cast<int>(files_.size()); }
-  const MappedFile& file(int index) const { return *files_[index]; }
+  const platform::MappedFile& file(int index) const { return *files_[index]; }
 
   // Free-form string metadata (safetensors `__metadata__`, index `metadata`).
   const std::map<std::string, std::string>& metadata() const {
@@ -113,7 +113,7 @@ class Checkpoint {
   // Fills index_by_name_ and checks the invariants listed above.
   absl::Status IndexAndValidate(const CheckpointOptions& options);
 
-  std::vector<std::unique_ptr<MappedFile>> files_;
+  std::vector<std::unique_ptr<platform::MappedFile>> files_;
   std::vector<TensorEntry> tensors_;
   std::unordered_map<std::string, size_t> index_by_name_;
   std::map<std::string, std::string> metadata_;

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "casting/codec_internal.h"
-#include "casting/executor.h"
+#include "platform/executor.h"
 
 namespace castserve::casting {
 namespace {
@@ -78,16 +78,16 @@ void ParallelFor(int64_t count, int num_threads, int64_t align,
   }
   int64_t chunk_size = (count + num_threads - 1) / num_threads;
   chunk_size = (chunk_size + align - 1) / align * align;
-  std::vector<std::unique_ptr<Thread>> threads;
+  std::vector<std::unique_ptr<platform::Thread>> threads;
   int chunk = 1;
   for (int64_t begin = chunk_size; begin < count; begin += chunk_size) {
     const int64_t end = std::min(begin + chunk_size, count);
-    threads.push_back(Executor::Default().StartThread(
+    threads.push_back(platform::Executor::Default().StartThread(
         [&fn, chunk, begin, end] { fn(chunk, begin, end); }));
     ++chunk;
   }
   fn(0, 0, std::min(chunk_size, count));
-  for (std::unique_ptr<Thread>& thread : threads) thread->Join();
+  for (std::unique_ptr<platform::Thread>& thread : threads) thread->Join();
 }
 
 const uint8_t* Offset(const void* base, int64_t index, ElementType type) {

@@ -31,7 +31,7 @@
 // columns that name another library's enum hold that library's own *names*,
 // not its numbers, and each is resolved in exactly one place:
 //   - c10::ScalarType by name in casting/torch_types.cc (once, at first use);
-//   - the model_config.proto enums by name in server/proto_dtypes.cc
+//   - the model_config.proto enums by name in server/servables/proto_dtypes.cc
 //     (DataType_Parse(config_name) and the STORAGE_DTYPE_/COMPUTE_DTYPE_
 //     prefixes plus element_name; SCALING_ plus ScalingName), so casting/
 //     never depends on protobuf or gRPC.

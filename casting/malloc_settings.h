@@ -16,9 +16,10 @@ namespace castserve::casting {
 // 128 KiB made each request's transient copies new pages again: the shipped
 // fp8 MiniLM served 24 req/s instead of 30; BENCHMARKS.md), which bounds what
 // an arena holds cached. Fixed thresholds also stop glibc from raising them
-// after large frees; unload trims the arenas (server/model_manager.cc), so an
-// unloaded model's memory goes back but for those cached tops
-// (tests/memory_lifecycle_integration_test.py). Call once, early in main.
+// after large frees; unload trims the arenas
+// (server/lifecycle/model_manager.cc), so an unloaded model's memory goes back
+// but for those cached tops (tests/memory_lifecycle_integration_test.py). Call
+// once, early in main.
 void UseServingMallocSettings();
 
 }  // namespace castserve::casting

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "casting/mapped_file.h"
 #include "gtest/gtest.h"
+#include "platform/mapped_file.h"
 
 namespace castserve::casting {
 namespace {
@@ -29,7 +29,7 @@ std::string WritePattern(const std::string& name, size_t size_bytes) {
 }
 
 TEST(SafeCopyTest, CopiesMappedBytes) {
-  auto file = MappedFile::Open(WritePattern("copy", 10000));
+  auto file = platform::MappedFile::Open(WritePattern("copy", 10000));
   ASSERT_TRUE(file.ok());
   std::vector<uint8_t> out(5000);
   ASSERT_TRUE(CopyFromMapping(out.data(), (*file)->data() + 3, 5000).ok());
@@ -41,7 +41,7 @@ TEST(SafeCopyTest, CopiesMappedBytes) {
 TEST(SafeCopyTest, TruncatedFileGivesDataLossAndTheProcessContinues) {
   const long page = sysconf(_SC_PAGESIZE);
   const std::string path = WritePattern("truncated", 64 * page);
-  auto file = MappedFile::Open(path);
+  auto file = platform::MappedFile::Open(path);
   ASSERT_TRUE(file.ok());
   ASSERT_EQ(truncate(path.c_str(), 4 * page), 0);
 
@@ -66,7 +66,7 @@ TEST(SafeCopyTest, TruncatedFileGivesDataLossAndTheProcessContinues) {
 TEST(SafeCopyTest, FaultsOnManyThreadsAreEachReported) {
   const long page = sysconf(_SC_PAGESIZE);
   const std::string path = WritePattern("threads", 32 * page);
-  auto file = MappedFile::Open(path);
+  auto file = platform::MappedFile::Open(path);
   ASSERT_TRUE(file.ok());
   ASSERT_EQ(truncate(path.c_str(), page), 0);
   std::vector<absl::StatusCode> codes(4);

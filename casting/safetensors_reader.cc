@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "casting/json_parser.h"
+#include "platform/json_parser.h"
 
 namespace castserve::casting {
 namespace {
@@ -20,10 +20,10 @@ constexpr absl::string_view kMetadataKey = "__metadata__";
 constexpr int kMaxJsonDepth = 64;
 
 absl::StatusOr<Json> ParseBoundedJson(absl::string_view text) {
-  JsonLimits limits;
+  platform::JsonLimits limits;
   limits.max_depth = kMaxJsonDepth;
   limits.max_bytes = kMaxSafetensorsHeaderBytes;
-  return ParseJson(text, limits);
+  return platform::ParseJson(text, limits);
 }
 
 // The value of a non-negative integer (JSON numbers without sign, fraction
@@ -131,9 +131,9 @@ absl::StatusOr<std::map<std::string, std::string>> ParseStringMap(
     } else if (allow_scalars && (item.is_number() || item.is_boolean())) {
       result[key] = item.dump();
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file_label, ": ", what, " value of \"", key,
-                       "\" must be a string, got ", JsonTypeName(item)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          file_label, ": ", what, " value of \"", key,
+          "\" must be a string, got ", platform::JsonTypeName(item)));
     }
   }
   return result;
@@ -141,7 +141,7 @@ absl::StatusOr<std::map<std::string, std::string>> ParseStringMap(
 
 // Reads and parses the header of an opened file; the returned offsets are
 // absolute file offsets.
-absl::StatusOr<SafetensorsHeader> ReadHeader(const MappedFile& file) {
+absl::StatusOr<SafetensorsHeader> ReadHeader(const platform::MappedFile& file) {
   const std::string& path = file.path();
   if (file.size_bytes() < kLengthPrefixBytes) {
     return absl::InvalidArgumentError(
@@ -201,7 +201,7 @@ void AppendEntries(const SafetensorsHeader& header, int file_index,
 }
 
 absl::StatusOr<std::string> ReadIndexFile(const std::string& path,
-                                          FileSystem& file_system) {
+                                          platform::FileSystem& file_system) {
   absl::StatusOr<std::string> text =
       file_system.ReadFile(path, kMaxSafetensorsHeaderBytes);
   if (text.status().code() == absl::StatusCode::kOutOfRange) {
@@ -219,7 +219,7 @@ struct ShardIndex {
 };
 
 absl::StatusOr<ShardIndex> ParseIndex(const std::string& index_path,
-                                      FileSystem& file_system) {
+                                      platform::FileSystem& file_system) {
   absl::StatusOr<std::string> text = ReadIndexFile(index_path, file_system);
   if (!text.ok()) return text.status();
   absl::StatusOr<Json> json = ParseBoundedJson(*text);
@@ -305,32 +305,32 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(
 }
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensors(
-    const std::string& path, FileSystem* file_system) {
-  absl::StatusOr<std::unique_ptr<MappedFile>> file =
+    const std::string& path, platform::FileSystem* file_system) {
+  absl::StatusOr<std::unique_ptr<platform::MappedFile>> file =
       file_system->OpenMapped(path);
   if (!file.ok()) return file.status();
   absl::StatusOr<SafetensorsHeader> header = ReadHeader(**file);
   if (!header.ok()) return header.status();
   std::vector<TensorEntry> entries;
   AppendEntries(*header, 0, entries);
-  std::vector<std::unique_ptr<MappedFile>> files;
+  std::vector<std::unique_ptr<platform::MappedFile>> files;
   files.push_back(std::move(*file));
   return Checkpoint::Create(std::move(files), std::move(entries),
                             std::move(header->metadata));
 }
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensorsIndex(
-    const std::string& index_path, FileSystem* file_system) {
+    const std::string& index_path, platform::FileSystem* file_system) {
   absl::StatusOr<ShardIndex> index = ParseIndex(index_path, *file_system);
   if (!index.ok()) return index.status();
   const std::filesystem::path folder =
       std::filesystem::path(index_path).parent_path();
-  std::vector<std::unique_ptr<MappedFile>> files;
+  std::vector<std::unique_ptr<platform::MappedFile>> files;
   std::vector<TensorEntry> entries;
   std::map<std::string, std::string> metadata = index->metadata;
   for (const std::string& shard : index->shard_files) {
     const std::string shard_path = (folder / shard).string();
-    absl::StatusOr<std::unique_ptr<MappedFile>> file =
+    absl::StatusOr<std::unique_ptr<platform::MappedFile>> file =
         file_system->OpenMapped(shard_path);
     if (!file.ok()) {
       return absl::NotFoundError(

@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "casting/checkpoint.h"
-#include "casting/file_system.h"
+#include "platform/file_system.h"
 
 namespace castserve::casting {
 
@@ -22,7 +22,7 @@ namespace castserve::casting {
 // Opening reads the header with pread (never through the mapping) and maps
 // the file; no data page is touched. All failures are absl::Status errors
 // whose message names the file and, where there is one, the tensor; malformed
-// input never crashes. The JSON is read by casting/json_parser.h: strict
+// input never crashes. The JSON is read by platform/json_parser.h: strict
 // (RFC 8259, UTF-8), nesting depth at most 64, no duplicate keys. Tensors
 // may come in any order and leave gaps between them; they must not overlap.
 
@@ -47,7 +47,8 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(
 
 // Opens one `.safetensors` file, mapped through `file_system`.
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensors(
-    const std::string& path, FileSystem* file_system = FileSystem::Default());
+    const std::string& path,
+    platform::FileSystem* file_system = platform::FileSystem::Default());
 
 // Opens a sharded set from its `model.safetensors.index.json`: every shard
 // named in `weight_map` (plain file names in the index's folder) is opened;
@@ -60,7 +61,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensors(
 // index, the shard and the reason.
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenSafetensorsIndex(
     const std::string& index_path,
-    FileSystem* file_system = FileSystem::Default());
+    platform::FileSystem* file_system = platform::FileSystem::Default());
 
 }  // namespace castserve::casting
 

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "casting/test_util/checkpoint_expectations.h"
-#include "casting/test_util/fake_file_system.h"
 #include "casting/test_util/safetensors_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "platform/test_util/fake_file_system.h"
 
 namespace castserve::casting {
 namespace {
@@ -110,7 +110,7 @@ TEST(SafetensorsReaderTest, OpeningAMultiGigabyteFileReadsTheHeaderOnly) {
 
   auto checkpoint = OpenSafetensors(path);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  const MappedFile& file = (*checkpoint)->file(0);
+  const platform::MappedFile& file = (*checkpoint)->file(0);
   ASSERT_GE(file.size_bytes(), kFileBytes);
   const uint64_t data_start = (*checkpoint)->tensors()[0].offset_bytes;
   absl::StatusOr<uint64_t> resident =
@@ -256,7 +256,7 @@ TEST(SafetensorsReaderTest, MissingShardIsNamed) {
 // The index and the shards are read through the FileSystem given: here an
 // in-memory index whose shard cannot be read.
 TEST(SafetensorsReaderTest, UnreadableShardIsNamedWithTheReason) {
-  FakeFileSystem file_system;
+  platform::FakeFileSystem file_system;
   const std::string index = "/ckpt/model.safetensors.index.json";
   file_system.AddFile(index, "{\"weight_map\":{\"x\":\"a.safetensors\"}}");
   file_system.FailOn("/ckpt/a.safetensors", absl::StatusCode::kPermissionDenied,

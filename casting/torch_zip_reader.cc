@@ -61,7 +61,7 @@ class ByteView {
 // Reads the zip directory of a mapped file with pread; errors name the file.
 class ZipDirectoryReader {
  public:
-  explicit ZipDirectoryReader(const MappedFile& file) : file_(file) {}
+  explicit ZipDirectoryReader(const platform::MappedFile& file) : file_(file) {}
 
   absl::StatusOr<std::unordered_map<std::string, ZipRecord>> Read() {
     if (absl::Status s = FindDirectory(); !s.ok()) return s;
@@ -219,7 +219,7 @@ class ZipDirectoryReader {
     return records;
   }
 
-  const MappedFile& file_;
+  const platform::MappedFile& file_;
   uint64_t entry_count_ = 0;
   uint64_t directory_bytes_ = 0;
   uint64_t directory_offset_ = 0;
@@ -240,7 +240,7 @@ absl::StatusOr<std::string> ArchivePrefix(
 }
 
 struct Archive {
-  const MappedFile* file = nullptr;
+  const platform::MappedFile* file = nullptr;
   std::unordered_map<std::string, ZipRecord> records;
   std::string prefix;
 };
@@ -359,8 +359,8 @@ absl::StatusOr<std::vector<TensorEntry>> UnpickleEntries(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenTorchZip(
-    const std::string& path, FileSystem* file_system) {
-  absl::StatusOr<std::unique_ptr<MappedFile>> file =
+    const std::string& path, platform::FileSystem* file_system) {
+  absl::StatusOr<std::unique_ptr<platform::MappedFile>> file =
       file_system->OpenMapped(path);
   if (!file.ok()) return file.status();
   Archive archive;
@@ -377,7 +377,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> OpenTorchZip(
   absl::StatusOr<std::vector<TensorEntry>> entries =
       UnpickleEntries(archive, *pickle);
   if (!entries.ok()) return entries.status();
-  std::vector<std::unique_ptr<MappedFile>> files;
+  std::vector<std::unique_ptr<platform::MappedFile>> files;
   files.push_back(std::move(*file));
   CheckpointOptions options;
   options.allow_overlapping_tensors = true;

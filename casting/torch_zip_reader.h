@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "casting/checkpoint.h"
-#include "casting/file_system.h"
+#include "platform/file_system.h"
 
 namespace castserve::casting {
 
@@ -34,7 +34,8 @@ namespace castserve::casting {
 //
 // Thread safety: independent calls may run concurrently.
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenTorchZip(
-    const std::string& path, FileSystem* file_system = FileSystem::Default());
+    const std::string& path,
+    platform::FileSystem* file_system = platform::FileSystem::Default());
 
 }  // namespace castserve::casting
 

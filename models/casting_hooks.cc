@@ -42,7 +42,7 @@ std::unique_ptr<CastingHooks> CastingHooks::Attach(Module& root,
   }
   if (options.prefetch) {
     self->side_stream_ = std::make_unique<casting::SideStream>(options.device);
-    self->prefetch_thread_ = casting::Executor::Default().StartThread(
+    self->prefetch_thread_ = platform::Executor::Default().StartThread(
         [self] { self->PrefetchLoop(); });
   }
   return hooks;

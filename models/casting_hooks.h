@@ -49,10 +49,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "casting/device.h"
-#include "casting/executor.h"
 #include "casting/side_stream.h"
 #include "models/module.h"
 #include "models/prefetch_counts.h"
+#include "platform/executor.h"
 
 namespace castserve::models {
 
@@ -145,7 +145,7 @@ class CastingHooks {
   PrefetchCounts prefetch_counts_ ABSL_GUARDED_BY(prefetch_mu_);
   // With prefetch: the stream prefetches are enqueued on.
   std::unique_ptr<casting::SideStream> side_stream_;
-  std::unique_ptr<casting::Thread> prefetch_thread_;
+  std::unique_ptr<platform::Thread> prefetch_thread_;
 };
 
 }  // namespace castserve::models

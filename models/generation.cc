@@ -127,7 +127,7 @@ absl::StatusOr<at::Tensor> DecodeSession::Run(
   });
 }
 
-absl::Status CheckGenerationRequest(const Model& model,
+absl::Status CheckGenerationRequest(int64_t vocab_size, int64_t max_positions,
                                     const std::vector<int64_t>& prompt,
                                     const GenerationOptions& options) {
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
@@ -138,22 +138,34 @@ absl::Status CheckGenerationRequest(const Model& model,
   }
   absl::Status sampling = ValidateSamplingParams(options.sampling);
   if (!sampling.ok()) return sampling;
-  absl::StatusOr<const IncrementalDecoder*> decoder_or = DecoderOf(model);
-  if (!decoder_or.ok()) return decoder_or.status();
-  const IncrementalDecoder* decoder = *decoder_or;
-  const int64_t positions = decoder->max_positions();
   const int64_t length = static_cast<int64_t>(prompt.size());
-  if (length > positions) {
+  if (length > max_positions) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt has ", length, " tokens, more than the model's ", positions,
-        " positions"));
+        "the prompt has ", length, " tokens, more than the model's ",
+        max_positions, " positions (its context)"));
   }
-  if (options.max_new_tokens > positions - length) {
+  if (options.max_new_tokens > max_positions - length) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_new_tokens ", options.max_new_tokens, " after a prompt of ",
-        length, " tokens exceeds the model's ", positions, " positions"));
+        length, " tokens exceeds the model's ", max_positions,
+        " positions (its context)"));
   }
-  return CheckIds(prompt, decoder->vocab_size());
+  if (absl::Status ids = CheckIds(prompt, vocab_size); !ids.ok()) return ids;
+  absl::Status stop_ids = CheckIds(options.stop_token_ids, vocab_size);
+  if (!stop_ids.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stop_token_ids: ", stop_ids.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGenerationRequest(const Model& model,
+                                    const std::vector<int64_t>& prompt,
+                                    const GenerationOptions& options) {
+  absl::StatusOr<const IncrementalDecoder*> decoder = DecoderOf(model);
+  if (!decoder.ok()) return decoder.status();
+  return CheckGenerationRequest((*decoder)->vocab_size(),
+                                (*decoder)->max_positions(), prompt, options);
 }
 
 absl::StatusOr<GenerationResult> Generate(const Model& model,
@@ -162,8 +174,7 @@ absl::StatusOr<GenerationResult> Generate(const Model& model,
                                           const Cancellation* cancellation) {
   absl::Status checked = CheckGenerationRequest(model, prompt, options);
   if (!checked.ok()) return checked;
-  absl::StatusOr<Sampler> sampler = Sampler::Create(options.sampling);
-  if (!sampler.ok()) return sampler.status();
+  Sampler sampler = Sampler::ForChecked(options.sampling);
   absl::StatusOr<std::unique_ptr<DecodeSession>> session =
       DecodeSession::Create(
           model, static_cast<int64_t>(prompt.size()) + options.max_new_tokens);
@@ -180,7 +191,7 @@ absl::StatusOr<GenerationResult> Generate(const Model& model,
     absl::StatusOr<at::Tensor> logits =
         (*session)->FeedLast(next, cancellation);
     if (!logits.ok()) return logits.status();
-    const int64_t token = sampler->Next(*logits, history);
+    const int64_t token = sampler.Next(*logits, history);
     result.tokens.push_back(token);
     history.push_back(token);
     if (std::optional<GenerationResult::Stop> stop =

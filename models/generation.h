@@ -116,11 +116,19 @@ absl::StatusOr<const IncrementalDecoder*> DecoderOf(const Model& model);
 std::optional<GenerationResult::Stop> StopByIdOf(
     const GenerationOptions& options, int64_t token);
 
-// Generate's checks of a request, for those who run it otherwise (the
-// scheduler): InvalidArgument for a model without incremental decoding, an
-// empty prompt, max_new_tokens outside 1..kMaxNewTokens, a prompt longer
-// than the position table or prompt + max_new_tokens beyond it, ids
-// outside the vocabulary, bad sampling parameters (ValidateSamplingParams).
+// The one check of a generation request, made where it enters: by the
+// server's generation edge (server/servables/generation/generation_request.h)
+// and by Generate and GenerationScheduler::Submit for their direct callers.
+// InvalidArgument for an empty prompt, max_new_tokens outside
+// 1..kMaxNewTokens, a prompt longer than `max_positions` (the decoder's
+// position table: its context) or prompt + max_new_tokens beyond it, prompt
+// or stop ids outside [0, vocab_size), bad sampling parameters
+// (ValidateSamplingParams).
+absl::Status CheckGenerationRequest(int64_t vocab_size, int64_t max_positions,
+                                    const std::vector<int64_t>& prompt,
+                                    const GenerationOptions& options);
+// The same against `model`'s decoder; InvalidArgument for a model without
+// incremental decoding.
 absl::Status CheckGenerationRequest(const Model& model,
                                     const std::vector<int64_t>& prompt,
                                     const GenerationOptions& options);

@@ -87,7 +87,7 @@ GenerationScheduler::Create(const Model& model,
   GenerationScheduler* self = scheduler.get();
   absl::MutexLock lock(&scheduler->join_mu_);
   scheduler->thread_ =
-      casting::Executor::Default().StartThread([self] { self->StepLoop(); });
+      platform::Executor::Default().StartThread([self] { self->StepLoop(); });
   return scheduler;
 }
 
@@ -112,14 +112,13 @@ void GenerationScheduler::Submit(SequenceRequest request) {
         " KV blocks of ", pool_->block_tokens(), " tokens; the pool has ",
         pool_->capacity_blocks()));
   }
-  absl::StatusOr<Sampler> sampler =
-      checked.ok() ? Sampler::Create(request.options.sampling) : checked;
-  if (!sampler.ok()) {
-    if (request.on_done) request.on_done(sampler.status());
+  if (!checked.ok()) {
+    if (request.on_done) request.on_done(checked);
     return;
   }
+  Sampler sampler = Sampler::ForChecked(request.options.sampling);
   auto sequence =
-      std::make_unique<Sequence>(std::move(request), *std::move(sampler));
+      std::make_unique<Sequence>(std::move(request), std::move(sampler));
   absl::Status refused;
   {
     absl::MutexLock lock(&mu_);

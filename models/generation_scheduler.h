@@ -46,12 +46,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "casting/executor.h"
 #include "models/cancellation.h"
 #include "models/generation.h"
 #include "models/incremental_decoder.h"
 #include "models/kv_block_pool.h"
 #include "models/model.h"
+#include "platform/executor.h"
 
 namespace castserve::models {
 
@@ -185,7 +185,7 @@ class GenerationScheduler {
   std::vector<SequencePtr> running_;
 
   absl::Mutex join_mu_;  // Serializes Stop's join.
-  std::unique_ptr<casting::Thread> thread_ ABSL_GUARDED_BY(join_mu_);
+  std::unique_ptr<platform::Thread> thread_ ABSL_GUARDED_BY(join_mu_);
 };
 
 }  // namespace castserve::models

@@ -13,11 +13,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "casting/casting_policy.h"
-#include "casting/json_parser.h"
 #include "casting/tracking_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/model_loader.h"
+#include "platform/json_parser.h"
 
 namespace castserve::models {
 namespace {
@@ -38,7 +38,7 @@ std::vector<ReferenceCase> ReadReference(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
-  auto json = casting::ParseJson(text.str());
+  auto json = platform::ParseJson(text.str());
   EXPECT_TRUE(json.ok()) << path << ": " << json.status();
   std::vector<ReferenceCase> cases;
   if (!json.ok()) return cases;

@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "casting/casting_policy.h"
-#include "casting/json_parser.h"
 #include "casting/tracking_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/incremental_decoder.h"
 #include "models/model_loader.h"
 #include "models/test_util/tensor_files.h"
+#include "platform/json_parser.h"
 
 namespace castserve::models {
 namespace {
@@ -43,7 +43,7 @@ struct ReferenceCase {
 
 std::vector<ReferenceCase> ReadReference(const std::string& folder) {
   auto json =
-      casting::ParseJson(ReadFile(folder + "/generation_reference.json"));
+      platform::ParseJson(ReadFile(folder + "/generation_reference.json"));
   EXPECT_TRUE(json.ok()) << json.status();
   std::vector<ReferenceCase> cases;
   if (!json.ok()) return cases;

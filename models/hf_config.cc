@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "casting/json_parser.h"
+#include "platform/json_parser.h"
 
 namespace castserve::models {
 
@@ -18,7 +18,7 @@ namespace {
 // The text of `path`, at most kMaxHfConfigBytes: NotFound and DataLoss as
 // they are, any other failure FailedPrecondition.
 absl::StatusOr<std::string> ReadConfigText(const std::string& path,
-                                           casting::FileSystem* file_system) {
+                                           platform::FileSystem* file_system) {
   absl::StatusOr<std::string> text =
       file_system->ReadFile(path, kMaxHfConfigBytes);
   if (text.ok()) return text;
@@ -33,26 +33,26 @@ absl::StatusOr<std::string> ReadConfigText(const std::string& path,
 }  // namespace
 
 absl::StatusOr<HfConfig> HfConfig::Load(const std::string& path,
-                                        casting::FileSystem* file_system) {
+                                        platform::FileSystem* file_system) {
   absl::StatusOr<std::string> text = ReadConfigText(path, file_system);
   if (!text.ok()) return text.status();
   return Parse(*text, path);
 }
 
 absl::StatusOr<std::vector<HfConfig>> HfConfig::LoadList(
-    const std::string& path, casting::FileSystem* file_system) {
+    const std::string& path, platform::FileSystem* file_system) {
   absl::StatusOr<std::string> text = ReadConfigText(path, file_system);
   if (!text.ok()) return text.status();
-  casting::JsonLimits limits;
+  platform::JsonLimits limits;
   limits.max_bytes = kMaxHfConfigBytes;
-  absl::StatusOr<Json> parsed = casting::ParseJson(*text, limits);
+  absl::StatusOr<Json> parsed = platform::ParseJson(*text, limits);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", parsed.status().message()));
   }
   if (!parsed->is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": expected a JSON list, got ", casting::JsonTypeName(*parsed)));
+        path, ": expected a JSON list, got ", platform::JsonTypeName(*parsed)));
   }
   auto document = std::make_shared<const Json>(*std::move(parsed));
   std::vector<HfConfig> items;
@@ -61,7 +61,7 @@ absl::StatusOr<std::vector<HfConfig>> HfConfig::LoadList(
     if (!item.is_object()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, "[", i, "]: expected a JSON object, got ",
-                       casting::JsonTypeName(item)));
+                       platform::JsonTypeName(item)));
     }
     // Shares ownership of the whole document, points at the item.
     items.push_back(HfConfig(std::shared_ptr<const Json>(document, &item),
@@ -72,9 +72,9 @@ absl::StatusOr<std::vector<HfConfig>> HfConfig::LoadList(
 
 absl::StatusOr<HfConfig> HfConfig::Parse(absl::string_view json,
                                          absl::string_view label) {
-  casting::JsonLimits limits;
+  platform::JsonLimits limits;
   limits.max_bytes = kMaxHfConfigBytes;
-  absl::StatusOr<Json> parsed = casting::ParseJson(json, limits);
+  absl::StatusOr<Json> parsed = platform::ParseJson(json, limits);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(label, ": ", parsed.status().message()));
@@ -82,7 +82,7 @@ absl::StatusOr<HfConfig> HfConfig::Parse(absl::string_view json,
   if (!parsed->is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(label, ": expected a JSON object, got ",
-                     casting::JsonTypeName(*parsed)));
+                     platform::JsonTypeName(*parsed)));
   }
   return HfConfig(std::make_shared<const Json>(*std::move(parsed)),
                   std::string(label));

@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "casting/file_system.h"
+#include "platform/file_system.h"
 
 namespace castserve::models {
 
@@ -67,10 +67,10 @@ class HfConfig {
   // Reads `path` through `file_system` and parses it. NotFound if it does not
   // exist; FailedPrecondition naming the path and the reason if it cannot be
   // read or holds more than kMaxHfConfigBytes; InvalidArgument if it is not
-  // a JSON object (casting/json_parser.h: strict, nesting at most 64).
+  // a JSON object (platform/json_parser.h: strict, nesting at most 64).
   static absl::StatusOr<HfConfig> Load(
       const std::string& path,
-      casting::FileSystem* file_system = casting::FileSystem::Default());
+      platform::FileSystem* file_system = platform::FileSystem::Default());
   // Parses `json`; `label` (a file name) prefixes error messages.
   static absl::StatusOr<HfConfig> Parse(absl::string_view json,
                                         absl::string_view label);
@@ -79,7 +79,7 @@ class HfConfig {
   // Load's; InvalidArgument if it is not a list of objects.
   static absl::StatusOr<std::vector<HfConfig>> LoadList(
       const std::string& path,
-      casting::FileSystem* file_system = casting::FileSystem::Default());
+      platform::FileSystem* file_system = platform::FileSystem::Default());
 
   // "bert", "llama", ... or "" when the config has none.
   std::string model_type() const;

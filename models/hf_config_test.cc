@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "casting/test_util/fake_file_system.h"
+#include "platform/test_util/fake_file_system.h"
 
 namespace castserve::models {
 namespace {
@@ -104,7 +104,7 @@ TEST(HfConfigTest, RejectsNonObjectsAndBadJson) {
 }
 
 TEST(HfConfigTest, LoadsThroughTheFileSystem) {
-  casting::FakeFileSystem file_system;
+  platform::FakeFileSystem file_system;
   file_system.AddFile("/model/config.json", kConfig);
   absl::StatusOr<HfConfig> config =
       HfConfig::Load("/model/config.json", &file_system);
@@ -114,7 +114,7 @@ TEST(HfConfigTest, LoadsThroughTheFileSystem) {
 }
 
 TEST(HfConfigTest, UnreadableOrOversizedFileIsAPreciseError) {
-  casting::FakeFileSystem file_system;
+  platform::FakeFileSystem file_system;
   file_system.AddFile("/model/config.json", kConfig);
   file_system.FailOn("/model/config.json", absl::StatusCode::kPermissionDenied,
                      "cannot open: Permission denied");

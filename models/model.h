@@ -108,7 +108,7 @@ class Model {
 
   // For inputs whose names, dtypes and shapes were checked against inputs()
   // where they entered (the wire request's validation,
-  // server/tensor_conversion.h): checks only the model's limits. The
+  // server/servables/tensor_conversion.h): checks only the model's limits. The
   // signature is asserted, not re-checked (TORCH_INTERNAL_ASSERT: a
   // mismatch here is castserve's bug). Thread-safe.
   absl::StatusOr<CheckedInputs> CheckLimits(NamedTensors inputs) const;

@@ -105,7 +105,7 @@ std::vector<std::string> RegisteredArchitectures() {
 }
 
 absl::StatusOr<std::unique_ptr<casting::Checkpoint>> OpenHfCheckpoint(
-    const std::string& folder, casting::FileSystem* file_system) {
+    const std::string& folder, platform::FileSystem* file_system) {
   const std::string safetensors = folder + "/model.safetensors";
   if (file_system->IsRegularFile(safetensors)) {
     return casting::OpenSafetensors(safetensors, file_system);
@@ -144,7 +144,7 @@ absl::StatusOr<ArchitectureFactory> FindArchitecture(
 // it is when the folder has none.
 absl::StatusOr<std::unique_ptr<Model>> WithSentenceTransformerPipeline(
     const std::string& folder, std::unique_ptr<Model> model,
-    casting::FileSystem* file_system) {
+    platform::FileSystem* file_system) {
   absl::StatusOr<std::optional<SentenceTransformerConfig>> pipeline =
       SentenceTransformerConfig::Load(folder, file_system);
   if (!pipeline.ok()) return pipeline.status();
@@ -163,7 +163,8 @@ absl::StatusOr<std::unique_ptr<Model>> WithSentenceTransformerPipeline(
 
 absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
     const std::string& folder, const WeightPolicyOptions& options,
-    absl::string_view architecture_override, casting::FileSystem* file_system) {
+    absl::string_view architecture_override,
+    platform::FileSystem* file_system) {
   absl::StatusOr<HfConfig> config =
       HfConfig::Load(folder + "/config.json", file_system);
   if (!config.ok()) return config.status();

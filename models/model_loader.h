@@ -18,10 +18,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "casting/checkpoint.h"
-#include "casting/file_system.h"
 #include "models/hf_config.h"
 #include "models/model.h"
 #include "models/weight_factory.h"
+#include "platform/file_system.h"
 
 namespace castserve::models {
 
@@ -56,7 +56,7 @@ std::vector<std::string> RegisteredArchitectures();
 // NotFound listing the file names tried when there is none.
 absl::StatusOr<std::unique_ptr<casting::Checkpoint>> OpenHfCheckpoint(
     const std::string& folder,
-    casting::FileSystem* file_system = casting::FileSystem::Default());
+    platform::FileSystem* file_system = platform::FileSystem::Default());
 
 // Loads `folder` as a Model under `options`. `architecture_override`, if not
 // empty, replaces config.json's model_type. An unknown architecture is
@@ -70,7 +70,7 @@ absl::StatusOr<std::unique_ptr<casting::Checkpoint>> OpenHfCheckpoint(
 absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
     const std::string& folder, const WeightPolicyOptions& options,
     absl::string_view architecture_override = "",
-    casting::FileSystem* file_system = casting::FileSystem::Default());
+    platform::FileSystem* file_system = platform::FileSystem::Default());
 
 }  // namespace castserve::models
 

@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "casting/safetensors_reader.h"
-#include "casting/test_util/fake_file_system.h"
 #include "casting/test_util/safetensors_writer.h"
 #include "casting/tracking_allocator.h"
 #include "models/test_util/tensor_files.h"
+#include "platform/test_util/fake_file_system.h"
 
 namespace castserve::models {
 namespace {
@@ -97,7 +97,7 @@ std::string WriteSparseBert() {
 uint64_t ResidentDataBytes(const std::string& folder) {
   auto checkpoint = casting::OpenSafetensors(folder + "/model.safetensors");
   EXPECT_TRUE(checkpoint.ok());
-  const casting::MappedFile& file = (*checkpoint)->file(0);
+  const platform::MappedFile& file = (*checkpoint)->file(0);
   uint64_t data_start = UINT64_MAX;
   for (const auto& entry : (*checkpoint)->tensors()) {
     data_start = std::min(data_start, entry.offset_bytes);
@@ -195,9 +195,9 @@ TEST_F(ModelLoaderTest, MissingFilesAreNotFound) {
 // FileSystem given: a folder that exists only as the fake's symlink loads.
 TEST_F(ModelLoaderTest, LoadsThroughTheFileSystem) {
   absl::StatusOr<std::string> real =
-      casting::FileSystem::Default()->RealPath(kBert);
+      platform::FileSystem::Default()->RealPath(kBert);
   ASSERT_TRUE(real.ok()) << real.status();
-  casting::FakeFileSystem file_system(casting::FileSystem::Default());
+  platform::FakeFileSystem file_system(platform::FileSystem::Default());
   file_system.AddSymlink("/virtual/bert", *real);
   auto model = LoadHfModel("/virtual/bert", {}, "", &file_system);
   ASSERT_TRUE(model.ok()) << model.status();

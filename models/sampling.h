@@ -55,6 +55,10 @@ class Sampler {
  public:
   // InvalidArgument as ValidateSamplingParams.
   static absl::StatusOr<Sampler> Create(const SamplingParams& params);
+  // For `params` already checked (CheckGenerationRequest ran
+  // ValidateSamplingParams where the request entered): asserted, not checked
+  // again.
+  static Sampler ForChecked(const SamplingParams& params);
 
   // The next token after `ids` (prompt and generated tokens) given the last
   // position's logits f32 [vocab] in host memory (ids within it).

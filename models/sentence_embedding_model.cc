@@ -53,7 +53,7 @@ absl::Status CheckModulePath(const std::string& path,
 }
 
 absl::StatusOr<std::vector<ModuleEntry>> ReadModules(
-    const std::string& modules_path, casting::FileSystem* file_system) {
+    const std::string& modules_path, platform::FileSystem* file_system) {
   absl::StatusOr<std::vector<HfConfig>> items =
       HfConfig::LoadList(modules_path, file_system);
   if (!items.ok()) return items.status();
@@ -96,7 +96,7 @@ absl::Status CheckPipeline(const std::vector<ModuleEntry>& modules,
 // sentence_bert_config.json's max_seq_length (nullopt without the file or
 // the key); do_lower_case must be false.
 absl::StatusOr<std::optional<int64_t>> ReadMaxSeqLength(
-    const std::string& folder, casting::FileSystem* file_system) {
+    const std::string& folder, platform::FileSystem* file_system) {
   const std::string path = folder + "/sentence_bert_config.json";
   if (!file_system->IsRegularFile(path)) return std::nullopt;
   absl::StatusOr<HfConfig> config = HfConfig::Load(path, file_system);
@@ -127,7 +127,7 @@ const TensorSpec* FindSpec(const std::vector<TensorSpec>& specs,
 
 absl::StatusOr<std::optional<SentenceTransformerConfig>>
 SentenceTransformerConfig::Load(const std::string& folder,
-                                casting::FileSystem* file_system) {
+                                platform::FileSystem* file_system) {
   const std::string modules_path = folder + "/modules.json";
   if (!file_system->IsRegularFile(modules_path)) return std::nullopt;
   absl::StatusOr<std::vector<ModuleEntry>> modules =

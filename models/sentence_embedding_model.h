@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "casting/file_system.h"
 #include "models/model.h"
 #include "models/sentence_pooling.h"
+#include "platform/file_system.h"
 
 namespace castserve::models {
 
@@ -53,7 +53,7 @@ struct SentenceTransformerConfig {
   // a file keep their code).
   static absl::StatusOr<std::optional<SentenceTransformerConfig>> Load(
       const std::string& folder,
-      casting::FileSystem* file_system = casting::FileSystem::Default());
+      platform::FileSystem* file_system = platform::FileSystem::Default());
 };
 
 // A model with the pipeline's pooling (and normalisation) after its

@@ -6,9 +6,9 @@
 #include <memory>
 #include <string>
 
-#include "casting/test_util/fake_file_system.h"
 #include "gmock/gmock.h"
 #include "models/model_loader.h"
+#include "platform/test_util/fake_file_system.h"
 
 namespace castserve::models {
 namespace {
@@ -34,7 +34,7 @@ class SentenceEmbeddingModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::StatusOr<std::string> real =
-        casting::FileSystem::Default()->RealPath(kBert);
+        platform::FileSystem::Default()->RealPath(kBert);
     ASSERT_TRUE(real.ok()) << real.status();
     folder_ = *real;
   }
@@ -60,7 +60,7 @@ class SentenceEmbeddingModelTest : public ::testing::Test {
   }
 
   std::string folder_;
-  casting::FakeFileSystem files_{casting::FileSystem::Default()};
+  platform::FakeFileSystem files_{platform::FileSystem::Default()};
 };
 
 NamedTensors TwoSentences() {

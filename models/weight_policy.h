@@ -2,9 +2,9 @@
 // residency and compute-copy policy each of its weights gets, whether its
 // transient copies come from a buffer pool, and whether it needs casting
 // hooks. These are decided here and only here: the server translates a
-// config's `weights` into WeightPolicyOptions (server/proto_dtypes.h for the
-// enums), WeightFactory takes WeightOptionsFor for every weight it makes,
-// LoadHfModel takes NeedsCastingHooks.
+// config's `weights` into WeightPolicyOptions (server/servables/proto_dtypes.h
+// for the enums), WeightFactory takes WeightOptionsFor for every weight it
+// makes, LoadHfModel takes NeedsCastingHooks.
 //
 // Stateless free functions over WeightPolicyOptions; thread-safe.
 #ifndef CASTSERVE_MODELS_WEIGHT_POLICY_H_

@@ -14,11 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "casting/executor.h"
 #include "casting/malloc_settings.h"
 #include "models/cancellation.h"
 #include "models/matmul.h"
-#include "server/auth.h"
+#include "platform/executor.h"
+#include "server/core/auth.h"
 #include "server/libtorch_version.h"
 #include "server/log.h"
 #include "server/pem_file.h"
@@ -99,7 +99,7 @@ absl::StatusOr<HttpServerOptions> HttpOptions(const std::string& prefix,
 class StopSignalWatcher {
  public:
   StopSignalWatcher(sigset_t signals, absl::Duration grace)
-      : thread_(casting::Executor::Default().StartThread(
+      : thread_(platform::Executor::Default().StartThread(
             [this, signals, grace] { Watch(signals, grace); })) {}
   ~StopSignalWatcher() {
     stopped_.Notify();
@@ -142,7 +142,7 @@ class StopSignalWatcher {
   absl::Notification signalled_;
   absl::Notification stopped_;
   // Last: started once the rest exists.
-  const std::unique_ptr<casting::Thread> thread_;
+  const std::unique_ptr<platform::Thread> thread_;
 };
 
 // The server's options from the flags, with the files they name read and
@@ -255,7 +255,7 @@ int Run(const ServerFlags& flags) {
   server->reset();
   // Joins what the models' threads left to it (an instance that stopped
   // its own model): nothing the daemon started outlives Run.
-  casting::Executor::Default().Drain();
+  platform::Executor::Default().Drain();
   Log(LogLevel::kInfo, "castserve stopped");
   return 0;
 }

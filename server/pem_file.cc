@@ -44,7 +44,7 @@ absl::Status CheckBlock(absl::string_view what, const std::string& path,
 
 absl::StatusOr<std::string> ReadPemFile(absl::string_view what,
                                         const std::string& path, PemKind kind,
-                                        casting::FileSystem* file_system) {
+                                        platform::FileSystem* file_system) {
   absl::StatusOr<std::string> text =
       file_system->ReadFile(path, kMaxPemFileBytes);
   if (!text.ok()) {

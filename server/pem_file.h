@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "casting/file_system.h"
+#include "platform/file_system.h"
 
 namespace castserve {
 
@@ -30,7 +30,7 @@ enum class PemKind {
 // through `file_system`.
 absl::StatusOr<std::string> ReadPemFile(
     absl::string_view what, const std::string& path, PemKind kind,
-    casting::FileSystem* file_system = casting::FileSystem::Default());
+    platform::FileSystem* file_system = platform::FileSystem::Default());
 
 }  // namespace castserve
 

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <string>
 
-#include "casting/test_util/fake_file_system.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "platform/test_util/fake_file_system.h"
 
 namespace castserve {
 namespace {
@@ -84,7 +84,7 @@ TEST(PemFileTest, RefusesEncryptedKeysDirectoriesAndHugeFiles) {
 }
 
 TEST(PemFileTest, UnreadableFileNamesTheFlagThePathAndTheReason) {
-  casting::FakeFileSystem file_system;
+  platform::FakeFileSystem file_system;
   file_system.AddFile("/etc/castserve/key.pem", kKey);
   file_system.FailOn("/etc/castserve/key.pem",
                      absl::StatusCode::kPermissionDenied,

@@ -13,21 +13,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "casting/device_memory.h"
-#include "casting/executor.h"
 #include "casting/tracking_allocator.h"
-#include "server/auth.h"
-#include "server/hf_served_model_factory.h"
-#include "server/http_server.h"
-#include "server/inference_core.h"
-#include "server/inference_service.h"
+#include "platform/executor.h"
+#include "server/core/auth.h"
+#include "server/core/inference_core.h"
+#include "server/grpc/inference_service.h"
+#include "server/http/http_server.h"
+#include "server/http/port_check.h"
+#include "server/lifecycle/model_manager.h"
+#include "server/lifecycle/model_repository.h"
 #include "server/log.h"
-#include "server/metrics_exporter.h"
-#include "server/model_manager.h"
-#include "server/model_repository.h"
-#include "server/port_check.h"
-#include "server/process_metrics.h"
-#include "server/rest_service.h"
-#include "server/serving_metrics.h"
+#include "server/metrics/metrics_exporter.h"
+#include "server/metrics/process_metrics.h"
+#include "server/metrics/serving_metrics.h"
+#include "server/rest/rest_service.h"
+#include "server/servables/factory/hf_served_model_factory.h"
 
 namespace castserve {
 
@@ -106,7 +106,7 @@ std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(
 
 }  // namespace
 
-Server::Server() : executor_(casting::NewThreadExecutor()) {}
+Server::Server() : executor_(platform::NewThreadExecutor()) {}
 
 Server::~Server() { Shutdown(absl::ZeroDuration()); }
 
@@ -252,7 +252,7 @@ void Server::DrainCalls(absl::Duration grace) {
   // models' forwards then ends them at their next module instead of after
   // the whole forward.
   absl::Notification drained;
-  std::unique_ptr<casting::Thread> canceller =
+  std::unique_ptr<platform::Thread> canceller =
       executor_->StartThread([this, grace, &drained] {
         if (drained.WaitForNotificationWithTimeout(grace)) return;
         Log(LogLevel::kWarning,

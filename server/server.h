@@ -10,14 +10,14 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "models/cancellation.h"
-#include "server/http_server_options.h"
+#include "server/http/http_server_options.h"
 
 namespace grpc {
 class Server;
 }
 
 namespace castserve {
-namespace casting {
+namespace platform {
 class Executor;
 }
 
@@ -119,7 +119,7 @@ class Server {
   // Runs the work that must not hold a gRPC thread (first-request loads,
   // repository loads and unloads) and the shutdown's canceller; Shutdown
   // drains it. Destroyed last.
-  std::unique_ptr<casting::Executor> executor_;
+  std::unique_ptr<platform::Executor> executor_;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<ServedModelFactory> owned_factory_;
   ServedModelFactory* factory_ = nullptr;  // owned_factory_ or the options'.

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/matmul_kernel.h"
-#include "server/http_server_options.h"
+#include "server/http/http_server_options.h"
 #include "server/log.h"
 
 namespace castserve {
@@ -51,7 +51,7 @@ struct ServerFlags {
   std::string grpc_tls_cert_file;
   std::string grpc_tls_key_file;
   std::string grpc_tls_client_ca_file;
-  // Bearer tokens with scopes (server/auth.h); empty: no tokens needed.
+  // Bearer tokens with scopes (server/core/auth.h); empty: no tokens needed.
   std::string auth_token_file;
   // Serve on a non-loopback address without any authentication.
   bool allow_unauthenticated_remote_access = false;

@@ -20,10 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "casting/executor.h"
 #include "gtest/gtest.h"
+#include "platform/executor.h"
 #include "proto/inference.grpc.pb.h"
-#include "server/model_manager.h"
+#include "server/lifecycle/model_manager.h"
 #include "server/server.h"
 #include "server/test_util/fake_model_manager.h"
 #include "server/test_util/http_client.h"
@@ -78,7 +78,7 @@ class HangingModel final : public testing::FakeServedModel {
         cancellation_(std::move(cancellation)),
         live_(live) {
     ++*live_;
-    worker_ = casting::Executor::Default().StartThread([this] { Loop(); });
+    worker_ = platform::Executor::Default().StartThread([this] { Loop(); });
   }
   ~HangingModel() override {
     {
@@ -86,7 +86,7 @@ class HangingModel final : public testing::FakeServedModel {
       stopping_ = true;
     }
     if (worker_->IsCurrent()) {
-      casting::Executor::Default().JoinLater(std::move(worker_));
+      platform::Executor::Default().JoinLater(std::move(worker_));
     } else {
       worker_->Join();
     }
@@ -141,7 +141,7 @@ class HangingModel final : public testing::FakeServedModel {
   absl::Mutex mu_;
   std::vector<Held> held_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::unique_ptr<casting::Thread> worker_;
+  std::unique_ptr<platform::Thread> worker_;
 };
 
 // Makes HangingModels; the load of "lazy" runs until it is cancelled.
@@ -303,7 +303,7 @@ TEST_F(ServerShutdownTest, ShutdownUnderLoadEndsEverythingItStarted) {
     EXPECT_LT(absl::Now() - start, absl::Seconds(10));
     server->reset();
   }
-  casting::Executor::Default().Drain();
+  platform::Executor::Default().Drain();
 
   // The REST call was answered (its forward cancelled: 503) before the
   // port closed.

@@ -1,4 +1,4 @@
-#include "server/serving_metrics.h"
+#include "server/metrics/serving_metrics.h"
 
 #include <ATen/ATen.h>
 #include <unistd.h>
@@ -23,10 +23,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/model.h"
-#include "server/batching_served_model.h"
-#include "server/generation_served_model.h"
-#include "server/metrics_exporter.h"
-#include "server/model_manager.h"
+#include "server/lifecycle/model_manager.h"
+#include "server/metrics/metrics_exporter.h"
+#include "server/servables/batching/batching_served_model.h"
+#include "server/servables/generation/generation_served_model.h"
 #include "server/test_util/fake_generation_engine.h"
 
 namespace castserve {

@@ -41,7 +41,7 @@ BERT_DIR = os.path.dirname(os.path.abspath(sys.argv[5]))
 TEXT_REQUEST = os.path.abspath(sys.argv[6])
 WEIGHTS = os.path.join(MINILM_DIR, "weights")
 # The deploy config's fp8 casting (f32 compute is checked in
-# //server:minilm_text_embedding_test at >= 0.9999).
+# //server/servables/factory:minilm_text_embedding_test at >= 0.9999).
 MIN_COSINE = 0.995
 CALL_TIMEOUT_SECONDS = 60
 

@@ -3,7 +3,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "casting/file_system.h"
+#include "platform/file_system.h"
 #include "text/json_tokenizer.h"
 #include "text/sentencepiece_tokenizer.h"
 #include "text/tokenizer.h"
@@ -13,7 +13,7 @@ namespace castserve::text {
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(
     const std::string& folder) {
-  casting::FileSystem* const files = casting::FileSystem::Default();
+  platform::FileSystem* const files = platform::FileSystem::Default();
   const std::string json_path = folder + "/tokenizer.json";
   const std::string model_path = folder + "/tokenizer.model";
   if (files->IsRegularFile(json_path)) {

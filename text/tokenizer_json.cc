@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "casting/json_parser.h"
+#include "platform/json_parser.h"
 
 namespace castserve::text {
 namespace {
@@ -603,9 +603,9 @@ absl::Status ReadComponent(const Json& root, absl::string_view key, Parse parse,
 }  // namespace
 
 absl::StatusOr<TokenizerSpec> ParseTokenizerJson(absl::string_view text) {
-  casting::JsonLimits limits;
+  platform::JsonLimits limits;
   limits.max_bytes = kMaxTokenizerJsonBytes;
-  const absl::StatusOr<Json> parsed = casting::ParseJson(text, limits);
+  const absl::StatusOr<Json> parsed = platform::ParseJson(text, limits);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(parsed.status().message());
   }

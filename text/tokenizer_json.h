@@ -170,7 +170,7 @@ struct TokenizerSpec {
 // The longest tokenizer.json read (large vocabularies are tens of MB).
 inline constexpr size_t kMaxTokenizerJsonBytes = size_t{256} << 20;
 
-// Parses the text of a tokenizer.json, through casting::ParseJson (depth
+// Parses the text of a tokenizer.json, through platform::ParseJson (depth
 // and size bounded, duplicate keys refused; syntax errors with their byte).
 absl::StatusOr<TokenizerSpec> ParseTokenizerJson(absl::string_view json);
 

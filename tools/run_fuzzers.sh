@@ -8,7 +8,7 @@
 # $WORK/<target>.log.
 #
 #   casting/fuzz/  safetensors, torch_zip: the checkpoint readers (the
-#                  safetensors header through casting/json_parser.h, i.e.
+#                  safetensors header through platform/json_parser.h, i.e.
 #                  nlohmann/json's parser and castserve's bounded builder)
 #   server/fuzz/   infer_request: a ModelInferRequest against the BERT
 #                  fixture (conversion, checks, forward, response);
@@ -136,10 +136,10 @@ declare -A FOLDER=([safetensors]=casting [torch_zip]=casting
 declare -A LINKS=(
   [safetensors]="//casting:safetensors_reader"
   [torch_zip]="//casting:torch_zip_reader"
-  [infer_request]="//server:tensor_conversion + //models:bert"
-  [config_pbtxt]="//server:hf_served_model_factory + //server:model_repository"
-  [config_json]="//server:hf_served_model_factory + //server:model_repository"
-  [rest_infer]="//server:rest_infer_codec"
+  [infer_request]="//server/servables:tensor_conversion + //models:bert"
+  [config_pbtxt]="//server/servables/factory:hf_served_model_factory + //server/lifecycle:model_repository"
+  [config_json]="//server/servables/factory:hf_served_model_factory + //server/lifecycle:model_repository"
+  [rest_infer]="//server/rest:rest_infer_codec"
   [tokenizer_encode]="//text:load_tokenizer"
 )
 # libFuzzer dictionaries (tokens the mutator splices in), where a target has

@@ -7,7 +7,7 @@
 #
 #   tools/run_sanitizers.sh                 # asan and tsan
 #   tools/run_sanitizers.sh asan            # one of them
-#   TARGETS="//casting:executor_test" tools/run_sanitizers.sh tsan
+#   TARGETS="//platform:executor_test" tools/run_sanitizers.sh tsan
 #
 # Bazel's --config=asan / --config=tsan (.bazelrc) build into output trees of
 # their own; the first build of each takes several minutes on two cores,
@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 read -r -a SANITIZERS <<<"${*:-asan tsan}"
-read -r -a TARGETS <<<"${TARGETS:-//server:server_shutdown_test //casting:executor_test //server:model_manager_test}"
+read -r -a TARGETS <<<"${TARGETS:-//server:server_shutdown_test //platform:executor_test //server/lifecycle:model_manager_test}"
 
 for sanitizer in "${SANITIZERS[@]}"; do
   case "$sanitizer" in

@@ -1,5 +1,5 @@
 // libFuzzer target: the `config` parameter of RepositoryModelLoad, JSON
-// parsed into a ModelConfig as server/inference_service.cc does
+// parsed into a ModelConfig as server/grpc/inference_service.cc does
 // (JsonStringToMessage) and checked as the model manager checks an override
 // (ValidateModelConfig), then what a load does with the config before and
 // around the model (server/fuzz/load_checks.h). Built by
@@ -12,7 +12,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "server/fuzz/bert_fixture.h"
 #include "server/fuzz/load_checks.h"
-#include "server/model_config_loader.h"
+#include "server/lifecycle/model_config_loader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace fuzz = castserve::fuzz;

@@ -9,7 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "server/fuzz/bert_fixture.h"
 #include "server/fuzz/load_checks.h"
-#include "server/model_config_loader.h"
+#include "server/lifecycle/model_config_loader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace fuzz = castserve::fuzz;

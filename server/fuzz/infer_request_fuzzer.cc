@@ -1,7 +1,8 @@
 // libFuzzer target: a ModelInferRequest against the BERT fixture, along the
-// path a served model takes (server/batching_served_model.cc): DecodeRequest
-// (the request edge's one validation), Model::Forward (its CheckInputs, then
-// the forward when the inputs pass and are small), FillResponse. Built by
+// path a served model takes
+// (server/servables/batching/batching_served_model.cc): DecodeRequest (the
+// request edge's one validation), Model::Forward (its CheckInputs, then the
+// forward when the inputs pass and are small), FillResponse. Built by
 // tools/run_fuzzers.sh; run from the repository root.
 //
 // The first input byte chooses how the rest becomes a request: bit 0 clear,
@@ -23,9 +24,9 @@
 #include "models/model.h"
 #include "proto/inference.pb.h"
 #include "server/fuzz/bert_fixture.h"
-#include "server/tensor_conversion.h"
+#include "server/servables/tensor_conversion.h"
+#include "server/servables/text_input.h"
 #include "server/test_util/fake_tokenizer.h"
-#include "server/text_input.h"
 
 namespace castserve::fuzz {
 namespace {
@@ -122,7 +123,8 @@ class RequestBuilder {
 
   void AddInput(inference::ModelInferRequest& request, bool raw) {
     InputTensor* input = request.add_inputs();
-    // Sometimes the text input (server/text_input.h), mostly as BYTES.
+    // Sometimes the text input (server/servables/text_input.h), mostly as
+    // BYTES.
     const bool text = provider_.ConsumeIntegralInRange(0, 3) == 0;
     input->set_name(text ? "text" : PickName(model_.inputs()));
     input->set_datatype(text && provider_.ConsumeBool() ? "BYTES"

@@ -1,7 +1,8 @@
 // What a model load does with a config before and around the model itself,
 // run on a fuzzed config without loading one: the pieces of
-// HfServedModelFactory::Create (server/hf_served_model_factory.h), with the
-// BERT fixture standing in for the loaded model.
+// HfServedModelFactory::Create
+// (server/servables/factory/hf_served_model_factory.h), with the BERT fixture
+// standing in for the loaded model.
 #ifndef CASTSERVE_SERVER_FUZZ_LOAD_CHECKS_H_
 #define CASTSERVE_SERVER_FUZZ_LOAD_CHECKS_H_
 
@@ -15,7 +16,7 @@
 #include "absl/status/status.h"
 #include "proto/model_config.pb.h"
 #include "server/fuzz/bert_fixture.h"
-#include "server/hf_served_model_factory.h"
+#include "server/servables/factory/hf_served_model_factory.h"
 
 namespace castserve::fuzz {
 

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "server/rest_infer_codec.h"
+#include "server/rest/rest_infer_codec.h"
 
 namespace {
 

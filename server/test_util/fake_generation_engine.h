@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "server/generation_engine.h"
+#include "server/servables/generation/generation_engine.h"
 
 namespace castserve::test_util {
 

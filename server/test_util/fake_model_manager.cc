@@ -6,8 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "casting/executor.h"
-#include "server/tensor_conversion.h"
+#include "platform/executor.h"
+#include "server/servables/tensor_conversion.h"
 
 namespace castserve::testing {
 
@@ -37,9 +37,9 @@ void FakeServedModel::Infer(InferenceCall call,
   }
   // On a thread of the process's executor, as a served model answers on its
   // workers: the caller's thread returns first.
-  casting::Executor::Default().Schedule([this, call = std::move(call),
-                                         decoded = *std::move(decoded),
-                                         done = std::move(done)] {
+  platform::Executor::Default().Schedule([this, call = std::move(call),
+                                          decoded = *std::move(decoded),
+                                          done = std::move(done)] {
     {
       absl::MutexLock lock(&mutex_);
       ++held_;
@@ -80,6 +80,10 @@ casting::Footprint FakeServedModel::footprint() const {
   footprint.AddResident("bf16", 2000);
   footprint.AddMapped(1 << 20);
   return footprint;
+}
+
+std::vector<MemoryUsageEntry> FakeServedModel::memory_usage() const {
+  return MemoryUsageOf(*this);
 }
 
 casting::Device FakeServedModel::device() const {

@@ -11,8 +11,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "models/model.h"
-#include "server/model_manager.h"
-#include "server/served_model.h"
+#include "server/lifecycle/model_manager.h"
+#include "server/lifecycle/served_model.h"
+#include "server/servables/served_model_handle.h"
 
 namespace castserve::testing {
 
@@ -40,6 +41,8 @@ class FakeServedModel : public ServedModel {
   int64_t tracked_bytes() const override { return 1000 + device_bytes(); }
   casting::Device device() const override;
   int64_t device_bytes() const override;
+  // As a servable reports it (MemoryUsageOf).
+  std::vector<MemoryUsageEntry> memory_usage() const override;
   // Reports `device` and `device_bytes` from now on.
   void PlaceOn(const casting::Device& device, int64_t device_bytes);
 

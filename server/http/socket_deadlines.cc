@@ -1,0 +1,48 @@
+#include "server/http/socket_deadlines.h"
+
+#include <sys/socket.h>
+
+#include "absl/time/clock.h"
+
+namespace castserve {
+
+SocketDeadlines::SocketDeadlines(absl::Duration check_interval)
+    : check_interval_(check_interval),
+      thread_(platform::Executor::Default().StartThread([this] { Run(); })) {}
+
+SocketDeadlines::~SocketDeadlines() {
+  {
+    absl::MutexLock lock(&mutex_);
+    stopping_ = true;
+  }
+  thread_->Join();
+}
+
+void SocketDeadlines::Set(int fd, absl::Time deadline) {
+  absl::MutexLock lock(&mutex_);
+  deadlines_[fd] = deadline;
+}
+
+void SocketDeadlines::Forget(int fd) {
+  absl::MutexLock lock(&mutex_);
+  deadlines_.erase(fd);
+}
+
+void SocketDeadlines::Run() {
+  absl::MutexLock lock(&mutex_);
+  while (
+      !mutex_.AwaitWithTimeout(absl::Condition(&stopping_), check_interval_)) {
+    const absl::Time now = absl::Now();
+    for (auto it = deadlines_.begin(); it != deadlines_.end();) {
+      if (it->second > now) {
+        ++it;
+        continue;
+      }
+      // Under the lock: the owner cannot have closed fd (Forget first).
+      shutdown(it->first, SHUT_RDWR);
+      it = deadlines_.erase(it);
+    }
+  }
+}
+
+}  // namespace castserve

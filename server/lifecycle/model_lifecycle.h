@@ -1,0 +1,107 @@
+// One model's lifecycle state machine, as the ModelManager drives it:
+//
+//   UNAVAILABLE --StartLoad--> LOADING --FinishLoad--> READY
+//   READY --StartUnload--> UNLOADING --FinishUnload--> UNAVAILABLE
+//   READY --Evict--> UNAVAILABLE (loads again on its next request)
+//
+// with a reason whenever it is not READY. A reload (StartLoad while READY)
+// keeps serving the loaded model until FinishLoad swaps the new one in; a
+// failed reload keeps the old one. A load is cancellable until it finishes
+// (CancelLoad). At most one load or unload runs at a time: the manager
+// claims the model (Claim) before either and FinishLoad / FinishUnload
+// release it.
+//
+// Not thread-safe: the ModelManager guards every ModelLifecycle with its
+// lock. Models are handed out, never released under that lock: what a
+// transition lets go of comes back to the caller to release unlocked.
+#ifndef CASTSERVE_SERVER_LIFECYCLE_MODEL_LIFECYCLE_H_
+#define CASTSERVE_SERVER_LIFECYCLE_MODEL_LIFECYCLE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "models/cancellation.h"
+#include "server/lifecycle/served_model.h"
+
+namespace castserve {
+
+enum class ModelState { kUnavailable, kLoading, kReady, kUnloading };
+
+// "UNAVAILABLE", "LOADING", "READY", "UNLOADING" (Triton's strings).
+const char* ModelStateName(ModelState state);
+
+struct ModelStatus {
+  std::string name;
+  std::string version;  // "1": one version per model directory.
+  ModelState state = ModelState::kUnavailable;
+  std::string reason;  // Empty when READY.
+};
+
+class ModelLifecycle {
+ public:
+  ModelState state() const { return state_; }
+  const std::string& reason() const { return reason_; }
+  ModelStatus StatusOf(const std::string& name) const;
+
+  // The model requests go to while READY; null in every other state.
+  std::shared_ptr<ServedModel> ready() const;
+  // A load or unload has claimed the model.
+  bool busy() const { return busy_; }
+  // GetReady may start a load (a first_request model, an evicted one).
+  bool loads_on_request() const { return loads_on_request_; }
+  absl::Time last_used() const { return last_used_; }
+  void MarkUsed(absl::Time now) { last_used_ = now; }
+
+  // Describes a model that is not loaded and not busy: why (`reason`), and
+  // whether GetReady may load it. Ignored (false) while loaded or busy.
+  bool SetNotLoaded(std::string reason, bool loads_on_request);
+
+  // Marks a load or unload as running; the model must not be busy. A load
+  // GetReady starts (`on_request`) is not retried on its own after a
+  // failure: the reason stays visible until an explicit load.
+  void Claim(bool on_request = false);
+
+  // A claimed load begins: LOADING unless a model is loaded (a reload).
+  void StartLoad(std::shared_ptr<models::Cancellation> cancellation);
+  // Cancels the running load, if any; true if there was one.
+  bool CancelLoad(const std::string& reason);
+
+  enum class LoadOutcome { kReady, kKeptLoaded, kFailed };
+  // Ends the load and releases the claim: READY on `created`; a failure
+  // (`created` null) leaves a loaded model READY and otherwise makes the
+  // model UNAVAILABLE with `status`'s message. `*replaced` receives the
+  // model `created` replaced.
+  LoadOutcome FinishLoad(std::shared_ptr<ServedModel> created,
+                         const absl::Status& status, absl::Time now,
+                         std::shared_ptr<ServedModel>* replaced);
+
+  // A claimed unload begins: UNLOADING while the returned model (null when
+  // none was loaded) drains, UNAVAILABLE "unloaded" otherwise. No load on
+  // request until an explicit one.
+  std::shared_ptr<ServedModel> StartUnload();
+  // UNAVAILABLE "unloaded"; releases the claim.
+  void FinishUnload();
+
+  // READY, not busy, no request in flight.
+  bool Evictable() const;
+  // Unloads an Evictable model to stay within the memory budget: it loads
+  // again on its next request. Returns the model, to be released unlocked.
+  std::shared_ptr<ServedModel> Evict();
+
+ private:
+  ModelState state_ = ModelState::kUnavailable;
+  std::string reason_;
+  // Set while READY, and while a reload builds the new one beside it.
+  std::shared_ptr<ServedModel> served_;
+  bool busy_ = false;
+  bool loads_on_request_ = false;
+  // Set while a load runs.
+  std::shared_ptr<models::Cancellation> loading_;
+  absl::Time last_used_ = absl::InfinitePast();
+};
+
+}  // namespace castserve
+
+#endif  // CASTSERVE_SERVER_LIFECYCLE_MODEL_LIFECYCLE_H_

@@ -1,0 +1,150 @@
+#include "server/lifecycle/model_lifecycle.h"
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "server/test_util/fake_model_manager.h"
+
+namespace castserve {
+namespace {
+
+using LoadOutcome = ModelLifecycle::LoadOutcome;
+
+std::shared_ptr<ServedModel> NewModel() {
+  return std::make_shared<testing::FakeServedModel>("m");
+}
+
+TEST(ModelLifecycleTest, LoadGoesThroughLoadingToReady) {
+  ModelLifecycle model;
+  EXPECT_EQ(model.state(), ModelState::kUnavailable);
+  model.Claim();
+  model.StartLoad(std::make_shared<models::Cancellation>());
+  EXPECT_EQ(model.state(), ModelState::kLoading);
+  EXPECT_EQ(model.reason(), "loading");
+  EXPECT_EQ(model.ready(), nullptr);
+  std::shared_ptr<ServedModel> created = NewModel();
+  std::shared_ptr<ServedModel> replaced;
+  EXPECT_EQ(model.FinishLoad(created, absl::OkStatus(), absl::Now(), &replaced),
+            LoadOutcome::kReady);
+  EXPECT_EQ(model.state(), ModelState::kReady);
+  EXPECT_EQ(model.reason(), "");
+  EXPECT_EQ(model.ready(), created);
+  EXPECT_FALSE(model.busy());
+  EXPECT_EQ(replaced, nullptr);
+}
+
+TEST(ModelLifecycleTest, FailedLoadIsUnavailableWithTheReason) {
+  ModelLifecycle model;
+  model.Claim();
+  model.StartLoad(std::make_shared<models::Cancellation>());
+  std::shared_ptr<ServedModel> replaced;
+  EXPECT_EQ(model.FinishLoad(nullptr, absl::DataLossError("bad checkpoint"),
+                             absl::Now(), &replaced),
+            LoadOutcome::kFailed);
+  EXPECT_EQ(model.StatusOf("m").state, ModelState::kUnavailable);
+  EXPECT_EQ(model.StatusOf("m").reason, "bad checkpoint");
+  EXPECT_FALSE(model.busy());
+}
+
+TEST(ModelLifecycleTest, ReloadServesTheOldModelUntilTheSwap) {
+  ModelLifecycle model;
+  std::shared_ptr<ServedModel> replaced;
+  std::shared_ptr<ServedModel> old_model = NewModel();
+  model.Claim();
+  model.StartLoad(nullptr);
+  model.FinishLoad(old_model, absl::OkStatus(), absl::Now(), &replaced);
+
+  model.Claim();
+  model.StartLoad(std::make_shared<models::Cancellation>());
+  EXPECT_EQ(model.state(), ModelState::kReady);  // Not LOADING: it serves.
+  EXPECT_EQ(model.ready(), old_model);
+  std::shared_ptr<ServedModel> new_model = NewModel();
+  EXPECT_EQ(
+      model.FinishLoad(new_model, absl::OkStatus(), absl::Now(), &replaced),
+      LoadOutcome::kReady);
+  EXPECT_EQ(model.ready(), new_model);
+  EXPECT_EQ(replaced, old_model);  // Handed back, released by the caller.
+}
+
+TEST(ModelLifecycleTest, FailedReloadKeepsTheLoadedModel) {
+  ModelLifecycle model;
+  std::shared_ptr<ServedModel> replaced;
+  std::shared_ptr<ServedModel> old_model = NewModel();
+  model.Claim();
+  model.StartLoad(nullptr);
+  model.FinishLoad(old_model, absl::OkStatus(), absl::Now(), &replaced);
+  model.Claim();
+  model.StartLoad(nullptr);
+  EXPECT_EQ(model.FinishLoad(nullptr, absl::InvalidArgumentError("bad config"),
+                             absl::Now(), &replaced),
+            LoadOutcome::kKeptLoaded);
+  EXPECT_EQ(model.state(), ModelState::kReady);
+  EXPECT_EQ(model.ready(), old_model);
+}
+
+TEST(ModelLifecycleTest, CancelLoadCancelsOnlyARunningLoad) {
+  ModelLifecycle model;
+  EXPECT_FALSE(model.CancelLoad("unloaded"));
+  auto cancellation = std::make_shared<models::Cancellation>();
+  model.Claim();
+  model.StartLoad(cancellation);
+  EXPECT_TRUE(model.CancelLoad("unloaded"));
+  EXPECT_TRUE(cancellation->cancelled());
+  std::shared_ptr<ServedModel> replaced;
+  model.FinishLoad(nullptr, absl::CancelledError("unloaded"), absl::Now(),
+                   &replaced);
+  EXPECT_FALSE(model.CancelLoad("again"));
+}
+
+TEST(ModelLifecycleTest, UnloadDrainsThroughUnloading) {
+  ModelLifecycle model;
+  std::shared_ptr<ServedModel> replaced;
+  std::shared_ptr<ServedModel> loaded = NewModel();
+  model.Claim();
+  model.StartLoad(nullptr);
+  model.FinishLoad(loaded, absl::OkStatus(), absl::Now(), &replaced);
+  model.Claim();
+  EXPECT_EQ(model.StartUnload(), loaded);
+  EXPECT_EQ(model.state(), ModelState::kUnloading);
+  EXPECT_EQ(model.ready(), nullptr);  // No new request reaches it.
+  model.FinishUnload();
+  EXPECT_EQ(model.state(), ModelState::kUnavailable);
+  EXPECT_EQ(model.reason(), "unloaded");
+  EXPECT_FALSE(model.busy());
+  EXPECT_FALSE(model.loads_on_request());
+}
+
+TEST(ModelLifecycleTest, EvictedModelLoadsAgainOnRequest) {
+  ModelLifecycle model;
+  std::shared_ptr<ServedModel> replaced;
+  model.Claim();
+  model.StartLoad(nullptr);
+  model.FinishLoad(NewModel(), absl::OkStatus(), absl::Now(), &replaced);
+  EXPECT_TRUE(model.Evictable());
+  EXPECT_NE(model.Evict(), nullptr);
+  EXPECT_EQ(model.state(), ModelState::kUnavailable);
+  EXPECT_TRUE(model.loads_on_request());
+  EXPECT_FALSE(model.Evictable());
+}
+
+TEST(ModelLifecycleTest, BusyModelIsNotEvictableNorRedescribed) {
+  ModelLifecycle model;
+  EXPECT_TRUE(model.SetNotLoaded("not loaded", /*loads_on_request=*/true));
+  model.Claim(/*on_request=*/true);
+  EXPECT_FALSE(model.loads_on_request());  // Not retried on its own.
+  EXPECT_FALSE(model.SetNotLoaded("other", true));
+  EXPECT_EQ(model.reason(), "not loaded");
+  EXPECT_FALSE(model.Evictable());
+}
+
+TEST(ModelLifecycleTest, StateNamesAreTritons) {
+  EXPECT_STREQ(ModelStateName(ModelState::kUnavailable), "UNAVAILABLE");
+  EXPECT_STREQ(ModelStateName(ModelState::kLoading), "LOADING");
+  EXPECT_STREQ(ModelStateName(ModelState::kReady), "READY");
+  EXPECT_STREQ(ModelStateName(ModelState::kUnloading), "UNLOADING");
+}
+
+}  // namespace
+}  // namespace castserve

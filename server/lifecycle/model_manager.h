@@ -1,0 +1,115 @@
+// The model lifecycle: which models of the repository are loaded, in which
+// state, and under what memory budget. The manager composes a ModelCatalog
+// (names, directories, configs: model_catalog.h), one ModelLifecycle per
+// model (the state machine: model_lifecycle.h) and an LruEvictionPolicy
+// (lru_eviction_policy.h).
+//
+// States (Triton's strings in RepositoryIndex): UNAVAILABLE -> LOADING ->
+// READY -> UNLOADING -> UNAVAILABLE, each with a reason when not READY.
+// `startup` models load when the manager starts; `first_request` models load
+// when first asked for, callers waiting up to their deadline. A reload with a
+// new config builds the new model beside the old one and swaps it in only
+// once it is ready; in-flight requests finish on the old one.
+//
+// Memory budget: loading or materializing past `memory_budget_bytes`
+// (measured: the tracking allocator's per-model bytes and the weights'
+// footprint, not estimates) first unloads the least recently used idle model;
+// with nothing to evict the load fails with RESOURCE_EXHAUSTED.
+#ifndef CASTSERVE_SERVER_LIFECYCLE_MODEL_MANAGER_H_
+#define CASTSERVE_SERVER_LIFECYCLE_MODEL_MANAGER_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "models/cancellation.h"
+#include "platform/clock.h"
+#include "platform/executor.h"
+#include "proto/model_config.pb.h"
+#include "server/lifecycle/model_lifecycle.h"
+#include "server/lifecycle/model_repository.h"
+#include "server/lifecycle/served_model.h"
+
+namespace castserve {
+
+// Makes a ServedModel from a model's directory and configuration. The seam
+// that lets tests run the manager without real checkpoints.
+class ServedModelFactory {
+ public:
+  virtual ~ServedModelFactory() = default;
+  // Once `cancellation` is set (the model was unloaded while loading, the
+  // daemon shuts down), the load stops at its next step and fails
+  // CANCELLED, and the created model's forwards stop too.
+  virtual absl::StatusOr<std::shared_ptr<ServedModel>> Create(
+      const std::string& model_directory, const inference::ModelConfig& config,
+      std::shared_ptr<const models::Cancellation> cancellation) = 0;
+};
+
+struct ModelManagerOptions {
+  ModelRepository* repository = nullptr;  // Not owned; outlives the manager.
+  ServedModelFactory* factory = nullptr;  // Not owned; outlives the manager.
+  // 0 means no budget.
+  int64_t memory_budget_bytes = 0;
+  // When set (may be null), cancels everything like CancelAll.
+  std::shared_ptr<const models::Cancellation> stop;
+  // Runs the loads GetReady starts (not owned; outlives the manager). Null:
+  // platform::Executor::Default(). The manager's destructor waits for them.
+  platform::Executor* executor = nullptr;
+  // What load times, last-use times, the budget check's interval and the
+  // wait for a first-request load read (not owned; outlives the manager).
+  platform::Clock* clock = &platform::Clock::Real();
+};
+
+// Thread-safe.
+class ModelManager {
+ public:
+  static absl::StatusOr<std::unique_ptr<ModelManager>> Create(
+      ModelManagerOptions options);
+  virtual ~ModelManager() = default;
+
+  // Scans the repository and loads every `startup` model (a failure makes
+  // that model UNAVAILABLE with the reason; the others load). Returns when
+  // all have finished loading or failed.
+  virtual void LoadStartupModels() = 0;
+
+  // The READY model `name` (version "" or "1"). A `first_request` model that
+  // is not loaded starts loading and the call waits, up to `deadline`.
+  // NOT_FOUND for unknown names or versions, UNAVAILABLE with the reason for
+  // a model that failed to load or is unloaded, DEADLINE_EXCEEDED.
+  virtual absl::StatusOr<std::shared_ptr<ServedModel>> GetReady(
+      const std::string& name, const std::string& version,
+      absl::Time deadline) = 0;
+
+  // RepositoryModelLoad: (re)loads `name`, with `config_override` instead of
+  // its config.pbtxt when given. Waits until READY or failed.
+  // INVALID_ARGUMENT for names with '/', "..", NUL or empty.
+  virtual absl::Status Load(
+      const std::string& name,
+      std::optional<inference::ModelConfig> config_override) = 0;
+
+  // RepositoryModelUnload: stops taking requests for `name`, lets in-flight
+  // ones finish, frees its memory. A load of `name` still running is
+  // cancelled first (its forwards stop at the next module).
+  virtual absl::Status Unload(const std::string& name) = 0;
+
+  // Shutdown: cancels every load and every forward of every model, for
+  // good (they fail CANCELLED with `reason`); the manager only drains after.
+  virtual void CancelAll(const std::string& reason) = 0;
+
+  // Every model of the repository and each loaded one, sorted by name.
+  virtual std::vector<ModelStatus> Index() = 0;
+
+  // The status of one model; NOT_FOUND if unknown.
+  virtual absl::StatusOr<ModelStatus> Status(const std::string& name) = 0;
+
+  // READY models, for statistics and metrics.
+  virtual std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>
+  ReadyModels() = 0;
+};
+
+}  // namespace castserve
+
+#endif  // CASTSERVE_SERVER_LIFECYCLE_MODEL_MANAGER_H_

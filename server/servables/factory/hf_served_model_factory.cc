@@ -1,0 +1,123 @@
+#include "server/servables/factory/hf_served_model_factory.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "casting/device_memory.h"
+#include "casting/device_probe.h"
+#include "casting/tracking_allocator.h"
+#include "models/model_loader.h"
+#include "server/log.h"
+#include "server/servables/batching/batching_served_model.h"
+#include "server/servables/generation/generation_model_loader.h"
+
+namespace castserve {
+
+HfServedModelFactory::HfServedModelFactory(FactoryOptions options)
+    : options_(options) {
+  if (options_.inter_op_threads > 0) {
+    // LibTorch accepts this once, before its pool starts.
+    absl::Status set = models::CatchExceptions([this]() -> absl::Status {
+      at::set_num_interop_threads(options_.inter_op_threads);
+      return absl::OkStatus();
+    });
+    if (!set.ok()) {
+      Log(LogLevel::kWarning, "inter-op threads not set",
+          {{"error", set.message()}});
+    }
+  }
+  absl::StatusOr<casting::TrackingAllocator*> installed =
+      casting::TrackingAllocator::InstallTrackingCpuAllocator();
+  if (!installed.ok()) {
+    Log(LogLevel::kWarning,
+        "tracking allocator not installed; models are measured by their "
+        "weights alone",
+        {{"error", installed.status().ToString()}});
+  }
+  // Per-model GPU bytes, attributed under the tracking allocator's tags
+  // (casting/device_model_memory.h); a no-op without CUDA or a device.
+  casting::InstallCudaModelMemoryTracker();
+}
+
+absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Create(
+    const std::string& model_directory, const inference::ModelConfig& config,
+    std::shared_ptr<const models::Cancellation> cancellation) {
+  // LibTorch may throw anywhere in a load (a tensor it cannot allocate, a
+  // checkpoint it rejects): the load fails, nothing else does.
+  return models::CatchExceptions(
+      [&] { return Load(model_directory, config, std::move(cancellation)); });
+}
+
+absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
+    const std::string& model_directory, const inference::ModelConfig& config,
+    std::shared_ptr<const models::Cancellation> cancellation) {
+  absl::StatusOr<casting::Device> device = DeviceFromConfig(config);
+  if (!device.ok()) return device.status();
+  if (absl::Status available = casting::CheckDeviceAvailable(*device);
+      !available.ok()) {
+    return available;
+  }
+  if (absl::Status valid = CheckConfigLimits(config, options_); !valid.ok()) {
+    return valid;
+  }
+  absl::StatusOr<int> intra_op_threads = IntraOpThreadsFor(
+      config, options_.intra_op_threads,
+      static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  if (!intra_op_threads.ok()) return intra_op_threads.status();
+  absl::StatusOr<std::string> folder =
+      CheckpointFolder(model_directory, config.checkpoint().path());
+  if (!folder.ok()) return folder.status();
+  if (absl::Status inside =
+          CheckInsideRepository(model_directory, *folder, config,
+                                options_.allow_symlinks_outside_repository);
+      !inside.ok()) {
+    return inside;
+  }
+  absl::StatusOr<models::WeightPolicyOptions> options =
+      WeightPolicyFromConfig(config.weights());
+  if (!options.ok()) return options.status();
+  options->device = *device;
+  std::unique_ptr<TrackedModelId> tracked_id =
+      TrackedModelId::Register(config.name());
+  absl::StatusOr<std::unique_ptr<models::Model>> model;
+  {
+    casting::ScopedModelTag tag(tracked_id->id());
+    model = models::LoadHfModel(*folder, *options, config.architecture());
+  }
+  if (!model.ok()) {
+    return absl::Status(model.status().code(),
+                        absl::StrCat(*folder, ": ", model.status().message()));
+  }
+  if (config.has_generation()) {
+    return LoadGenerationModel(*folder, config, *std::move(model),
+                               std::move(tracked_id), std::move(cancellation));
+  }
+  std::shared_ptr<const TextInput> text =
+      TextInputFor(*folder, **model, config.name());
+  inference::ModelConfig effective = config;
+  if (effective.platform().empty()) effective.set_platform(kDefaultPlatform);
+  if (effective.backend().empty()) effective.set_backend(kDefaultBackend);
+  absl::Status valid =
+      ApplySignature((*model)->inputs(), (*model)->outputs(), &effective);
+  if (valid.ok()) valid = ApplyTextSignature(*text, &effective);
+  if (!valid.ok()) return valid;
+  absl::StatusOr<std::unique_ptr<BatchingServedModel>> served =
+      BatchingServedModel::Create(
+          std::move(effective),
+          std::shared_ptr<models::Model>(*std::move(model)),
+          std::move(tracked_id), *intra_op_threads, std::move(cancellation),
+          std::move(text));
+  if (!served.ok()) return served.status();
+  if (absl::Status warm =
+          RunWarmups(**served, (*served)->config(), model_directory, options_);
+      !warm.ok()) {
+    return warm;
+  }
+  return std::shared_ptr<ServedModel>(*std::move(served));
+}
+
+}  // namespace castserve
