@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs what castserve needs from Debian 12's packages (run as root).
+# Usage: tools/install_deps.sh [--cpu-only]
 # Quick when everything is present already: it only calls apt-get for
 # packages that are missing.
 set -euo pipefail
@@ -48,8 +49,9 @@ fi
 # LibTorch 2.11.0 (PyPI's torch wheel holds the C++ distribution, with MKL and
 # oneDNN inside libtorch_cpu): Debian's libtorch-dev is 1.13. Where nvcc is
 # present, also the CUDA runtime wheels `bazel build --config=cuda` links
-# against (about 2.6 GB, once).
-if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+# against (about 2.6 GB, once) — unless --cpu-only: the run command builds the
+# CPU daemon, which needs none of them.
+if [[ "${1:-}" != "--cpu-only" && -x /usr/local/cuda/bin/nvcc ]]; then
   "$(dirname "$0")/fetch_libtorch.sh" --cuda >/dev/null
 else
   "$(dirname "$0")/fetch_libtorch.sh" >/dev/null

@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-./tools/install_deps.sh
+# The CPU daemon: no CUDA runtime wheels (the test command fetches them).
+./tools/install_deps.sh --cpu-only
 MINILM_DEST=deploy/model_repository/minilm/hf ./tools/fetch_minilm.sh
 ./tools/build_release.sh
 bin=bazel-bin
