@@ -17,6 +17,12 @@ text/jinja/testdata/references/<name>.json:
               "expected": "..."}  or  {..., "error": "...",
               "raised": true when raise_exception raised it}]}
 
+It also renders FEATURES, small templates that each exercise one construct
+(whitespace control, loops, filters, tests, methods, Python's str/repr of
+values, tojson options, undefined), into text/jinja/testdata/features.json:
+  [{"template": "...", "context": {...}, "expected": "..."} or
+   {..., "error": "..."}]
+
 Seeded: a rerun writes the same files. CI does not run this; the C++ test
 compares with the committed files.
 
@@ -199,8 +205,180 @@ def render(template, special_tokens, messages, generation, tools, extra):
         add_generation_prompt=generation, **kwargs)[0][0]
 
 
+FEATURES = [
+    # Whitespace control, trim_blocks and lstrip_blocks.
+    ("a\n  {% if true %}\n  b\n  {% endif %}\nc", {}),
+    ("a  {%- if true -%}  b  {%- endif -%}  c", {}),
+    ("a\n{{- ' x ' -}}\nb", {}),
+    ("  {{ 1 }}\n  {% if true %}y{% endif %}  \n", {}),
+    ("{% if true +%}\nkeep{%+ endif %}", {}),
+    ("x {# comment #}\ny\n  {# own line #}\nz", {}),
+    ("line\r\nwindows\rmac\n\n", {}),
+    ("{% for i in [1, 2] %}\n  {{ i }}\n{% endfor %}\n", {}),
+    ("\t{% set x = 1 %}\t{{ x }}", {}),
+    ("a {{- '' }}\u3000{%- if true %}b{% endif %}", {}),
+    # Values printed as Python prints them.
+    ("{{ [1, 'a', none, true, 1.5] }}|{{ {'k': [1, {'n': none}]} }}", {}),
+    ("{{ (1,) }}{{ (1, 2) }}{{ () }}", {}),
+    ("{{ 0.1 + 0.2 }} {{ 1e16 }} {{ 1.0e-5 }} {{ 3 / 2 }} {{ 2.0 }} "
+     "{{ 123456789.0 * 10 }} {{ -0.0 }}", {}),
+    ("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ 2 ** 10 }} "
+     "{{ 2 ** -1 }} {{ 7.5 // 2 }} {{ -7.5 % 2 }}", {}),
+    ("{{ 'it''s' }} {{ \"a'b\" }} {{ ['it\\'s', 'q\"'] }} "
+     "{{ ['\\n\\t\\x01', '\\\\'] }}", {}),
+    ("{{ ['é', '😀', '\\u200b'] }}", {}),
+    ("{{ x }}|{{ x.y is defined }}|{{ none }}|{{ true }}", {"x": {"y": None}}),
+    ("{{ 'a' ~ 1 ~ none ~ undefined_name ~ [1] }}", {}),
+    ("{{ 1 if false }}|{{ 'yes' if 0 else 'no' }}|{{ [] or 'empty' }}|"
+     "{{ 'a' and 'b' }}", {}),
+    # Undefined.
+    ("{{ missing }}|{{ missing is defined }}|{{ missing | length }}|"
+     "{{ missing | default('d') }}|{% for x in missing %}x{% endfor %}", {}),
+    ("{{ missing.attribute }}", {}),
+    ("{{ d.nope }}|{{ d['nope'] }}|{{ l[5] }}|{{ d.nope is defined }}",
+     {"d": {"a": 1}, "l": [1]}),
+    ("{{ d.nope.deeper }}", {"d": {}}),
+    ("{{ missing + 1 }}", {}),
+    ("{{ none.attribute }}", {}),
+    # Loops.
+    ("{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}"
+     "/{{ loop.revindex0 }}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }}"
+     "/{{ loop.previtem is defined }}/{{ loop.nextitem }};{% endfor %}",
+     {"xs": ["a", "b", "c"]}),
+    ("{% for x in xs if x != 'b' %}{{ loop.index }}{{ x }}{% else %}none"
+     "{% endfor %}|{% for x in [] %}x{% else %}empty{% endfor %}",
+     {"xs": ["a", "b", "c"]}),
+    ("{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}"
+     "{% if x > 4 %}{% break %}{% endif %}{{ x }}{% endfor %}", {}),
+    ("{% for k, v in d.items() %}{{ k }}={{ v }},{% endfor %}"
+     "{% for k in d %}{{ k }}{% endfor %}", {"d": {"b": 1, "a": 2}}),
+    ("{% for a in [1, 2] %}{% for b in 'xy' %}{{ loop.depth }}{{ a }}{{ b }}"
+     "{{ loop.cycle('+', '-') }}{% endfor %}{% endfor %}", {}),
+    ("{% set x = 1 %}{% for i in [1, 2] %}{{ x }}{% set x = i * 10 %}{{ x }}"
+     "{% endfor %}{{ x }}", {}),
+    ("{{ range(3) | list }}{{ range(1, 10, 3) | list }}"
+     "{{ range(5, 0, -2) | list }}", {}),
+    # Scoping, namespace, macros, block set.
+    ("{% set ns = namespace(found=false, n=0) %}{% for m in ms %}"
+     "{% if m == 2 %}{% set ns.found = true %}{% endif %}"
+     "{% set ns.n = ns.n + m %}{% endfor %}{{ ns.found }} {{ ns.n }}",
+     {"ms": [1, 2, 3]}),
+    ("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}"
+     "{{ greet('a') }} {{ greet('b', '?') }} {{ greet(name='c') }}", {}),
+    ("{% set a, b = [1, 2] %}{{ a }}{{ b }}{% set t = 1, 2 %}{{ t }}", {}),
+    ("{% set block %}  x {{ 1 }}\n{% endset %}[{{ block }}]"
+     "{% set up | upper %}abc{% endset %}{{ up }}", {}),
+    ("{% generation %}kept {{ 1 }}{% endgeneration %}", {}),
+    ("{{ dict(a=1, b='x') }} {{ namespace(a=1) }}", {}),
+    # Filters.
+    ("{{ '  a b  ' | trim }}|{{ 'xxaxx' | trim('x') }}|{{ 'ab' | upper }}|"
+     "{{ 'AB' | lower }}|{{ 'hello world' | capitalize }}|"
+     "{{ 'hello-wORLD (x)y' | title }}", {}),
+    ("{{ [1, 2, 3] | length }} {{ 'héllo' | length }} {{ {'a': 1} | count }}"
+     " {{ [3, 1] | first }} {{ [3, 1] | last }} {{ 'abc' | list }}"
+     " {{ 'abc' | reverse }} {{ [1, 2] | reverse | list }}", {}),
+    ("{{ ['a', 'b'] | join(', ') }} {{ [1, 2] | join }} "
+     "{{ users | join(',', attribute='name') }}",
+     {"users": [{"name": "x"}, {"name": "y"}]}),
+    ("{{ 'aXbXc' | replace('X', '-') }} {{ 'aaa' | replace('a', 'b', 2) }}"
+     " {{ 'ab' | replace('', '.') }}", {}),
+    ("{{ '42' | int }} {{ '4.7' | int }} {{ 'x' | int(7) }} {{ 4.9 | int }}"
+     " {{ '3.5' | float }} {{ 'x' | float }} {{ 3 | float }} {{ 1 | string }}"
+     " {{ -3 | abs }} {{ 2.567 | round(2) }} {{ 2.5 | round }}"
+     " {{ 2.1 | round(0, 'ceil') }}", {}),
+    ("{{ none | default('x') }} {{ '' | default('x', true) }} {{ 0 | d(5) }}",
+     {}),
+    ("{{ xs | selectattr('on') | map(attribute='n') | list }}"
+     "{{ xs | rejectattr('on') | map(attribute='n') | join }}"
+     "{{ xs | selectattr('n', 'equalto', 2) | list | length }}"
+     "{{ [1, 2, 3, 4] | select('odd') | list }}"
+     "{{ [1, none, 3] | reject('none') | list }}"
+     "{{ ['a', 'b'] | map('upper') | list }}",
+     {"xs": [{"n": 1, "on": True}, {"n": 2, "on": False}, {"n": 3}]}),
+    ("{{ [3, 1, 2] | sort }} {{ ['b', 'A', 'c'] | sort }} "
+     "{{ [3, 1, 2] | sort(reverse=true) }} {{ [1, 2, 1, 3] | unique | list }}"
+     " {{ [1, 5, 3] | max }} {{ [4, 2] | min }} {{ [1, 2.5] | sum }}"
+     " {{ {'b': 1, 'a': 2} | dictsort }}", {}),
+    ("{{ {'a': 1, 'b': [1, 2]} | items | list }}", {}),
+    ("{{ 'line1\nline2\n\nline4' | indent }}|"
+     "{{ 'a\nb' | indent(2, true) }}|{{ 'a\n\nb' | indent('> ', blank=true) }}",
+     {}),
+    ("{{ '<a href=\"x\">&\\'</a>' | e }} {{ 'x' | safe }}", {}),
+    # tojson as transformers defines it.
+    ("{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ d | tojson(indent=4) }}|"
+     "{{ d | tojson(sort_keys=true) }}|"
+     "{{ d | tojson(separators=(',', ':')) }}|{{ d | tojson(ensure_ascii=true) }}",
+     {"d": {"z": "é\"\n\t\u0001😀<>&", "a": [1, 2.5, None, True, {}], "e": []}}),
+    ("{{ 1.0 | tojson }} {{ 1e100 | tojson }} {{ 'x' | tojson }}", {}),
+    ("{{ missing | tojson }}", {}),
+    # Tests.
+    ("{{ 1 is number }}{{ true is number }}{{ 1 is integer }}"
+     "{{ true is integer }}{{ 1.0 is float }}{{ 'a' is string }}"
+     "{{ {} is mapping }}{{ [] is iterable }}{{ 'a' is iterable }}"
+     "{{ 1 is iterable }}{{ none is none }}{{ true is boolean }}"
+     "{{ false is false }}{{ true is true }}{{ [] is sequence }}"
+     "{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}"
+     "{{ 'ab' is lower }}{{ 'AB' is upper }}{{ 1 is eq 1 }}"
+     "{{ 1 is ne 2 }}{{ 1 is lt 2 }}{{ 2 is gt 1 }}{{ 2 is ge 2 }}"
+     "{{ 1 is le 1 }}{{ 'a' is in 'abc' }}{{ none is sameas none }}"
+     "{{ 1 is not string }}{{ range is callable }}", {}),
+    # Operators and comparisons.
+    ("{{ 1 == 1.0 }}{{ true == 1 }}{{ 'a' < 'b' }}{{ [1, 2] < [1, 3] }}"
+     "{{ 1 < 2 < 3 }}{{ 3 > 2 > 5 }}{{ 'b' in 'abc' }}{{ 2 in [1, 2] }}"
+     "{{ 'k' in {'k': 1} }}{{ 'z' not in 'abc' }}{{ not 0 }}{{ -(-2) }}"
+     "{{ 'ab' * 3 }}{{ [0] * 2 }}{{ [1] + [2] }}{{ 'a' + 'b' }}"
+     "{{ 1 + 2 * 3 - 4 / 2 }}{{ (1 + 2) * 3 }}", {}),
+    ("{{ 'a' + 1 }}", {}),
+    ("{{ 'a' < 1 }}", {}),
+    ("{{ 1 // 0 }}", {}),
+    # String and dict methods.
+    ("{{ '  x  '.strip() }}|{{ 'xyx'.strip('x') }}|{{ '\n a'.lstrip() }}|"
+     "{{ 'a \n'.rstrip() }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|"
+     "{{ 'a b c'.split(' ', 1) }}|{{ 'a.b.c'.rsplit('.', 1) }}|"
+     "{{ 'abc'.startswith('ab') }}|{{ 'abc'.endswith(('x', 'c')) }}|"
+     "{{ 'ab'.upper() }}|{{ 'hello world'.title() }}|{{ 'aXa'.replace('a', 'b') }}|"
+     "{{ 'abcb'.find('b') }}|{{ 'abcb'.count('b') }}|{{ '-'.join(['a', 'b']) }}|"
+     "{{ 'x{}y{}'.format(1, 'z') }}|{{ 'éa'.find('a') }}", {}),
+    ("{{ d.get('a') }}|{{ d.get('z') }}|{{ d.get('z', 5) }}|{{ d.keys() | list }}|"
+     "{{ d.values() | list }}|{{ d.items() | list }}|{{ d['a'] }}|{{ d.a }}",
+     {"d": {"a": 1, "b": "x"}}),
+    ("{{ 'straße'.upper() }} {{ 'ΑΣ'.lower() }} {{ 'ǆ'.title() }} "
+     "{{ 'İ'.lower() | length }} {{ 'ß' | upper }}", {}),
+    # Subscripts and slices.
+    ("{{ xs[0] }}{{ xs[-1] }}{{ xs[1:] }}{{ xs[:-1] }}{{ xs[::-1] }}"
+     "{{ xs[::2] }}{{ 'héllo'[1:3] }}{{ 'abc'[-1] }}{{ xs[5:] }}{{ xs.0 }}",
+     {"xs": [1, 2, 3, 4]}),
+    # raise_exception and strftime_now.
+    ("{{ raise_exception('Custom: ' ~ 42) }}", {}),
+    ("{{ strftime_now('%d %b %Y %H:%M:%S %A %j') }}", {}),
+    # Literals.
+    ("{{ 'a' 'b' }} {{ 1_000 }} {{ 1.5e3 }} {{ 'tab\\there' }} "
+     "{{ '\\u00e9\\x41\\101' }} {{ True }} {{ None }}", {}),
+    ("{{ {'a': 1}['a'] }} {{ [1, 2,][1] }} {{ {'a': 1,} }}", {}),
+]
+
+
+def render_features():
+    features = []
+    for template, context in FEATURES:
+        feature = {"template": template, "context": context}
+        try:
+            feature["expected"] = chat_template_utils._compile_jinja_template(
+                template).render(**context)
+        except Exception as error:  # Every error jinja2 raises is expected.
+            feature["error"] = str(error)
+            feature["raised"] = type(error) is jinja2.exceptions.TemplateError
+        features.append(feature)
+    with open(os.path.join(ROOT, "text/jinja/testdata/features.json"), "w",
+              encoding="utf-8") as f:
+        json.dump(features, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(f"features: {len(features)} templates")
+
+
 def main():
     chat_template_utils.datetime = FixedClock
+    render_features()
     os.makedirs(REFERENCES, exist_ok=True)
     counts = {}
     for file_name in sorted(os.listdir(TEMPLATES)):

@@ -296,7 +296,8 @@ absl::StatusOr<Value> CallDictMethod(const Value& object,
 }  // namespace
 
 bool IsSupportedMethod(absl::string_view name) {
-  return StringMethods().contains(name) || DictMethods().contains(name);
+  return StringMethods().contains(name) || DictMethods().contains(name) ||
+         name == "cycle";  // loop.cycle
 }
 
 absl::StatusOr<Value> GetAttribute(const Value& object, absl::string_view name,

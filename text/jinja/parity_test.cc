@@ -124,5 +124,39 @@ TEST(ParityTest, EveryTemplateRendersAsJinja2) {
   }
 }
 
+// One construct per template (whitespace control, loops, filters, tests,
+// methods, printing of values, tojson, undefined), rendered by jinja2.
+TEST(ParityTest, EveryFeatureRendersAsJinja2) {
+  nlohmann::ordered_json features = nlohmann::ordered_json::parse(
+      ReadText(std::string(kTestdata) + "/features.json"));
+  ASSERT_GE(features.size(), 50u);
+  int errors = 0;
+  for (const auto& feature : features) {
+    std::string source = feature["template"].get<std::string>();
+    SCOPED_TRACE(source);
+    absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Create(
+        source, Limits{}, FixedClock("2026-07-04T15:30:00"));
+    absl::StatusOr<std::string> rendered =
+        chat_template.ok() ? chat_template->Render(FromJson(feature["context"]))
+                           : absl::StatusOr<std::string>(chat_template.status());
+    if (feature.contains("expected")) {
+      EXPECT_TRUE(rendered.ok()) << rendered.status();
+      if (rendered.ok()) {
+        EXPECT_EQ(*rendered, feature["expected"].get<std::string>());
+      }
+      continue;
+    }
+    ++errors;
+    EXPECT_FALSE(rendered.ok())
+        << "jinja2 raised \"" << feature["error"].get<std::string>()
+        << "\" but castserve rendered: " << *rendered;
+    if (!rendered.ok() && feature["raised"].get<bool>()) {
+      EXPECT_EQ(ChatTemplate::RaisedMessage(rendered.status()),
+                feature["error"].get<std::string>());
+    }
+  }
+  EXPECT_GE(errors, 5);
+}
+
 }  // namespace
 }  // namespace castserve::text::jinja

@@ -142,7 +142,8 @@ absl::Status Renderer::ExecuteStatement(const Stmt& stmt, Frame* frame,
 
 namespace {
 
-Value LoopObject(size_t index, const std::vector<Value>& items, int depth) {
+// jinja2's loop object. depth is 1: recursive loops are not supported.
+Value LoopObject(size_t index, const std::vector<Value>& items) {
   size_t length = items.size();
   Dict loop;
   loop.Set("index", Value::Int(index + 1));
@@ -152,14 +153,13 @@ Value LoopObject(size_t index, const std::vector<Value>& items, int depth) {
   loop.Set("first", Value::Bool(index == 0));
   loop.Set("last", Value::Bool(index + 1 == length));
   loop.Set("length", Value::Int(length));
-  loop.Set("depth", Value::Int(depth));
-  loop.Set("depth0", Value::Int(depth - 1));
+  loop.Set("depth", Value::Int(1));
+  loop.Set("depth0", Value::Int(0));
   loop.Set("previtem", index > 0 ? items[index - 1]
                                   : Value::Undefined("there is no previous item"));
   loop.Set("nextitem", index + 1 < length
                            ? items[index + 1]
                            : Value::Undefined("there is no next item"));
-  std::shared_ptr<const std::vector<Value>> unused;
   loop.Set("cycle",
            Value::Function("loop.cycle", [index](const CallArgs& args)
                                              -> absl::StatusOr<Value> {
@@ -169,7 +169,7 @@ Value LoopObject(size_t index, const std::vector<Value>& items, int depth) {
              }
              return args.positional[index % args.positional.size()];
            }));
-  return Value::FromDict(std::move(loop));
+  return Value::Namespace(std::move(loop));
 }
 
 }  // namespace
@@ -201,15 +201,6 @@ absl::Status Renderer::ExecuteFor(const Stmt& stmt, Frame* frame,
         "loops and macro calls nest deeper than max_nesting_depth (",
         limits_.max_nesting_depth, ")"));
   }
-  int loop_depth = 1;
-  for (const Frame* f = frame; f != nullptr; f = f->parent) {
-    auto it = f->variables.find("loop");
-    if (it != f->variables.end() && it->second.is_dict()) {
-      loop_depth = static_cast<int>(
-                       it->second.dict().Find("depth")->int_value()) + 1;
-      break;
-    }
-  }
   absl::Status status;
   for (size_t i = 0; i < items.size() && status.ok(); ++i) {
     status = ChargeIterations(1);
@@ -217,7 +208,7 @@ absl::Status Renderer::ExecuteFor(const Stmt& stmt, Frame* frame,
     Frame scope{{}, frame};
     status = Assign(stmt.targets, items[i], &scope);
     if (!status.ok()) break;
-    scope.variables["loop"] = LoopObject(i, items, loop_depth);
+    scope.variables["loop"] = LoopObject(i, items);
     status = Execute(stmt.bodies[0], &scope, out);
     if (flow_ == Flow::kBreak) {
       flow_ = Flow::kNormal;
