@@ -56,13 +56,13 @@ using Body = std::vector<std::unique_ptr<Stmt>>;
 
 struct Stmt {
   enum class Kind {
-    kData,        // text
-    kOutput,      // {{ expr }}
-    kIf,          // conditions[i] -> bodies[i]; else_body
-    kFor,         // for targets in expr [if condition]: bodies[0]; else
-    kSet,         // set targets = expr   (attribute: ns.attribute = expr)
-    kSetBlock,    // set targets %}bodies[0]{% endset, then filters
-    kMacro,       // macro name(params = defaults): bodies[0]
+    kData,      // text
+    kOutput,    // {{ expr }}
+    kIf,        // conditions[i] -> bodies[i]; else_body
+    kFor,       // for targets in expr [if condition]: bodies[0]; else
+    kSet,       // set targets = expr   (attribute: ns.attribute = expr)
+    kSetBlock,  // set targets %}bodies[0]{% endset, then filters
+    kMacro,     // macro name(params = defaults): bodies[0]
     kBreak,
     kContinue,
     kGeneration,  // transformers' {% generation %}: renders bodies[0]

@@ -40,9 +40,8 @@ absl::StatusOr<BoundArgs> BindArgs(const CallArgs& args,
   }
   for (size_t i = 0; i < required; ++i) {
     if (!bound.Has(i)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(function, "() missing required argument '", names[i],
-                       "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          function, "() missing required argument '", names[i], "'"));
     }
   }
   return bound;

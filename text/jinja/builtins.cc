@@ -22,9 +22,9 @@ namespace {
 
 const absl::flat_hash_set<std::string>& StringMethods() {
   static const auto* methods = new absl::flat_hash_set<std::string>{
-      "strip", "lstrip",     "rstrip",   "split", "rsplit", "startswith",
-      "endswith", "upper",   "lower",    "title", "capitalize", "replace",
-      "find",  "count",      "join",     "format"};
+      "strip",    "lstrip", "rstrip", "split", "rsplit",     "startswith",
+      "endswith", "upper",  "lower",  "title", "capitalize", "replace",
+      "find",     "count",  "join",   "format"};
   return *methods;
 }
 
@@ -38,9 +38,9 @@ const absl::flat_hash_set<std::string>& DictMethods() {
 // finds these before any item of the same name.
 const absl::flat_hash_set<std::string>& OtherContainerAttributes() {
   static const auto* names = new absl::flat_hash_set<std::string>{
-      "pop",    "popitem", "update", "copy",  "clear", "setdefault",
-      "fromkeys", "append", "extend", "insert", "remove", "reverse",
-      "sort",   "index"};
+      "pop",        "popitem",  "update", "copy",   "clear",
+      "setdefault", "fromkeys", "append", "extend", "insert",
+      "remove",     "reverse",  "sort",   "index"};
   return *names;
 }
 
@@ -71,7 +71,8 @@ absl::Status CheckSize(size_t bytes, const BuiltinContext& context) {
 Value StringList(std::vector<std::string> parts) {
   std::vector<Value> items;
   items.reserve(parts.size());
-  for (std::string& part : parts) items.push_back(Value::String(std::move(part)));
+  for (std::string& part : parts)
+    items.push_back(Value::String(std::move(part)));
   return Value::List(std::move(items));
 }
 
@@ -89,8 +90,9 @@ absl::StatusOr<bool> AffixMatch(const std::string& text, const Value& affix,
   }
   for (const Value& candidate : candidates) {
     if (!candidate.is_string()) {
-      return absl::InvalidArgumentError("tuple for startswith/endswith must "
-                                        "only contain str");
+      return absl::InvalidArgumentError(
+          "tuple for startswith/endswith must "
+          "only contain str");
     }
     const std::string& a = candidate.string_value();
     if (a.size() <= text.size() &&
@@ -138,8 +140,9 @@ absl::StatusOr<Value> Format(const std::string& text, const CallArgs& args,
       for (const auto& [name, v] : args.keyword) {
         if (name == field) value = &v;
       }
-      if (value == nullptr) return absl::InvalidArgumentError(
-          absl::StrCat("KeyError: '", field, "'"));
+      if (value == nullptr)
+        return absl::InvalidArgumentError(
+            absl::StrCat("KeyError: '", field, "'"));
     }
     if (value == nullptr) {
       if (index >= args.positional.size()) {
@@ -167,8 +170,8 @@ absl::StatusOr<Value> CallStringMethod(const std::string& text,
     std::optional<std::string> chars;
     if (bound->Has(0) && !bound->Get(0).is_none()) {
       if (!bound->Get(0).is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, " arg must be None or str"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, " arg must be None or str"));
       }
       chars = bound->Get(0).string_value();
     }
@@ -253,9 +256,9 @@ absl::StatusOr<Value> CallStringMethod(const std::string& text,
   std::string out;
   for (size_t i = 0; i < items->size(); ++i) {
     if (!(*items)[i].is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sequence item ", i, ": expected str instance, ",
-          TypeName((*items)[i]), " found"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence item ", i, ": expected str instance, ",
+                       TypeName((*items)[i]), " found"));
     }
     if (i > 0) out += text;
     out += (*items)[i].string_value();
@@ -270,11 +273,12 @@ absl::StatusOr<Value> CallDictMethod(const Value& object,
                                      const CallArgs& args) {
   const Dict& dict = object.dict();
   if (name == "get") {
-    absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {"key", "default"}, 1);
+    absl::StatusOr<BoundArgs> bound =
+        BindArgs(args, name, {"key", "default"}, 1);
     if (!bound.ok()) return bound.status();
     const Value& key = bound->Get(0);
-    const Value* found = key.is_string() ? dict.Find(key.string_value())
-                                         : nullptr;
+    const Value* found =
+        key.is_string() ? dict.Find(key.string_value()) : nullptr;
     if (found != nullptr) return *found;
     return bound->Has(1) ? bound->Get(1) : Value::None();
   }
@@ -311,8 +315,7 @@ absl::StatusOr<Value> GetAttribute(const Value& object, absl::string_view name,
       return Value::Function(
           absl::StrCat("str.", name),
           [text = object, method, &context](const CallArgs& args) {
-            return CallStringMethod(text.string_value(), method, args,
-                                    context);
+            return CallStringMethod(text.string_value(), method, args, context);
           });
     case Value::Kind::kDict: {
       if (DictMethods().contains(method)) {

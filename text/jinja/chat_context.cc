@@ -13,7 +13,7 @@ namespace {
 
 constexpr uint64_t kMaxConfigBytes = 64 * 1024 * 1024;
 constexpr const char* kSpecialTokenNames[] = {
-    "bos_token", "eos_token",  "unk_token", "sep_token",
+    "bos_token", "eos_token", "unk_token", "sep_token",
     "pad_token", "cls_token", "mask_token"};
 // The names transformers reads a message's reasoning under, the first
 // being the one chat templates read.
@@ -23,8 +23,7 @@ constexpr const char* kReasoningFields[] = {"reasoning_content", "thinking",
 absl::StatusOr<Value> NormalizeMessage(const Value& message, size_t index) {
   if (!message.is_dict()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "chat message ", index, " should be a dict, got ",
-        TypeName(message)));
+        "chat message ", index, " should be a dict, got ", TypeName(message)));
   }
   Dict kept;
   for (const auto& [key, value] : message.dict().items()) {

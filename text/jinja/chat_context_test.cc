@@ -71,8 +71,7 @@ TEST(ChatContextTest, ReadsTemplateAndTokensOfAModelFolder) {
     "added_tokens_decoder": {},
     "chat_template": "{{ bos_token }}{{ messages | length }}{{ eos_token }}"
   })");
-  absl::StatusOr<ModelChatTemplate> model =
-      ReadModelChatTemplate(&files, "/m");
+  absl::StatusOr<ModelChatTemplate> model = ReadModelChatTemplate(&files, "/m");
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(model->source,
             "{{ bos_token }}{{ messages | length }}{{ eos_token }}");
@@ -97,8 +96,7 @@ TEST(ChatContextTest, PicksANamedTemplateAndMergesTheLegacyTokenMap) {
   })");
   files.AddFile("/m/special_tokens_map.json",
                 R"({"eos_token": {"content": "<eos>"}, "unk_token": "<unk>"})");
-  absl::StatusOr<ModelChatTemplate> model =
-      ReadModelChatTemplate(&files, "/m");
+  absl::StatusOr<ModelChatTemplate> model = ReadModelChatTemplate(&files, "/m");
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(model->source, "D");
   EXPECT_EQ(model->special_tokens.Find("eos_token")->string_value(), "<eos>");

@@ -18,18 +18,15 @@ namespace castserve::text::jinja {
 
 ChatTemplate::ChatTemplate(std::shared_ptr<const Program> program,
                            Limits limits, TemplateClock clock)
-    : program_(std::move(program)),
-      limits_(limits),
-      clock_(std::move(clock)) {}
+    : program_(std::move(program)), limits_(limits), clock_(std::move(clock)) {}
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Create(std::string source,
                                                   Limits limits,
                                                   TemplateClock clock) {
   if (source.size() > limits.max_template_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("chat template of ", source.size(),
-                     " bytes exceeds max_template_bytes (",
-                     limits.max_template_bytes, ")"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "chat template of ", source.size(),
+        " bytes exceeds max_template_bytes (", limits.max_template_bytes, ")"));
   }
   absl::StatusOr<std::vector<Token>> tokens = Tokenize(source);
   if (!tokens.ok()) return tokens.status();

@@ -78,8 +78,8 @@ TEST(ChatTemplateTest, EnforcesTemplateSizeAndParseDepth) {
   EXPECT_EQ(too_long.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(too_long.status().message(), HasSubstr("max_template_bytes"));
 
-  std::string deep = "{{ " + std::string(200, '(') + "1" +
-                     std::string(200, ')') + " }}";
+  std::string deep =
+      "{{ " + std::string(200, '(') + "1" + std::string(200, ')') + " }}";
   absl::StatusOr<ChatTemplate> too_deep = ChatTemplate::Create(deep);
   EXPECT_EQ(too_deep.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(too_deep.status().message(), HasSubstr("max_nesting_depth"));
@@ -118,11 +118,11 @@ TEST(ChatTemplateTest, EnforcesRenderLimitsNamingThem) {
 
   limits = Limits();
   limits.max_steps = 1000;
-  EXPECT_THAT(RenderWith("{% for i in range(500) %}{{ i + 1 }}{% endfor %}",
-                         limits)
-                  .status()
-                  .message(),
-              HasSubstr("max_steps"));
+  EXPECT_THAT(
+      RenderWith("{% for i in range(500) %}{{ i + 1 }}{% endfor %}", limits)
+          .status()
+          .message(),
+      HasSubstr("max_steps"));
 
   // A macro that calls itself stops at the nesting limit.
   absl::StatusOr<std::string> recursion =
@@ -157,8 +157,7 @@ TEST(ChatTemplateTest, StrftimeNowReadsTheInjectedClock) {
       "Today Date: {{ strftime_now('%d %b %Y') }} {{ strftime_now('%H:%M') }}",
       Limits{}, clock);
   ASSERT_TRUE(chat_template.ok()) << chat_template.status();
-  EXPECT_EQ(*chat_template->Render(Context()),
-            "Today Date: 31 Dec 2024 23:59");
+  EXPECT_EQ(*chat_template->Render(Context()), "Today Date: 31 Dec 2024 23:59");
 }
 
 TEST(ChatTemplateTest, RendersConcurrentlyFromOneTemplate) {
@@ -190,11 +189,10 @@ TEST(ChatTemplateTest, RendersConcurrentlyFromOneTemplate) {
 }
 
 TEST(ChatTemplateTest, RefusesWhatTheSandboxRefuses) {
-  EXPECT_THAT(
-      RenderWith("{% set ns = namespace() %}{% set ns._private = 1 %}")
-          .status()
-          .message(),
-      HasSubstr("underscore-prefixed"));
+  EXPECT_THAT(RenderWith("{% set ns = namespace() %}{% set ns._private = 1 %}")
+                  .status()
+                  .message(),
+              HasSubstr("underscore-prefixed"));
   EXPECT_THAT(RenderWith("{% set x = 1 %}{% set x.y = 2 %}").status().message(),
               HasSubstr("non-namespace"));
   EXPECT_FALSE(ChatTemplate::Create("{{ 'x' }}")->Render(Value()).ok());

@@ -29,9 +29,9 @@ using Filter = absl::StatusOr<Value> (*)(const Value& input,
 
 absl::Status SizeCheck(size_t bytes, const BuiltinContext& context) {
   if (bytes > context.max_value_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "a value would exceed max_output_bytes (", context.max_value_bytes,
-        ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a value would exceed max_output_bytes (",
+                     context.max_value_bytes, ")"));
   }
   return absl::OkStatus();
 }
@@ -98,12 +98,23 @@ absl::StatusOr<Value> Escape(const Value& in, const CallArgs& args,
   std::string out;
   for (char c : ToStr(in)) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   absl::Status status = SizeCheck(out.size(), context);
@@ -125,8 +136,8 @@ absl::StatusOr<Value> Length(const Value& in, const CallArgs& args,
     case Value::Kind::kDict:
       return Value::Int(in.dict().size());
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "object of type '", TypeName(in), "' has no len()"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("object of type '", TypeName(in), "' has no len()"));
   }
 }
 
@@ -156,9 +167,9 @@ absl::StatusOr<Value> Replace(const Value& in, const CallArgs& args,
   size_t worst = text.size() + (text.size() + 1) * new_text.size();
   if (worst > context.max_value_bytes) {
     std::string out = PythonReplace(text, old_text, "", count);
-    size_t hits = old_text.empty() ? CodePointCount(text) + 1
-                                   : (text.size() - out.size()) /
-                                         old_text.size();
+    size_t hits = old_text.empty()
+                      ? CodePointCount(text) + 1
+                      : (text.size() - out.size()) / old_text.size();
     absl::Status status =
         SizeCheck(out.size() + hits * new_text.size(), context);
     if (!status.ok()) return status;
@@ -177,8 +188,7 @@ absl::StatusOr<Value> Join(const Value& in, const CallArgs& args,
   for (size_t i = 0; i < items->size(); ++i) {
     Value item = (*items)[i];
     if (bound->Has(1)) {
-      absl::StatusOr<Value> attribute =
-          GetItem(item, bound->Get(1), context);
+      absl::StatusOr<Value> attribute = GetItem(item, bound->Get(1), context);
       if (!attribute.ok()) return attribute.status();
       item = *std::move(attribute);
     }
@@ -244,7 +254,8 @@ absl::StatusOr<Value> Items(const Value& in, const CallArgs& args,
   if (!bound.ok()) return bound.status();
   if (in.is_undefined()) return Value::List({});
   if (!in.is_dict()) {
-    return absl::InvalidArgumentError("Can only get item pairs from a mapping.");
+    return absl::InvalidArgumentError(
+        "Can only get item pairs from a mapping.");
   }
   std::vector<Value> items;
   for (const auto& [key, value] : in.dict().items()) {
@@ -332,8 +343,8 @@ absl::StatusOr<Value> Abs(const Value& in, const CallArgs& args,
   if (in.kind() == Value::Kind::kInt || in.kind() == Value::Kind::kBool) {
     return in.int_value() < 0 ? Negate(in) : Value::Int(in.int_value());
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "bad operand type for abs(): '", TypeName(in), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad operand type for abs(): '", TypeName(in), "'"));
 }
 
 absl::StatusOr<Value> ToJsonFilter(const Value& in, const CallArgs& args,
@@ -379,8 +390,8 @@ absl::StatusOr<Value> Indent(const Value& in, const CallArgs& args,
     indention = bound->Get(0).string_value();
   } else {
     int64_t width = bound->Has(0) ? bound->Get(0).int_value() : 4;
-    indention = std::string(std::max<int64_t>(0, std::min<int64_t>(width, 256)),
-                            ' ');
+    indention =
+        std::string(std::max<int64_t>(0, std::min<int64_t>(width, 256)), ' ');
   }
   std::vector<std::string> lines = SplitLines(ToStr(in) + "\n");
   std::string out;
@@ -411,8 +422,9 @@ absl::StatusOr<Value> AttributePath(const Value& item, const Value& path,
   Value current = item;
   for (absl::string_view part : absl::StrSplit(path.string_value(), '.')) {
     int64_t index;
-    Value key = absl::SimpleAtoi(part, &index) ? Value::Int(index)
-                                               : Value::String(std::string(part));
+    Value key = absl::SimpleAtoi(part, &index)
+                    ? Value::Int(index)
+                    : Value::String(std::string(part));
     absl::StatusOr<Value> next = GetItem(current, key, context);
     if (!next.ok()) return next;
     current = *std::move(next);
@@ -490,9 +502,11 @@ absl::StatusOr<Value> Map(const Value& in, const CallArgs& args,
   if (!items.ok()) return items.status();
   std::vector<Value> out;
   if (args.positional.empty()) {
-    absl::StatusOr<BoundArgs> bound = Bind(args, "map", {"attribute", "default"});
+    absl::StatusOr<BoundArgs> bound =
+        Bind(args, "map", {"attribute", "default"});
     if (!bound.ok()) return bound.status();
-    if (!bound->Has(0)) return absl::InvalidArgumentError("map needs a filter or attribute=");
+    if (!bound->Has(0))
+      return absl::InvalidArgumentError("map needs a filter or attribute=");
     for (const Value& item : *items) {
       absl::StatusOr<Value> value = AttributePath(item, bound->Get(0), context);
       if (!value.ok()) return value.status();
@@ -511,8 +525,8 @@ absl::StatusOr<Value> Map(const Value& in, const CallArgs& args,
                                 args.positional.end());
   filter_args.keyword = args.keyword;
   for (const Value& item : *items) {
-    absl::StatusOr<Value> value = ApplyFilter(
-        args.positional[0].string_value(), item, filter_args, context);
+    absl::StatusOr<Value> value = ApplyFilter(args.positional[0].string_value(),
+                                              item, filter_args, context);
     if (!value.ok()) return value.status();
     out.push_back(*std::move(value));
   }
@@ -535,8 +549,8 @@ absl::StatusOr<std::vector<Value>> SortedItems(std::vector<Value> items,
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   absl::Status error;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    absl::StatusOr<bool> less =
-        reverse ? Compare("<", keys[b], keys[a]) : Compare("<", keys[a], keys[b]);
+    absl::StatusOr<bool> less = reverse ? Compare("<", keys[b], keys[a])
+                                        : Compare("<", keys[a], keys[b]);
     if (!less.ok()) {
       error = less.status();
       return false;
@@ -551,8 +565,8 @@ absl::StatusOr<std::vector<Value>> SortedItems(std::vector<Value> items,
 
 absl::StatusOr<Value> Sort(const Value& in, const CallArgs& args,
                            const BuiltinContext& context) {
-  absl::StatusOr<BoundArgs> bound = Bind(
-      args, "sort", {"reverse", "case_sensitive", "attribute"});
+  absl::StatusOr<BoundArgs> bound =
+      Bind(args, "sort", {"reverse", "case_sensitive", "attribute"});
   if (!bound.ok()) return bound.status();
   absl::StatusOr<std::vector<Value>> items = Iterate(in);
   if (!items.ok()) return items.status();
@@ -650,7 +664,8 @@ absl::StatusOr<Value> Sum(const Value& in, const CallArgs& args,
 
 absl::StatusOr<Value> Round(const Value& in, const CallArgs& args,
                             const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "round", {"precision", "method"});
+  absl::StatusOr<BoundArgs> bound =
+      Bind(args, "round", {"precision", "method"});
   if (!bound.ok()) return bound.status();
   if (!in.is_number()) {
     return absl::InvalidArgumentError(
@@ -690,8 +705,8 @@ absl::StatusOr<Value> DictSort(const Value& in, const CallArgs& args,
   std::vector<Value> items, keys;
   for (const auto& [key, value] : in.dict().items()) {
     items.push_back(Value::List({Value::String(key), value}, true));
-    keys.push_back(SortKey(by_value ? value : Value::String(key),
-                           Truthy(bound->Get(0))));
+    keys.push_back(
+        SortKey(by_value ? value : Value::String(key), Truthy(bound->Get(0))));
   }
   absl::StatusOr<std::vector<Value>> sorted =
       SortedItems(std::move(items), keys, Truthy(bound->Get(2)));
@@ -700,20 +715,44 @@ absl::StatusOr<Value> DictSort(const Value& in, const CallArgs& args,
 }
 
 const absl::flat_hash_map<std::string, Filter>& Filters() {
-  static const auto* filters = new absl::flat_hash_map<std::string, Filter>{
-      {"abs", Abs},         {"capitalize", Capitalize}, {"count", Length},
-      {"d", Default},       {"default", Default},       {"dictsort", DictSort},
-      {"e", Escape},        {"escape", Escape},         {"first", First},
-      {"float", Float},     {"indent", Indent},         {"int", Int},
-      {"items", Items},     {"join", Join},             {"last", Last},
-      {"length", Length},   {"list", List},             {"lower", Lower},
-      {"map", Map},         {"max", Max},               {"min", Min},
-      {"reject", Reject},   {"rejectattr", RejectAttr}, {"replace", Replace},
-      {"reverse", Reverse}, {"round", Round},           {"safe", Identity},
-      {"select", Select},   {"selectattr", SelectAttr}, {"sort", Sort},
-      {"string", String},   {"sum", Sum},               {"title", Title},
-      {"tojson", ToJsonFilter}, {"trim", Trim},         {"unique", Unique},
-      {"upper", Upper}};
+  static const auto* filters =
+      new absl::flat_hash_map<std::string, Filter>{{"abs", Abs},
+                                                   {"capitalize", Capitalize},
+                                                   {"count", Length},
+                                                   {"d", Default},
+                                                   {"default", Default},
+                                                   {"dictsort", DictSort},
+                                                   {"e", Escape},
+                                                   {"escape", Escape},
+                                                   {"first", First},
+                                                   {"float", Float},
+                                                   {"indent", Indent},
+                                                   {"int", Int},
+                                                   {"items", Items},
+                                                   {"join", Join},
+                                                   {"last", Last},
+                                                   {"length", Length},
+                                                   {"list", List},
+                                                   {"lower", Lower},
+                                                   {"map", Map},
+                                                   {"max", Max},
+                                                   {"min", Min},
+                                                   {"reject", Reject},
+                                                   {"rejectattr", RejectAttr},
+                                                   {"replace", Replace},
+                                                   {"reverse", Reverse},
+                                                   {"round", Round},
+                                                   {"safe", Identity},
+                                                   {"select", Select},
+                                                   {"selectattr", SelectAttr},
+                                                   {"sort", Sort},
+                                                   {"string", String},
+                                                   {"sum", Sum},
+                                                   {"title", Title},
+                                                   {"tojson", ToJsonFilter},
+                                                   {"trim", Trim},
+                                                   {"unique", Unique},
+                                                   {"upper", Upper}};
   return *filters;
 }
 

@@ -45,7 +45,8 @@ size_t RStrippedLength(absl::string_view text) {
   size_t end = text.size();
   while (end > 0) {
     size_t start = end - 1;
-    while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80)
+    while (start > 0 &&
+           (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80)
       --start;
     size_t pos = start;
     if (!IsPythonSpace(NextCodePoint(text, &pos))) break;
@@ -68,9 +69,9 @@ bool IsNameStart(char c) { return absl::ascii_isalpha(c) || c == '_'; }
 bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '_'; }
 
 void AppendHexDigit(char c, int* value) {
-  *value = *value * 16 + (absl::ascii_isdigit(c) ? c - '0'
-                                                  : absl::ascii_tolower(c) -
-                                                        'a' + 10);
+  *value =
+      *value * 16 +
+      (absl::ascii_isdigit(c) ? c - '0' : absl::ascii_tolower(c) - 'a' + 10);
 }
 
 class Lexer {
@@ -89,9 +90,8 @@ class Lexer {
   }
   absl::Status Error(size_t at, absl::string_view what) {
     return absl::InvalidArgumentError(
-        absl::StrCat("template syntax error at ", PositionText(LineOf(at),
-                                                               ColumnOf(at)),
-                     ": ", what));
+        absl::StrCat("template syntax error at ",
+                     PositionText(LineOf(at), ColumnOf(at)), ": ", what));
   }
   // Data before a tag opening at `tag`, stripped as its modifier says.
   void EmitData(size_t from, size_t tag, char modifier, bool is_variable);
@@ -130,8 +130,7 @@ int Lexer::LineOf(size_t at) {
   return line_;
 }
 
-void Lexer::EmitData(size_t from, size_t tag, char modifier,
-                     bool is_variable) {
+void Lexer::EmitData(size_t from, size_t tag, char modifier, bool is_variable) {
   absl::string_view text(source_.data() + from, tag - from);
   if (modifier == '-') {
     text = text.substr(0, RStrippedLength(text));
@@ -205,8 +204,7 @@ bool Lexer::ConsumeEnd(bool is_block) {
   } else {
     return false;
   }
-  Emit(is_block ? Token::Kind::kBlockEnd : Token::Kind::kVariableEnd, "",
-       pos_);
+  Emit(is_block ? Token::Kind::kBlockEnd : Token::Kind::kVariableEnd, "", pos_);
   if (modifier == '-') {
     pos_ = SkipPythonSpace(source_, pos_);
   } else if (is_block && modifier != '+' && pos_ < source_.size() &&
@@ -250,13 +248,13 @@ absl::Status Lexer::LexTag(bool is_block) {
     }
     std::string op(1, c);
     for (absl::string_view two : kTwoCharOperators) {
-      if (absl::string_view(source_).substr(pos_, 2) == two) op = std::string(two);
+      if (absl::string_view(source_).substr(pos_, 2) == two)
+        op = std::string(two);
     }
-    if (op.size() == 1 &&
-        absl::string_view("+-*/%~[](){}<>=.:|,;").find(c) ==
-            absl::string_view::npos) {
-      return Error(at, absl::StrCat("unexpected character '",
-                                    std::string(1, c), "'"));
+    if (op.size() == 1 && absl::string_view("+-*/%~[](){}<>=.:|,;").find(c) ==
+                              absl::string_view::npos) {
+      return Error(
+          at, absl::StrCat("unexpected character '", std::string(1, c), "'"));
     }
     if (c == '(' || c == '[' || c == '{') brackets_.push_back(c);
     if (c == ')' || c == ']' || c == '}') {

@@ -12,9 +12,9 @@
 namespace castserve::text::jinja {
 
 absl::Status UndefinedError(const Value& undefined) {
-  return absl::InvalidArgumentError(
-      undefined.undefined_hint().empty() ? "value is undefined"
-                                         : undefined.undefined_hint());
+  return absl::InvalidArgumentError(undefined.undefined_hint().empty()
+                                        ? "value is undefined"
+                                        : undefined.undefined_hint());
 }
 
 namespace {
@@ -23,9 +23,9 @@ constexpr size_t kListItemBytes = 16;
 
 absl::Status TypeError(absl::string_view op, const Value& left,
                        const Value& right) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unsupported operand type(s) for ", op, ": '", TypeName(left), "' and '",
-      TypeName(right), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported operand type(s) for ", op, ": '",
+                   TypeName(left), "' and '", TypeName(right), "'"));
 }
 
 absl::Status TooLarge(size_t max_value_bytes) {
@@ -49,8 +49,7 @@ absl::StatusOr<Value> IntegerOperation(absl::string_view op, int64_t a,
     overflow = __builtin_mul_overflow(a, b, &result);
   } else if (op == "//" || op == "%") {
     if (b == 0) {
-      return absl::InvalidArgumentError(
-          "integer division or modulo by zero");
+      return absl::InvalidArgumentError("integer division or modulo by zero");
     }
     if (a == INT64_MIN && b == -1) {
       overflow = true;
@@ -79,8 +78,7 @@ absl::StatusOr<Value> IntegerOperation(absl::string_view op, int64_t a,
   return Value::Int(result);
 }
 
-absl::StatusOr<Value> FloatOperation(absl::string_view op, double a,
-                                     double b) {
+absl::StatusOr<Value> FloatOperation(absl::string_view op, double a, double b) {
   if (op == "+") return Value::Float(a + b);
   if (op == "-") return Value::Float(a - b);
   if (op == "*") return Value::Float(a * b);
@@ -136,8 +134,8 @@ absl::StatusOr<Value> BinaryOperation(absl::string_view op, const Value& left,
     return FloatOperation(op, left.AsDouble(), right.AsDouble());
   }
   if (op == "+" && left.kind() == right.kind() &&
-      (left.is_string() || (left.is_list() &&
-                            left.is_tuple() == right.is_tuple()))) {
+      (left.is_string() ||
+       (left.is_list() && left.is_tuple() == right.is_tuple()))) {
     if (left.is_string()) {
       if (left.string_value().size() + right.string_value().size() >
           max_value_bytes)
@@ -160,9 +158,8 @@ absl::StatusOr<Value> BinaryOperation(absl::string_view op, const Value& left,
     }
   }
   if (op == "+" && left.is_string()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("can only concatenate str (not \"", TypeName(right),
-                     "\") to str"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "can only concatenate str (not \"", TypeName(right), "\") to str"));
   }
   if (op == "%" && left.is_string()) {
     return absl::UnimplementedError(
@@ -182,8 +179,8 @@ absl::StatusOr<Value> Negate(const Value& operand) {
     }
     return Value::Int(-operand.int_value());
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "bad operand type for unary -: '", TypeName(operand), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad operand type for unary -: '", TypeName(operand), "'"));
 }
 
 absl::StatusOr<Value> UnaryPlus(const Value& operand) {
@@ -192,8 +189,8 @@ absl::StatusOr<Value> UnaryPlus(const Value& operand) {
     return Value::Int(operand.int_value());
   }
   if (operand.is_number()) return operand;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "bad operand type for unary +: '", TypeName(operand), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad operand type for unary +: '", TypeName(operand), "'"));
 }
 
 namespace {
@@ -225,9 +222,9 @@ absl::StatusOr<int> Order(absl::string_view op, const Value& a,
   }
   if (a.is_undefined()) return UndefinedError(a);
   if (b.is_undefined()) return UndefinedError(b);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "'", op, "' not supported between instances of '", TypeName(a),
-      "' and '", TypeName(b), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", op, "' not supported between instances of '",
+                   TypeName(a), "' and '", TypeName(b), "'"));
 }
 
 absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
@@ -236,9 +233,9 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
       return false;  // Iterates as empty.
     case Value::Kind::kString:
       if (!item.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "'in <string>' requires string as left operand, not ",
-            TypeName(item)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("'in <string>' requires string as left operand, not ",
+                         TypeName(item)));
       }
       return container.string_value().find(item.string_value()) !=
              std::string::npos;

@@ -42,9 +42,9 @@ TemplateClock FixedClock(const std::string& iso) {
             6);
   TemplateClock clock;
   clock.time_zone = absl::UTCTimeZone();
-  absl::Time now = absl::FromCivil(
-      absl::CivilSecond(year, month, day, hour, minute, second),
-      clock.time_zone);
+  absl::Time now =
+      absl::FromCivil(absl::CivilSecond(year, month, day, hour, minute, second),
+                      clock.time_zone);
   clock.now = [now] { return now; };
   return clock;
 }
@@ -59,8 +59,7 @@ Counts CheckReferences(const std::filesystem::path& path) {
   nlohmann::ordered_json references =
       nlohmann::ordered_json::parse(ReadText(path.string()));
   std::string name = references["template"].get<std::string>();
-  std::string source =
-      ReadText(std::string(kTestdata) + "/templates/" + name);
+  std::string source = ReadText(std::string(kTestdata) + "/templates/" + name);
   absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Create(
       source, Limits{}, FixedClock(references["now"].get<std::string>()));
   EXPECT_TRUE(chat_template.ok()) << name << ": " << chat_template.status();
@@ -73,7 +72,8 @@ Counts CheckReferences(const std::filesystem::path& path) {
     inputs.messages = FromJson(test_case["messages"]);
     inputs.add_generation_prompt =
         test_case["add_generation_prompt"].get<bool>();
-    if (test_case.contains("tools")) inputs.tools = FromJson(test_case["tools"]);
+    if (test_case.contains("tools"))
+      inputs.tools = FromJson(test_case["tools"]);
     if (test_case.contains("extra")) {
       inputs.extra = FromJson(test_case["extra"]).dict();
     }
@@ -137,8 +137,9 @@ TEST(ParityTest, EveryFeatureRendersAsJinja2) {
     absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Create(
         source, Limits{}, FixedClock("2026-07-04T15:30:00"));
     absl::StatusOr<std::string> rendered =
-        chat_template.ok() ? chat_template->Render(FromJson(feature["context"]))
-                           : absl::StatusOr<std::string>(chat_template.status());
+        chat_template.ok()
+            ? chat_template->Render(FromJson(feature["context"]))
+            : absl::StatusOr<std::string>(chat_template.status());
     if (feature.contains("expected")) {
       EXPECT_TRUE(rendered.ok()) << rendered.status();
       if (rendered.ok()) {

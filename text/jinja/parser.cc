@@ -167,8 +167,8 @@ absl::Status Parser::ParseBody(const absl::flat_hash_set<std::string>& stop,
       if (!expr.ok()) return expr.status();
       stmt->expr = *std::move(expr);
       if (Peek().kind != Kind::kVariableEnd) {
-        return Error(Peek(), absl::StrCat("expected '}}', got '",
-                                          Peek().value, "'"));
+        return Error(Peek(),
+                     absl::StrCat("expected '}}', got '", Peek().value, "'"));
       }
       Next();
       body->push_back(std::move(stmt));
@@ -211,10 +211,10 @@ absl::StatusOr<std::unique_ptr<Stmt>> Parser::ParseStatement() {
     status = ParseMacro(stmt.get());
   } else if (name == "break" || name == "continue") {
     stmt->kind = name == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
-    status = loop_depth_ == 0
-                 ? Error(name_token, absl::StrCat("'", name,
-                                                  "' outside a for loop"))
-                 : ExpectBlockEnd();
+    status =
+        loop_depth_ == 0
+            ? Error(name_token, absl::StrCat("'", name, "' outside a for loop"))
+            : ExpectBlockEnd();
   } else if (name == "generation") {
     stmt->kind = Stmt::Kind::kGeneration;
     status = ExpectBlockEnd();
@@ -238,13 +238,12 @@ absl::StatusOr<std::unique_ptr<Stmt>> Parser::ParseStatement() {
 absl::Status Parser::ParseBlockBody(Body* body, absl::string_view end_name,
                                     const Token& opened) {
   std::string stopped_at;
-  absl::Status status =
-      ParseBody({std::string(end_name)}, body, &stopped_at);
+  absl::Status status = ParseBody({std::string(end_name)}, body, &stopped_at);
   if (!status.ok()) return status;
   if (stopped_at.empty()) {
-    return Error(opened, absl::StrCat("'", opened.value,
-                                      "' is never closed (missing '",
-                                      end_name, "')"));
+    return Error(opened,
+                 absl::StrCat("'", opened.value, "' is never closed (missing '",
+                              end_name, "')"));
   }
   return ExpectBlockEnd();
 }
@@ -260,8 +259,8 @@ absl::Status Parser::ParseIf(Stmt* stmt) {
     if (!status.ok()) return status;
     stmt->bodies.emplace_back();
     std::string stopped_at;
-    status = ParseBody({"elif", "else", "endif"}, &stmt->bodies.back(),
-                       &stopped_at);
+    status =
+        ParseBody({"elif", "else", "endif"}, &stmt->bodies.back(), &stopped_at);
     if (!status.ok()) return status;
     if (stopped_at == "elif") continue;
     if (stopped_at == "else") {

@@ -111,8 +111,8 @@ absl::StatusOr<std::vector<std::string>> PythonRSplit(
     if (end < sep->size()) break;
     size_t found = text.rfind(*sep, end - sep->size());
     if (found == absl::string_view::npos) break;
-    parts.emplace_back(text.substr(found + sep->size(),
-                                   end - found - sep->size()));
+    parts.emplace_back(
+        text.substr(found + sep->size(), end - found - sep->size()));
     end = found;
   }
   parts.emplace_back(text.substr(0, end));
@@ -165,11 +165,10 @@ std::string ConvertCase(absl::string_view text, bool upper) {
   std::u16string result(utf16.size() * 3 + 4, u'\0');
   UErrorCode error = U_ZERO_ERROR;
   auto convert = upper ? u_strToUpper : u_strToLower;
-  int32_t length =
-      convert(reinterpret_cast<UChar*>(result.data()),
-              static_cast<int32_t>(result.size()),
-              reinterpret_cast<const UChar*>(utf16.data()),
-              static_cast<int32_t>(utf16.size()), "", &error);
+  int32_t length = convert(reinterpret_cast<UChar*>(result.data()),
+                           static_cast<int32_t>(result.size()),
+                           reinterpret_cast<const UChar*>(utf16.data()),
+                           static_cast<int32_t>(utf16.size()), "", &error);
   if (U_FAILURE(error)) return std::string(text);
   result.resize(length);
   std::string out;

@@ -19,9 +19,9 @@ absl::Status AtPosition(const absl::Status& status, int line, int column) {
       absl::StrContains(status.message(), " (at line ")) {
     return status;
   }
-  return absl::Status(status.code(),
-                      absl::StrCat(status.message(), " (at ",
-                                   PositionText(line, column), ")"));
+  return absl::Status(
+      status.code(),
+      absl::StrCat(status.message(), " (at ", PositionText(line, column), ")"));
 }
 
 }  // namespace
@@ -59,9 +59,9 @@ absl::Status Renderer::ChargeIterations(int64_t n) {
 
 absl::Status Renderer::Append(absl::string_view text, std::string* out) {
   if (out->size() + text.size() > limits_.max_output_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "render output exceeded max_output_bytes (", limits_.max_output_bytes,
-        ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("render output exceeded max_output_bytes (",
+                     limits_.max_output_bytes, ")"));
   }
   out->append(text.data(), text.size());
   return absl::OkStatus();
@@ -155,20 +155,21 @@ Value LoopObject(size_t index, const std::vector<Value>& items) {
   loop.Set("length", Value::Int(length));
   loop.Set("depth", Value::Int(1));
   loop.Set("depth0", Value::Int(0));
-  loop.Set("previtem", index > 0 ? items[index - 1]
-                                  : Value::Undefined("there is no previous item"));
+  loop.Set("previtem", index > 0
+                           ? items[index - 1]
+                           : Value::Undefined("there is no previous item"));
   loop.Set("nextitem", index + 1 < length
                            ? items[index + 1]
                            : Value::Undefined("there is no next item"));
-  loop.Set("cycle",
-           Value::Function("loop.cycle", [index](const CallArgs& args)
-                                             -> absl::StatusOr<Value> {
-             if (args.positional.empty()) {
-               return absl::InvalidArgumentError(
-                   "no items for cycling given");
-             }
-             return args.positional[index % args.positional.size()];
-           }));
+  loop.Set(
+      "cycle",
+      Value::Function(
+          "loop.cycle", [index](const CallArgs& args) -> absl::StatusOr<Value> {
+            if (args.positional.empty()) {
+              return absl::InvalidArgumentError("no items for cycling given");
+            }
+            return args.positional[index % args.positional.size()];
+          }));
   return Value::Namespace(std::move(loop));
 }
 
@@ -230,10 +231,10 @@ absl::Status Renderer::Assign(const std::vector<std::string>& targets,
   if (!items.ok()) return items.status();
   if (value.is_undefined()) return UndefinedError(value);
   if (items->size() != targets.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        items->size() < targets.size() ? "not enough" : "too many",
-        " values to unpack (expected ", targets.size(), ", got ",
-        items->size(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(items->size() < targets.size() ? "not enough" : "too many",
+                     " values to unpack (expected ", targets.size(), ", got ",
+                     items->size(), ")"));
   }
   for (size_t i = 0; i < targets.size(); ++i) {
     frame->variables[targets[i]] = (*items)[i];
@@ -284,9 +285,9 @@ Value Renderer::DefineMacro(const Stmt& stmt) {
 absl::StatusOr<Value> Renderer::CallMacro(const Stmt& stmt,
                                           const CallArgs& args) {
   if (args.positional.size() > stmt.targets.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "macro '", stmt.text, "' takes not more than ", stmt.targets.size(),
-        " argument(s)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("macro '", stmt.text, "' takes not more than ",
+                     stmt.targets.size(), " argument(s)"));
   }
   Frame scope{{}, root_};
   for (size_t i = 0; i < args.positional.size(); ++i) {

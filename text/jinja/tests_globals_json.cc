@@ -22,13 +22,14 @@ namespace {
 
 const absl::flat_hash_set<std::string>& Tests() {
   static const auto* tests = new absl::flat_hash_set<std::string>{
-      "defined", "undefined", "none",     "boolean",   "false",  "true",
-      "integer", "float",     "number",   "string",    "mapping", "iterable",
-      "sequence", "callable", "sameas",   "eq",        "equalto", "==",
-      "ne",      "!=",        "lt",       "lessthan",  "<",      "le",
-      "<=",      "gt",        "greaterthan", ">",      "ge",     ">=",
-      "in",      "odd",       "even",     "divisibleby", "lower", "upper",
-      "escaped"};
+      "defined", "undefined",   "none",     "boolean",     "false",
+      "true",    "integer",     "float",    "number",      "string",
+      "mapping", "iterable",    "sequence", "callable",    "sameas",
+      "eq",      "equalto",     "==",       "ne",          "!=",
+      "lt",      "lessthan",    "<",        "le",          "<=",
+      "gt",      "greaterthan", ">",        "ge",          ">=",
+      "in",      "odd",         "even",     "divisibleby", "lower",
+      "upper",   "escaped"};
   return *tests;
 }
 
@@ -72,15 +73,13 @@ absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& input,
   if (name == "odd" || name == "even" || name == "divisibleby") {
     if (kind != Kind::kInt && kind != Kind::kBool) {
       if (kind == Kind::kUndefined) return UndefinedError(input);
-      return absl::InvalidArgumentError(
-          absl::StrCat("test '", name, "' needs an integer, got ",
-                       TypeName(input)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "test '", name, "' needs an integer, got ", TypeName(input)));
     }
     if (name == "odd") return input.int_value() % 2 != 0;
     if (name == "even") return input.int_value() % 2 == 0;
     if (other.kind() != Kind::kInt || other.int_value() == 0) {
-      return absl::InvalidArgumentError(
-          "divisibleby needs a non-zero integer");
+      return absl::InvalidArgumentError("divisibleby needs a non-zero integer");
     }
     return input.int_value() % other.int_value() == 0;
   }
@@ -92,9 +91,9 @@ absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& input,
   }
   if (name == "in") return Compare("in", input, other);
   static const std::pair<absl::string_view, absl::string_view> kOps[] = {
-      {"eq", "=="}, {"equalto", "=="}, {"==", "=="},    {"ne", "!="},
+      {"eq", "=="}, {"equalto", "=="}, {"==", "=="},      {"ne", "!="},
       {"!=", "!="}, {"lt", "<"},       {"lessthan", "<"}, {"<", "<"},
-      {"le", "<="}, {"<=", "<="},      {"gt", ">"},     {"greaterthan", ">"},
+      {"le", "<="}, {"<=", "<="},      {"gt", ">"},       {"greaterthan", ">"},
       {">", ">"},   {"ge", ">="},      {">=", ">="}};
   for (const auto& [test, op] : kOps) {
     if (name == test) return Compare(op, input, other);
@@ -159,9 +158,9 @@ absl::StatusOr<Dict> DictFromArgs(const CallArgs& args, absl::string_view fn) {
   }
   if (args.positional.size() == 1) {
     if (!args.positional[0].is_dict()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "unsupported construct: ", fn, "() of a ",
-          TypeName(args.positional[0])));
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported construct: ", fn, "() of a ",
+                       TypeName(args.positional[0])));
     }
     dict = args.positional[0].dict();
   }
@@ -172,7 +171,8 @@ absl::StatusOr<Dict> DictFromArgs(const CallArgs& args, absl::string_view fn) {
 absl::StatusOr<Value> StrftimeNow(const CallArgs& args,
                                   const std::function<absl::Time()>& now,
                                   absl::TimeZone time_zone) {
-  absl::StatusOr<BoundArgs> bound = BindArgs(args, "strftime_now", {"format"}, 1);
+  absl::StatusOr<BoundArgs> bound =
+      BindArgs(args, "strftime_now", {"format"}, 1);
   if (!bound.ok()) return bound.status();
   if (!bound->Get(0).is_string()) {
     return absl::InvalidArgumentError("strftime() argument 1 must be str");
@@ -183,10 +183,9 @@ absl::StatusOr<Value> StrftimeNow(const CallArgs& args,
   }
   std::tm tm = absl::ToTM(now(), time_zone);
   std::string out(format.size() * 64 + 64, '\0');
-  size_t length = format.empty()
-                      ? 0
-                      : std::strftime(out.data(), out.size(), format.c_str(),
-                                      &tm);
+  size_t length = format.empty() ? 0
+                                 : std::strftime(out.data(), out.size(),
+                                                 format.c_str(), &tm);
   out.resize(length);
   return Value::String(std::move(out));
 }
@@ -199,44 +198,42 @@ Dict MakeGlobals(std::function<absl::Time()> now, absl::TimeZone time_zone,
   globals.Set("range", Value::Function("range", [context](const CallArgs& a) {
                 return Range(a, context);
               }));
-  globals.Set("namespace", Value::Function(
-                               "namespace",
-                               [](const CallArgs& a) -> absl::StatusOr<Value> {
-                                 absl::StatusOr<Dict> d =
-                                     DictFromArgs(a, "namespace");
-                                 if (!d.ok()) return d.status();
-                                 for (const auto& item : d->items()) {
-                                   if (absl::StartsWith(item.first, "_")) {
-                                     return absl::InvalidArgumentError(
-                                         "Chat templates cannot store "
-                                         "underscore-prefixed attributes on "
-                                         "a namespace");
-                                   }
-                                 }
-                                 return Value::Namespace(*std::move(d));
-                               }));
-  globals.Set("dict", Value::Function(
-                          "dict", [](const CallArgs& a) -> absl::StatusOr<Value> {
-                            absl::StatusOr<Dict> d = DictFromArgs(a, "dict");
-                            if (!d.ok()) return d.status();
-                            return Value::FromDict(*std::move(d));
-                          }));
-  globals.Set("raise_exception",
-              Value::Function("raise_exception",
-                              [](const CallArgs& a) -> absl::StatusOr<Value> {
-                                std::string message =
-                                    a.positional.empty()
-                                        ? ""
-                                        : ToStr(a.positional[0]);
-                                return absl::InvalidArgumentError(
-                                    absl::StrCat(kRaisedPrefix, message));
-                              }));
+  globals.Set("namespace",
+              Value::Function(
+                  "namespace", [](const CallArgs& a) -> absl::StatusOr<Value> {
+                    absl::StatusOr<Dict> d = DictFromArgs(a, "namespace");
+                    if (!d.ok()) return d.status();
+                    for (const auto& item : d->items()) {
+                      if (absl::StartsWith(item.first, "_")) {
+                        return absl::InvalidArgumentError(
+                            "Chat templates cannot store "
+                            "underscore-prefixed attributes on "
+                            "a namespace");
+                      }
+                    }
+                    return Value::Namespace(*std::move(d));
+                  }));
+  globals.Set(
+      "dict",
+      Value::Function("dict", [](const CallArgs& a) -> absl::StatusOr<Value> {
+        absl::StatusOr<Dict> d = DictFromArgs(a, "dict");
+        if (!d.ok()) return d.status();
+        return Value::FromDict(*std::move(d));
+      }));
+  globals.Set(
+      "raise_exception",
+      Value::Function("raise_exception",
+                      [](const CallArgs& a) -> absl::StatusOr<Value> {
+                        std::string message =
+                            a.positional.empty() ? "" : ToStr(a.positional[0]);
+                        return absl::InvalidArgumentError(
+                            absl::StrCat(kRaisedPrefix, message));
+                      }));
   globals.Set("strftime_now",
-              Value::Function("strftime_now",
-                              [now = std::move(now),
-                               time_zone](const CallArgs& a) {
-                                return StrftimeNow(a, now, time_zone);
-                              }));
+              Value::Function("strftime_now", [now = std::move(now),
+                                               time_zone](const CallArgs& a) {
+                return StrftimeNow(a, now, time_zone);
+              }));
   return globals;
 }
 
@@ -259,13 +256,27 @@ void AppendJsonString(const std::string& s, bool ensure_ascii,
     char32_t c = NextCodePoint(s, &pos);
     char escape[16];
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
-      case '\b': *out += "\\b"; break;
-      case '\f': *out += "\\f"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
       default:
         if (c < 0x20 || (ensure_ascii && c >= 0x7F)) {
           if (c >= 0x10000) {
@@ -340,10 +351,9 @@ absl::Status AppendJson(const Value& value, const JsonStyle& style, int level,
       std::vector<const std::pair<std::string, Value>*> items;
       for (const auto& item : value.dict().items()) items.push_back(&item);
       if (style.sort_keys) {
-        std::stable_sort(items.begin(), items.end(),
-                         [](const auto* a, const auto* b) {
-                           return a->first < b->first;
-                         });
+        std::stable_sort(
+            items.begin(), items.end(),
+            [](const auto* a, const auto* b) { return a->first < b->first; });
       }
       *out += '{';
       for (size_t i = 0; i < items.size(); ++i) {
@@ -376,9 +386,8 @@ absl::StatusOr<std::string> ToJsonWithOptions(const Value& value,
   const Value& indent = options.Get(1);
   if (indent.kind() == Value::Kind::kInt) {
     style.indented = true;
-    style.indent = std::string(std::max<int64_t>(0, std::min<int64_t>(
-                                                        indent.int_value(), 64)),
-                               ' ');
+    style.indent = std::string(
+        std::max<int64_t>(0, std::min<int64_t>(indent.int_value(), 64)), ' ');
   } else if (indent.is_string()) {
     style.indented = true;
     style.indent = indent.string_value();

@@ -68,8 +68,7 @@ class Value {
   bool is_dict() const { return kind_ == Kind::kDict; }
   // int, float or bool (Python's numbers.Number).
   bool is_number() const {
-    return kind_ == Kind::kInt || kind_ == Kind::kFloat ||
-           kind_ == Kind::kBool;
+    return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool;
   }
 
   bool bool_value() const { return bool_; }

@@ -36,8 +36,7 @@ TEST(ValueTest, StrAndReprArePythons) {
   dict.Set("a", Value::String("it's"));
   Value value = Value::FromDict(dict);
   EXPECT_EQ(ToStr(value), "{'b': [1, None, True], 'a': \"it's\"}");
-  EXPECT_EQ(ToRepr(Value::String("say \"hi\" it's")),
-            "'say \"hi\" it\\'s'");
+  EXPECT_EQ(ToRepr(Value::String("say \"hi\" it's")), "'say \"hi\" it\\'s'");
   EXPECT_EQ(ToRepr(Value::String("tab\tnl\n\x01 \xe2\x80\x8b \xc3\xa9")),
             "'tab\\tnl\\n\\x01 \\u200b \xc3\xa9'");
   EXPECT_EQ(ToStr(Value::List({Value::Int(1)}, true)), "(1,)");

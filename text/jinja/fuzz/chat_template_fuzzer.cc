@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "casting/json_parser.h"
 #include "text/jinja/chat_context.h"
 #include "text/jinja/chat_template.h"
@@ -107,9 +107,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                "the output stays within max_output_bytes");
   }
   absl::StatusOr<std::string> second = chat_template->Render(context);
-  TrapUnless(first.ok() == second.ok() &&
-                 (first.ok() ? *first == *second
-                             : first.status() == second.status()),
-             "a render is deterministic");
+  TrapUnless(
+      first.ok() == second.ok() &&
+          (first.ok() ? *first == *second : first.status() == second.status()),
+      "a render is deterministic");
   return 0;
 }
