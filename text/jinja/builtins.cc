@@ -2,12 +2,13 @@
 // The filters are in filters.cc.
 #include "text/jinja/builtins.h"
 
-#include <ctime>
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -19,14 +20,6 @@
 
 namespace castserve::text::jinja {
 namespace {
-
-const absl::flat_hash_set<std::string>& StringMethods() {
-  static const auto* methods = new absl::flat_hash_set<std::string>{
-      "strip",    "lstrip", "rstrip", "split", "rsplit",     "startswith",
-      "endswith", "upper",  "lower",  "title", "capitalize", "replace",
-      "find",     "count",  "join",   "format"};
-  return *methods;
-}
 
 const absl::flat_hash_set<std::string>& DictMethods() {
   static const auto* methods =
@@ -159,96 +152,119 @@ absl::StatusOr<Value> Format(const std::string& text, const CallArgs& args,
   return Value::String(std::move(out));
 }
 
-absl::StatusOr<Value> CallStringMethod(const std::string& text,
-                                       absl::string_view name,
-                                       const CallArgs& args,
-                                       const BuiltinContext& context) {
-  if (name == "format") return Format(text, args, context);
-  if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {"chars"});
-    if (!bound.ok()) return bound.status();
-    std::optional<std::string> chars;
-    if (bound->Has(0) && !bound->Get(0).is_none()) {
-      if (!bound->Get(0).is_string()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name, " arg must be None or str"));
-      }
-      chars = bound->Get(0).string_value();
-    }
-    StripSide side = name == "strip"    ? StripSide::kBoth
-                     : name == "lstrip" ? StripSide::kLeft
-                                        : StripSide::kRight;
-    return Value::String(PythonStrip(text, chars, side));
-  }
-  if (name == "split" || name == "rsplit") {
-    absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {"sep", "maxsplit"});
-    if (!bound.ok()) return bound.status();
-    std::optional<std::string> sep;
-    if (bound->Has(0) && !bound->Get(0).is_none()) {
-      if (!bound->Get(0).is_string()) {
-        return absl::InvalidArgumentError("must be str or None");
-      }
-      sep = bound->Get(0).string_value();
-    }
-    int64_t maxsplit = bound->Has(1) ? bound->Get(1).int_value() : -1;
-    absl::StatusOr<std::vector<std::string>> parts =
-        name == "split" ? PythonSplit(text, sep, maxsplit)
-                        : PythonRSplit(text, sep, maxsplit);
-    if (!parts.ok()) return parts.status();
-    return StringList(*std::move(parts));
-  }
-  if (name == "startswith" || name == "endswith") {
-    absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {"affix"}, 1);
-    if (!bound.ok()) return bound.status();
-    absl::StatusOr<bool> match =
-        AffixMatch(text, bound->Get(0), name == "startswith");
-    if (!match.ok()) return match.status();
-    return Value::Bool(*match);
-  }
-  if (name == "upper" || name == "lower" || name == "title" ||
-      name == "capitalize") {
-    absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {});
-    if (!bound.ok()) return bound.status();
-    if (name == "upper") return Value::String(PythonUpper(text));
-    if (name == "lower") return Value::String(PythonLower(text));
-    if (name == "title") return Value::String(PythonTitle(text));
-    return Value::String(PythonCapitalize(text));
-  }
-  if (name == "replace") {
-    absl::StatusOr<BoundArgs> bound =
-        BindArgs(args, name, {"old", "new", "count"}, 2);
-    if (!bound.ok()) return bound.status();
-    if (!bound->Get(0).is_string() || !bound->Get(1).is_string()) {
-      return absl::InvalidArgumentError("replace() arguments must be str");
-    }
-    int64_t count = bound->Has(2) ? bound->Get(2).int_value() : -1;
-    std::string out = PythonReplace(text, bound->Get(0).string_value(),
-                                    bound->Get(1).string_value(), count);
-    absl::Status status = CheckSize(out.size(), context);
-    if (!status.ok()) return status;
-    return Value::String(std::move(out));
-  }
-  if (name == "find" || name == "count") {
-    absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {"sub"}, 1);
-    if (!bound.ok()) return bound.status();
+using StringMethod = absl::StatusOr<Value> (*)(const std::string& text,
+                                               absl::string_view name,
+                                               const CallArgs& args,
+                                               const BuiltinContext& context);
+
+absl::StatusOr<Value> Strip(const std::string& text, absl::string_view name,
+                            const CallArgs& args, const BuiltinContext&) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {"chars"});
+  if (!bound.ok()) return bound.status();
+  std::optional<std::string> chars;
+  if (bound->Has(0) && !bound->Get(0).is_none()) {
     if (!bound->Get(0).is_string()) {
-      return absl::InvalidArgumentError("must be str");
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " arg must be None or str"));
     }
-    const std::string& sub = bound->Get(0).string_value();
-    if (name == "find") {
-      size_t at = text.find(sub);
-      if (at == std::string::npos) return Value::Int(-1);
-      return Value::Int(CodePointCount(absl::string_view(text).substr(0, at)));
-    }
-    if (sub.empty()) return Value::Int(CodePointCount(text) + 1);
-    int64_t n = 0;
-    for (size_t at = text.find(sub); at != std::string::npos;
-         at = text.find(sub, at + sub.size())) {
-      ++n;
-    }
-    return Value::Int(n);
+    chars = bound->Get(0).string_value();
   }
-  // join
+  StripSide side = name == "strip"    ? StripSide::kBoth
+                   : name == "lstrip" ? StripSide::kLeft
+                                      : StripSide::kRight;
+  return Value::String(PythonStrip(text, chars, side));
+}
+
+absl::StatusOr<Value> Split(const std::string& text, absl::string_view name,
+                            const CallArgs& args, const BuiltinContext&) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {"sep", "maxsplit"});
+  if (!bound.ok()) return bound.status();
+  std::optional<std::string> sep;
+  if (bound->Has(0) && !bound->Get(0).is_none()) {
+    if (!bound->Get(0).is_string()) {
+      return absl::InvalidArgumentError("must be str or None");
+    }
+    sep = bound->Get(0).string_value();
+  }
+  int64_t maxsplit = bound->Has(1) ? bound->Get(1).int_value() : -1;
+  absl::StatusOr<std::vector<std::string>> parts =
+      name == "split" ? PythonSplit(text, sep, maxsplit)
+                      : PythonRSplit(text, sep, maxsplit);
+  if (!parts.ok()) return parts.status();
+  return StringList(*std::move(parts));
+}
+
+absl::StatusOr<Value> Affix(const std::string& text, absl::string_view name,
+                            const CallArgs& args, const BuiltinContext&) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {"affix"}, 1);
+  if (!bound.ok()) return bound.status();
+  absl::StatusOr<bool> match =
+      AffixMatch(text, bound->Get(0), name == "startswith");
+  if (!match.ok()) return match.status();
+  return Value::Bool(*match);
+}
+
+absl::StatusOr<Value> Case(const std::string& text, absl::string_view name,
+                           const CallArgs& args, const BuiltinContext&) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {});
+  if (!bound.ok()) return bound.status();
+  if (name == "upper") return Value::String(PythonUpper(text));
+  if (name == "lower") return Value::String(PythonLower(text));
+  if (name == "title") return Value::String(PythonTitle(text));
+  return Value::String(PythonCapitalize(text));
+}
+
+absl::StatusOr<Value> ReplaceMethod(const std::string& text,
+                                    absl::string_view name,
+                                    const CallArgs& args,
+                                    const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound =
+      BindArgs(args, name, {"old", "new", "count"}, 2);
+  if (!bound.ok()) return bound.status();
+  if (!bound->Get(0).is_string() || !bound->Get(1).is_string()) {
+    return absl::InvalidArgumentError("replace() arguments must be str");
+  }
+  const std::string& old_text = bound->Get(0).string_value();
+  const std::string& new_text = bound->Get(1).string_value();
+  int64_t count = bound->Has(2) ? bound->Get(2).int_value() : -1;
+  // The size before building: text plus one new_text per match.
+  size_t matches = old_text.empty() ? CodePointCount(text) + 1 : 0;
+  for (size_t at = old_text.empty() ? std::string::npos : text.find(old_text);
+       at != std::string::npos; at = text.find(old_text, at + old_text.size()))
+    ++matches;
+  if (count >= 0) matches = std::min<size_t>(matches, count);
+  absl::Status status =
+      CheckSize(text.size() + matches * new_text.size(), context);
+  if (!status.ok()) return status;
+  return Value::String(PythonReplace(text, old_text, new_text, count));
+}
+
+absl::StatusOr<Value> FindOrCount(const std::string& text,
+                                  absl::string_view name, const CallArgs& args,
+                                  const BuiltinContext&) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {"sub"}, 1);
+  if (!bound.ok()) return bound.status();
+  if (!bound->Get(0).is_string()) {
+    return absl::InvalidArgumentError("must be str");
+  }
+  const std::string& sub = bound->Get(0).string_value();
+  if (name == "find") {
+    size_t at = text.find(sub);
+    if (at == std::string::npos) return Value::Int(-1);
+    return Value::Int(CodePointCount(absl::string_view(text).substr(0, at)));
+  }
+  if (sub.empty()) return Value::Int(CodePointCount(text) + 1);
+  int64_t n = 0;
+  for (size_t at = text.find(sub); at != std::string::npos;
+       at = text.find(sub, at + sub.size())) {
+    ++n;
+  }
+  return Value::Int(n);
+}
+
+absl::StatusOr<Value> JoinMethod(const std::string& text,
+                                 absl::string_view name, const CallArgs& args,
+                                 const BuiltinContext& context) {
   absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {"iterable"}, 1);
   if (!bound.ok()) return bound.status();
   absl::StatusOr<std::vector<Value>> items = Iterate(bound->Get(0));
@@ -266,6 +282,34 @@ absl::StatusOr<Value> CallStringMethod(const std::string& text,
     if (!status.ok()) return status;
   }
   return Value::String(std::move(out));
+}
+
+absl::StatusOr<Value> FormatMethod(const std::string& text, absl::string_view,
+                                   const CallArgs& args,
+                                   const BuiltinContext& context) {
+  return Format(text, args, context);
+}
+
+// The str methods castserve implements: the one table.
+const absl::flat_hash_map<std::string, StringMethod>& StringMethods() {
+  static const auto* methods =
+      new absl::flat_hash_map<std::string, StringMethod>{
+          {"strip", Strip},      {"lstrip", Strip},
+          {"rstrip", Strip},     {"split", Split},
+          {"rsplit", Split},     {"startswith", Affix},
+          {"endswith", Affix},   {"upper", Case},
+          {"lower", Case},       {"title", Case},
+          {"capitalize", Case},  {"replace", ReplaceMethod},
+          {"find", FindOrCount}, {"count", FindOrCount},
+          {"join", JoinMethod},  {"format", FormatMethod}};
+  return *methods;
+}
+
+absl::StatusOr<Value> CallStringMethod(const std::string& text,
+                                       absl::string_view name,
+                                       const CallArgs& args,
+                                       const BuiltinContext& context) {
+  return StringMethods().at(std::string(name))(text, name, args, context);
 }
 
 absl::StatusOr<Value> CallDictMethod(const Value& object,
