@@ -355,6 +355,43 @@ FEATURES = [
     ("{{ 'a' 'b' }} {{ 1_000 }} {{ 1.5e3 }} {{ 'tab\\there' }} "
      "{{ '\\u00e9\\x41\\101' }} {{ True }} {{ None }}", {}),
     ("{{ {'a': 1}['a'] }} {{ [1, 2,][1] }} {{ {'a': 1,} }}", {}),
+    # Corners found worth pinning.
+    ("x {% if true %}y{% endif %} z\n  {%+ if true %}k{% endif %}\n"
+     "\t{#- c -#}\n  {%- if true %}\n  a\n{%- endif %}", {}),
+    ("{{ (1, 2)[0] }}{{ (1, 2, 3)[1:] }}{{ true * 'ab' }}{{ 2 ** 3 ** 2 }}"
+     "{{ -1 | abs }}{{ 10 / 4 * 2 }}{{ not missing is defined }}", {}),
+    ("{% for m in ms %}{{ loop.previtem }}>{{ m }}>{{ loop.nextitem }};"
+     "{% endfor %}", {"ms": [{"a": 1}, "s", 2.5]}),
+    ("{% for k, v in d | dictsort %}{{ k }}{{ v }}{% endfor %}"
+     "{{ (ms | last).role }}{{ ms | selectattr('role', 'equalto', 'u') | list"
+     " | length }}{{ ms | map(attribute='role') | join('/') }}",
+     {"d": {"b": 2, "a": 1},
+      "ms": [{"role": "s"}, {"role": "u"}, {"role": "u"}]}),
+    ("[{{ '\u3000 a\u00a0' | trim }}][{{ ' x '.strip() }}]"
+     "[{{ none | string }}][{{ [] | first }}][{{ 12 | string | length }}]", {}),
+    ("{% macro m(ns) %}{% set ns.v = ns.v + 1 %}{{ ns.v }}{% endmacro %}"
+     "{% set ns = namespace(v=0) %}{{ m(ns) }}{{ m(ns) }}{{ ns.v }}", {}),
+    ("{% for i in [1, 2] %}{% set b %}<{{ i }}>{% endset %}{{ b }}"
+     "{% endfor %}{{ b is defined }}", {}),
+    ("{{ '0x1A' | int(0, 16) }} {{ ' 12 ' | int }} {{ '1_000' | int }}"
+     " {{ '1e3' | int }} {{ '-2.5' | float }} {{ 'inf' | float }}"
+     " {{ true | int }} {{ none | int }}", {}),
+    ("{{ {'k': (1, 2), 'n': {'x': 'y'}} }} {{ {'k': (1, 2)} | tojson }}"
+     " {{ 1e22 | tojson }} {{ '\u2028' | tojson }} {{ [] | tojson(indent=2) }}",
+     {}),
+    ("{{ m.content if m.content is string else m.content[0].text }}"
+     "{{ 'x' if m.missing is defined and m.missing else 'y' }}",
+     {"m": {"content": [{"type": "text", "text": "part"}]}}),
+    ("{{ messages[0].content.split('\n')[0] | upper }}|"
+     "{{ messages | length > 1 }}|{{ messages[-1]['role'] == 'user' }}",
+     {"messages": [{"role": "user", "content": "first line\nsecond"}]}),
+    ("{{ x.y.z | default('d') }}", {"x": {}}),
+    ("{{ 1 is sameas true }}{{ '' is defined }}{{ 0 is false }}"
+     "{{ 1 is true }}{{ none is number }}{{ 1.5 is integer }}", {}),
+    ("{% set ns = namespace(items=[]) %}{% for i in range(3) %}"
+     "{% set ns.items = ns.items + [i * i] %}{% endfor %}{{ ns.items }}"
+     "{{ ns.items | sum }}{{ ns.items | reverse | list }}", {}),
+    ("{{ 'a,b' | replace(',', '\\n') }}|{{ 'a\\tb' | replace('\\t', ' ') }}", {}),
 ]
 
 
