@@ -391,6 +391,21 @@ FEATURES = [
     ("{% set ns = namespace(items=[]) %}{% for i in range(3) %}"
      "{% set ns.items = ns.items + [i * i] %}{% endfor %}{{ ns.items }}"
      "{{ ns.items | sum }}{{ ns.items | reverse | list }}", {}),
+    ("{% for x in [1, 2] %}{% continue %}{% else %}E1{% endfor %}"
+     "{% for x in [1, 2] %}{% if x == 1 %}{% continue %}{% endif %}{{ x }}"
+     "{% else %}E2{% endfor %}{% for x in [1] %}{% break %}{% else %}E3"
+     "{% endfor %}{{ 1 | round }}{{ 2 | round(1) }}{{ 2 | round(0, 'floor') }}",
+     {}),
+    ("{{ ms | selectattr('r') }}", {"ms": [{"r": 1}]}),
+    ("{{ [1, missing] }}", {}),
+    ("{{ d.items() }} {{ d.keys() }} {{ d.values() | list }} "
+     "{{ d.items() | length }} {{ 'a' in d.keys() }}", {"d": {"a": 1}}),
+    ("{{ missing | int }}", {}),
+    ("{% set g = ms | selectattr('r') %}{% for m in g %}{{ m.r }}{% endfor %}"
+     "|{% for m in g %}again{% endfor %}|{{ g | list }}|"
+     "{{ 'yes' if ms | selectattr('x') else 'no' }}|"
+     "{{ (ms | map(attribute='r') | first) }}|{{ ms | reverse | list }}",
+     {"ms": [{"r": 1}, {"r": 2}]}),
     ("{{ 'a,b' | replace(',', '\\n') }}|{{ 'a\\tb' | replace('\\t', ' ') }}", {}),
 ]
 

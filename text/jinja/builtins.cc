@@ -338,7 +338,7 @@ absl::StatusOr<Value> CallDictMethod(const Value& object,
       items.push_back(value);
     }
   }
-  return Value::List(std::move(items));
+  return Value::DictView(std::move(items), absl::StrCat("dict_", name));
 }
 
 }  // namespace
@@ -393,6 +393,9 @@ absl::StatusOr<Value> GetAttribute(const Value& object, absl::string_view name,
 absl::StatusOr<Value> GetItem(const Value& object, const Value& key,
                               const BuiltinContext& context) {
   if (object.is_undefined()) return UndefinedError(object);
+  if (object.is_list() && !object.view_name().empty()) {
+    return MissingElement(object, key);  // Views are not subscriptable.
+  }
   if ((object.is_list() || object.is_string()) &&
       (key.kind() == Value::Kind::kInt || key.kind() == Value::Kind::kBool)) {
     int64_t index = key.int_value();
@@ -420,7 +423,8 @@ absl::StatusOr<Value> Slice(const Value& object, const Value& start,
                             const Value& stop, const Value& step,
                             const BuiltinContext& context) {
   if (object.is_undefined()) return UndefinedError(object);
-  if (!object.is_list() && !object.is_string()) {
+  if ((!object.is_list() && !object.is_string()) ||
+      (object.is_list() && !object.view_name().empty())) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", TypeName(object), "' object is not subscriptable"));
   }
@@ -470,6 +474,8 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& value) {
   switch (value.kind()) {
     case Value::Kind::kUndefined:
       return std::vector<Value>();
+    case Value::Kind::kIterator:
+      return value.ConsumeAll();
     case Value::Kind::kList:
       return value.list();
     case Value::Kind::kString: {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -77,17 +78,21 @@ absl::StatusOr<Value> Trim(const Value& in, const CallArgs& args,
   return Value::String(PythonStrip(ToStr(in), chars, StripSide::kBoth));
 }
 
-absl::StatusOr<Value> Identity(const Value& in, const CallArgs& args,
-                               const BuiltinContext&) {
+// Markup(str(value)): a string.
+absl::StatusOr<Value> Safe(const Value& in, const CallArgs& args,
+                           const BuiltinContext&) {
   absl::StatusOr<BoundArgs> bound = Bind(args, "safe", {});
   if (!bound.ok()) return bound.status();
-  return in;
+  if (in.is_string()) return in;
+  if (ContainsIterator(in)) return PrintingIteratorError();
+  return Value::String(ToStr(in));
 }
 
 absl::StatusOr<Value> String(const Value& in, const CallArgs& args,
                              const BuiltinContext&) {
   absl::StatusOr<BoundArgs> bound = Bind(args, "string", {});
   if (!bound.ok()) return bound.status();
+  if (ContainsIterator(in)) return PrintingIteratorError();
   return Value::String(ToStr(in));
 }
 
@@ -192,6 +197,7 @@ absl::StatusOr<Value> Join(const Value& in, const CallArgs& args,
       if (!attribute.ok()) return attribute.status();
       item = *std::move(attribute);
     }
+    if (ContainsIterator(item)) return PrintingIteratorError();
     if (i > 0) out += separator;
     out += ToStr(item);
     absl::Status status = SizeCheck(out.size(), context);
@@ -204,6 +210,11 @@ absl::StatusOr<Value> First(const Value& in, const CallArgs& args,
                             const BuiltinContext&) {
   absl::StatusOr<BoundArgs> bound = Bind(args, "first", {});
   if (!bound.ok()) return bound.status();
+  if (in.kind() == Value::Kind::kIterator) {
+    std::optional<Value> next = in.ConsumeNext();
+    if (next.has_value()) return *next;
+    return Value::Undefined("No first item, sequence was empty.");
+  }
   absl::StatusOr<std::vector<Value>> items = Iterate(in);
   if (!items.ok()) return items.status();
   if (items->empty()) {
@@ -216,6 +227,10 @@ absl::StatusOr<Value> Last(const Value& in, const CallArgs& args,
                            const BuiltinContext&) {
   absl::StatusOr<BoundArgs> bound = Bind(args, "last", {});
   if (!bound.ok()) return bound.status();
+  if (in.kind() == Value::Kind::kIterator) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", TypeName(in), "' object is not reversible"));
+  }
   absl::StatusOr<std::vector<Value>> items = Iterate(in);
   if (!items.ok()) return items.status();
   if (items->empty()) {
@@ -245,6 +260,15 @@ absl::StatusOr<Value> Reverse(const Value& in, const CallArgs& args,
   absl::StatusOr<std::vector<Value>> items = Iterate(in);
   if (!items.ok()) return items.status();
   std::reverse(items->begin(), items->end());
+  // Python's reversed() of a list or dict is an iterator; of anything else
+  // jinja2 builds a list.
+  if (in.is_list() && !in.is_tuple()) {
+    return Value::Iterator(*std::move(items), "list_reverseiterator");
+  }
+  if (in.is_list()) return Value::Iterator(*std::move(items), "reversed");
+  if (in.is_dict()) {
+    return Value::Iterator(*std::move(items), "dict_reversekeyiterator");
+  }
   return Value::List(*std::move(items));
 }
 
@@ -252,7 +276,7 @@ absl::StatusOr<Value> Items(const Value& in, const CallArgs& args,
                             const BuiltinContext&) {
   absl::StatusOr<BoundArgs> bound = Bind(args, "items", {});
   if (!bound.ok()) return bound.status();
-  if (in.is_undefined()) return Value::List({});
+  if (in.is_undefined()) return Value::Iterator({}, "generator");
   if (!in.is_dict()) {
     return absl::InvalidArgumentError(
         "Can only get item pairs from a mapping.");
@@ -261,7 +285,7 @@ absl::StatusOr<Value> Items(const Value& in, const CallArgs& args,
   for (const auto& [key, value] : in.dict().items()) {
     items.push_back(Value::List({Value::String(key), value}, true));
   }
-  return Value::List(std::move(items));
+  return Value::Iterator(std::move(items), "generator");
 }
 
 // Python's int(text) and float(text), as the int and float filters try them.
@@ -298,6 +322,7 @@ absl::StatusOr<Value> Int(const Value& in, const CallArgs& args,
                           const BuiltinContext&) {
   absl::StatusOr<BoundArgs> bound = Bind(args, "int", {"default", "base"});
   if (!bound.ok()) return bound.status();
+  if (in.is_undefined()) return UndefinedError(in);
   Value fallback = bound->Has(0) ? bound->Get(0) : Value::Int(0);
   int base = bound->Has(1) ? static_cast<int>(bound->Get(1).int_value()) : 10;
   if (in.kind() == Value::Kind::kInt || in.kind() == Value::Kind::kBool) {
@@ -324,6 +349,7 @@ absl::StatusOr<Value> Float(const Value& in, const CallArgs& args,
                             const BuiltinContext&) {
   absl::StatusOr<BoundArgs> bound = Bind(args, "float", {"default"});
   if (!bound.ok()) return bound.status();
+  if (in.is_undefined()) return UndefinedError(in);
   if (in.is_number()) return Value::Float(in.AsDouble());
   if (in.is_string()) {
     if (std::optional<double> f = ParseFloat(in.string_value())) {
@@ -385,6 +411,11 @@ absl::StatusOr<Value> Indent(const Value& in, const CallArgs& args,
   absl::StatusOr<BoundArgs> bound =
       Bind(args, "indent", {"width", "first", "blank"});
   if (!bound.ok()) return bound.status();
+  if (in.is_undefined()) return UndefinedError(in);
+  if (!in.is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("indent needs a string, got ", TypeName(in)));
+  }
   std::string indention;
   if (bound->Get(0).is_string()) {
     indention = bound->Get(0).string_value();
@@ -476,7 +507,7 @@ absl::StatusOr<Value> SelectCommon(const Value& in, const CallArgs& args,
     }
     if (matches == keep_matching) kept.push_back(item);
   }
-  return Value::List(std::move(kept));
+  return Value::Iterator(std::move(kept), "generator");
 }
 
 absl::StatusOr<Value> Select(const Value& in, const CallArgs& a,
@@ -513,7 +544,7 @@ absl::StatusOr<Value> Map(const Value& in, const CallArgs& args,
       out.push_back(value->is_undefined() && bound->Has(1) ? bound->Get(1)
                                                            : *std::move(value));
     }
-    return Value::List(std::move(out));
+    return Value::Iterator(std::move(out), "generator");
   }
   if (!args.positional[0].is_string() ||
       !IsSupportedFilter(args.positional[0].string_value())) {
@@ -530,7 +561,7 @@ absl::StatusOr<Value> Map(const Value& in, const CallArgs& args,
     if (!value.ok()) return value.status();
     out.push_back(*std::move(value));
   }
-  return Value::List(std::move(out));
+  return Value::Iterator(std::move(out), "generator");
 }
 
 // A sort key for sort/unique/min/max/dictsort: lower-cased strings unless
@@ -610,7 +641,7 @@ absl::StatusOr<Value> Unique(const Value& in, const CallArgs& args,
     seen.push_back(key);
     out.push_back(item);
   }
-  return Value::List(std::move(out));
+  return Value::Iterator(std::move(out), "generator");
 }
 
 absl::StatusOr<Value> MinMax(const Value& in, const CallArgs& args,
@@ -686,7 +717,8 @@ absl::StatusOr<Value> Round(const Value& in, const CallArgs& args,
     return absl::InvalidArgumentError(
         "method must be 'common', 'ceil' or 'floor'");
   }
-  if (in.kind() != Value::Kind::kFloat) return Value::Float(value);
+  // Python's round() of an int is that int.
+  if (in.kind() != Value::Kind::kFloat) return Value::Int(in.int_value());
   char buffer[512];
   std::snprintf(buffer, sizeof(buffer), "%.*f", static_cast<int>(precision),
                 value);
@@ -742,7 +774,7 @@ const absl::flat_hash_map<std::string, Filter>& Filters() {
                                                    {"replace", Replace},
                                                    {"reverse", Reverse},
                                                    {"round", Round},
-                                                   {"safe", Identity},
+                                                   {"safe", Safe},
                                                    {"select", Select},
                                                    {"selectattr", SelectAttr},
                                                    {"sort", Sort},
@@ -770,8 +802,14 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& input,
     return absl::UnimplementedError(
         absl::StrCat("unsupported construct: filter '", name, "'"));
   }
-  // jinja2's filters turn Undefined into an error on use, except those
-  // defined on it (default, length, list, join, string, first, ...).
+  // The filters that print their input as str() would print an iterator's
+  // memory address.
+  static const auto* const kPrinting = new absl::flat_hash_set<std::string>{
+      "capitalize", "e",     "escape", "lower",
+      "replace",    "title", "trim",   "upper"};
+  if (kPrinting->contains(std::string(name)) && ContainsIterator(input)) {
+    return PrintingIteratorError();
+  }
   return it->second(input, args, context);
 }
 

@@ -17,6 +17,12 @@ absl::Status UndefinedError(const Value& undefined) {
                                         : undefined.undefined_hint());
 }
 
+absl::Status PrintingIteratorError() {
+  return absl::UnimplementedError(
+      "unsupported construct: printing a generator or iterator (jinja2 "
+      "prints its memory address; add '| list')");
+}
+
 namespace {
 
 constexpr size_t kListItemBytes = 16;
@@ -120,6 +126,9 @@ absl::StatusOr<Value> BinaryOperation(absl::string_view op, const Value& left,
                                       const Value& right,
                                       size_t max_value_bytes) {
   if (op == "~") {
+    if (ContainsIterator(left) || ContainsIterator(right)) {
+      return PrintingIteratorError();
+    }
     std::string out = ToStr(left) + ToStr(right);
     if (out.size() > max_value_bytes) return TooLarge(max_value_bytes);
     return Value::String(std::move(out));
@@ -135,7 +144,8 @@ absl::StatusOr<Value> BinaryOperation(absl::string_view op, const Value& left,
   }
   if (op == "+" && left.kind() == right.kind() &&
       (left.is_string() ||
-       (left.is_list() && left.is_tuple() == right.is_tuple()))) {
+       (left.is_list() && left.is_tuple() == right.is_tuple() &&
+        left.view_name().empty() && right.view_name().empty()))) {
     if (left.is_string()) {
       if (left.string_value().size() + right.string_value().size() >
           max_value_bytes)
@@ -247,6 +257,11 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
     case Value::Kind::kDict:
       return item.is_string() &&
              container.dict().Find(item.string_value()) != nullptr;
+    case Value::Kind::kIterator:
+      for (const Value& element : container.ConsumeAll()) {
+        if (Equals(element, item)) return true;
+      }
+      return false;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "argument of type '", TypeName(container), "' is not iterable"));

@@ -27,6 +27,9 @@ absl::StatusOr<Value> UnaryPlus(const Value& operand);
 absl::StatusOr<bool> Compare(absl::string_view op, const Value& left,
                              const Value& right);
 
+// Printing a generator or iterator (jinja2 would print its address).
+absl::Status PrintingIteratorError();
+
 // The error jinja2 raises for using `undefined`.
 absl::Status UndefinedError(const Value& undefined);
 

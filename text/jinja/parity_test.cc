@@ -12,6 +12,7 @@
 
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "text/jinja/chat_context.h"
 #include "text/jinja/chat_template.h"
@@ -140,6 +141,15 @@ TEST(ParityTest, EveryFeatureRendersAsJinja2) {
         chat_template.ok()
             ? chat_template->Render(FromJson(feature["context"]))
             : absl::StatusOr<std::string>(chat_template.status());
+    if (feature.contains("expected") &&
+        feature["expected"].get<std::string>().find(" at 0x") !=
+            std::string::npos) {
+      // jinja2 printed a generator's memory address: castserve refuses.
+      EXPECT_THAT(rendered.status().message(),
+                  ::testing::HasSubstr("unsupported construct: printing a "
+                                       "generator"));
+      continue;
+    }
     if (feature.contains("expected")) {
       EXPECT_TRUE(rendered.ok()) << rendered.status();
       if (rendered.ok()) {

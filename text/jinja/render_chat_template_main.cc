@@ -36,8 +36,8 @@ nlohmann::ordered_json RenderOne(const std::string& line) {
     return absl::FromCivil(absl::CivilSecond(2026, 7, 4, 15, 30, 0),
                            absl::UTCTimeZone());
   };
-  absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Create(
-      input.value("template", ""), Limits{}, clock);
+  absl::StatusOr<ChatTemplate> chat_template =
+      ChatTemplate::Create(input.value("template", ""), Limits{}, clock);
   absl::StatusOr<std::string> text = std::string();
   if (!chat_template.ok()) {
     text = chat_template.status();

@@ -111,6 +111,7 @@ absl::Status Renderer::ExecuteStatement(const Stmt& stmt, Frame* frame,
     case Stmt::Kind::kOutput: {
       absl::StatusOr<Value> value = Evaluate(*stmt.expr, frame);
       if (!value.ok()) return value.status();
+      if (ContainsIterator(*value)) return PrintingIteratorError();
       return Append(ToStr(*value), out);
     }
     case Stmt::Kind::kIf:
@@ -196,12 +197,14 @@ absl::Status Renderer::ExecuteFor(const Stmt& stmt, Frame* frame,
       if (Truthy(*keep)) items.push_back(item);
     }
   }
-  if (items.empty()) return Execute(stmt.else_body, frame, out);
   if (++depth_ > limits_.max_nesting_depth) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "loops and macro calls nest deeper than max_nesting_depth (",
         limits_.max_nesting_depth, ")"));
   }
+  // As jinja2 compiles for/else: the else branch runs unless an iteration
+  // reached the end of the body (break and continue do not).
+  bool completed_an_iteration = false;
   absl::Status status;
   for (size_t i = 0; i < items.size() && status.ok(); ++i) {
     status = ChargeIterations(1);
@@ -211,14 +214,14 @@ absl::Status Renderer::ExecuteFor(const Stmt& stmt, Frame* frame,
     if (!status.ok()) break;
     scope.variables["loop"] = LoopObject(i, items);
     status = Execute(stmt.bodies[0], &scope, out);
-    if (flow_ == Flow::kBreak) {
-      flow_ = Flow::kNormal;
-      break;
-    }
+    Flow flow = flow_;
     flow_ = Flow::kNormal;
+    if (flow == Flow::kNormal) completed_an_iteration = true;
+    if (flow == Flow::kBreak) break;
   }
   --depth_;
-  return status;
+  if (!status.ok() || completed_an_iteration) return status;
+  return Execute(stmt.else_body, frame, out);
 }
 
 absl::Status Renderer::Assign(const std::vector<std::string>& targets,

@@ -56,7 +56,8 @@ absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& input,
   if (name == "mapping") return kind == Kind::kDict;
   if (name == "iterable" || name == "sequence") {
     return kind == Kind::kString || kind == Kind::kList ||
-           kind == Kind::kDict || kind == Kind::kUndefined;
+           kind == Kind::kDict || kind == Kind::kUndefined ||
+           (kind == Kind::kIterator && name == "iterable");
   }
   if (name == "callable") return kind == Kind::kCallable;
   if (name == "escaped") return false;

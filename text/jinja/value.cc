@@ -63,6 +63,12 @@ Value Value::List(std::vector<Value> items, bool is_tuple) {
   return value;
 }
 
+Value Value::DictView(std::vector<Value> items, std::string view_name) {
+  Value value = List(std::move(items));
+  value.hint_ = std::move(view_name);
+  return value;
+}
+
 Value Value::FromDict(Dict dict) {
   Value value;
   value.kind_ = Kind::kDict;
@@ -83,6 +89,27 @@ Value Value::Function(std::string name, NativeFunction function) {
   value.hint_ = std::move(name);
   value.function_ = std::make_shared<const NativeFunction>(std::move(function));
   return value;
+}
+
+Value Value::Iterator(std::vector<Value> items, std::string type_name) {
+  Value value;
+  value.kind_ = Kind::kIterator;
+  value.hint_ = std::move(type_name);
+  value.iterator_ = std::make_shared<IteratorState>();
+  value.iterator_->items = std::move(items);
+  return value;
+}
+
+std::vector<Value> Value::ConsumeAll() const {
+  std::vector<Value> rest(iterator_->items.begin() + iterator_->position,
+                          iterator_->items.end());
+  iterator_->position = iterator_->items.size();
+  return rest;
+}
+
+std::optional<Value> Value::ConsumeNext() const {
+  if (iterator_->position == iterator_->items.size()) return std::nullopt;
+  return iterator_->items[iterator_->position++];
 }
 
 double Value::AsDouble() const {
@@ -122,6 +149,7 @@ bool Truthy(const Value& value) {
       return value.dict().size() != 0;
     case Value::Kind::kNamespace:
     case Value::Kind::kCallable:
+    case Value::Kind::kIterator:
       return true;
   }
   return false;
@@ -178,6 +206,7 @@ absl::string_view TypeName(const Value& value) {
     case Value::Kind::kString:
       return "str";
     case Value::Kind::kList:
+      if (!value.view_name().empty()) return value.view_name();
       return value.is_tuple() ? "tuple" : "list";
     case Value::Kind::kDict:
       return "dict";
@@ -185,6 +214,8 @@ absl::string_view TypeName(const Value& value) {
       return "Namespace";
     case Value::Kind::kCallable:
       return "function";
+    case Value::Kind::kIterator:
+      return value.function_name();
   }
   return "object";
 }
@@ -286,8 +317,25 @@ std::string StringRepr(const std::string& s) {
 
 }  // namespace
 
+bool ContainsIterator(const Value& value) {
+  if (value.kind() == Value::Kind::kIterator) return true;
+  if (value.is_list()) {
+    for (const Value& item : value.list()) {
+      if (ContainsIterator(item)) return true;
+    }
+  }
+  if (value.is_dict()) {
+    for (const auto& item : value.dict().items()) {
+      if (ContainsIterator(item.second)) return true;
+    }
+  }
+  return false;
+}
+
 std::string ToRepr(const Value& value) {
   switch (value.kind()) {
+    case Value::Kind::kUndefined:
+      return "Undefined";
     case Value::Kind::kString:
       return StringRepr(value.string_value());
     case Value::Kind::kList: {
@@ -298,7 +346,9 @@ std::string ToRepr(const Value& value) {
         out += ToRepr(items[i]);
       }
       if (value.is_tuple() && items.size() == 1) out += ",";
-      return out + (value.is_tuple() ? ")" : "]");
+      out += value.is_tuple() ? ")" : "]";
+      if (!value.view_name().empty()) out = value.view_name() + "(" + out + ")";
+      return out;
     }
     case Value::Kind::kDict: {
       std::string out = "{";
@@ -335,6 +385,8 @@ std::string ToStr(const Value& value) {
     }
     case Value::Kind::kCallable:
       return "<function " + value.function_name() + ">";
+    case Value::Kind::kIterator:
+      return "<" + value.function_name() + " object>";
     default:
       return ToRepr(value);
   }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,7 @@ class Value {
     kDict,
     kNamespace,
     kCallable,
+    kIterator,  // A generator or iterator some filters return.
   };
 
   // Undefined, as a missing variable.
@@ -56,9 +58,17 @@ class Value {
   static Value Float(double value);
   static Value String(std::string value);
   static Value List(std::vector<Value> items, bool is_tuple = false);
+  // dict.keys(), .values(), .items(): a list printed as Python prints the
+  // view ("dict_items([('a', 1)])") and not subscriptable.
+  static Value DictView(std::vector<Value> items, std::string view_name);
   static Value FromDict(Dict dict);
   static Value Namespace(Dict attributes);
   static Value Function(std::string name, NativeFunction function);
+  // What jinja2's lazy filters (select, map, unique, items, ...) and
+  // reversed() return: iterable once, always true, without len() or
+  // indexing. `type_name` is Python's ("generator",
+  // "list_reverseiterator").
+  static Value Iterator(std::vector<Value> items, std::string type_name);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -79,6 +89,8 @@ class Value {
   const std::string& string_value() const { return *string_; }
   const std::vector<Value>& list() const { return *list_; }
   bool is_tuple() const { return is_tuple_; }
+  // "dict_keys", "dict_values" or "dict_items" for a view; "" otherwise.
+  const std::string& view_name() const { return hint_; }
   const Dict& dict() const { return *dict_; }
   // A namespace's attributes; writable through a const Value, as a Python
   // object is through any reference to it.
@@ -86,6 +98,10 @@ class Value {
   const std::string& function_name() const { return hint_; }
   const NativeFunction& function() const { return *function_; }
   const std::string& undefined_hint() const { return hint_; }
+  // An iterator's items not yet consumed, and consuming them (all, or the
+  // next one).
+  std::vector<Value> ConsumeAll() const;
+  std::optional<Value> ConsumeNext() const;
 
  private:
   Kind kind_ = Kind::kUndefined;
@@ -98,7 +114,14 @@ class Value {
   std::shared_ptr<const Dict> dict_;
   std::shared_ptr<Dict> namespace_;
   std::shared_ptr<const NativeFunction> function_;
-  std::string hint_;  // Undefined: the message; function: its name.
+  struct IteratorState {
+    std::vector<Value> items;
+    size_t position = 0;
+  };
+  std::shared_ptr<IteratorState> iterator_;
+  // Undefined: the message; function: its name; iterator: its type; list:
+  // its view name.
+  std::string hint_;
 };
 
 // A Python dict with string keys: insertion order, a re-set key keeps its
@@ -129,6 +152,9 @@ bool Truthy(const Value& value);
 bool Equals(const Value& a, const Value& b);
 // Python's type name: "str", "int", "list", "dict", "NoneType", ...
 absl::string_view TypeName(const Value& value);
+// Whether an iterator is in `value` (itself, or inside its lists and
+// dicts): jinja2 prints those as their memory address.
+bool ContainsIterator(const Value& value);
 // Python's str() and repr() of the value (str of undefined is "").
 std::string ToStr(const Value& value);
 std::string ToRepr(const Value& value);
