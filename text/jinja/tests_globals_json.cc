@@ -43,6 +43,17 @@ absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& input,
                                const CallArgs& args) {
   using Kind = Value::Kind;
   Kind kind = input.kind();
+  static const auto* const kUnary = new absl::flat_hash_set<std::string>{
+      "defined", "undefined", "none",     "boolean",  "false",
+      "true",    "integer",   "float",    "number",   "string",
+      "mapping", "iterable",  "sequence", "callable", "escaped",
+      "lower",   "upper",     "odd",      "even"};
+  if (kUnary->contains(std::string(name)) &&
+      (!args.positional.empty() || !args.keyword.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "test_", name, "() takes 1 positional argument but ",
+        1 + args.positional.size() + args.keyword.size(), " were given"));
+  }
   if (name == "defined") return kind != Kind::kUndefined;
   if (name == "undefined") return kind == Kind::kUndefined;
   if (name == "none") return kind == Kind::kNone;
