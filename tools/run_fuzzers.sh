@@ -20,6 +20,10 @@
 #   text/          tokenizer_encode: Tokenizer::Encode of arbitrary bytes
 #                  over the MiniLM and byte-level BPE tokenizers (ids in
 #                  the vocabulary, BPE decodes back to the text)
+#   text/jinja/    chat_template: ChatTemplate::Create and Render of
+#                  arbitrary templates and JSON contexts (only the
+#                  contract's error codes, output within its limit, renders
+#                  deterministic)
 #
 # The committed seed corpora (<folder>/corpus_<target>) are copied to a
 # scratch corpus in $WORK first, so runs never grow them (the scratch corpus
@@ -30,14 +34,14 @@
 # models/testdata/bert); to replay a finding:
 #   $WORK/infer_request_fuzzer $WORK/artifacts_infer_request/crash-...
 #
-#   tools/run_fuzzers.sh                  # build and run all seven
+#   tools/run_fuzzers.sh                  # build and run all eight
 #   MAX_TOTAL_TIME=600 tools/run_fuzzers.sh infer_request config_json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MAX_TOTAL_TIME="${MAX_TOTAL_TIME:-180}"
 WORK="${WORK:-/tmp/castserve_fuzz}"
-ALL_TARGETS="safetensors torch_zip infer_request config_pbtxt config_json rest_infer tokenizer_encode"
+ALL_TARGETS="safetensors torch_zip infer_request config_pbtxt config_json rest_infer tokenizer_encode chat_template"
 read -r -a TARGETS <<<"${*:-$ALL_TARGETS}"
 LIBTORCH="${LIBTORCH:-${CASTSERVE_CACHE:-$HOME/.cache/castserve}/libtorch-2.11.0/torch}"
 mkdir -p "$WORK/obj"
@@ -131,7 +135,7 @@ export WORK CXXFLAGS SANITIZE
 
 declare -A FOLDER=([safetensors]=casting [torch_zip]=casting
   [infer_request]=server [config_pbtxt]=server [config_json]=server
-  [rest_infer]=server [tokenizer_encode]=text)
+  [rest_infer]=server [tokenizer_encode]=text [chat_template]=text/jinja)
 # What each target links, as Bazel targets (their sources are compiled here).
 declare -A LINKS=(
   [safetensors]="//casting:safetensors_reader"
@@ -141,14 +145,17 @@ declare -A LINKS=(
   [config_json]="//server/servables/factory:hf_served_model_factory + //server/lifecycle:model_repository"
   [rest_infer]="//server/rest:rest_infer_codec"
   [tokenizer_encode]="//text:load_tokenizer"
+  [chat_template]="//text/jinja:chat_template + //text/jinja:chat_context"
 )
 # libFuzzer dictionaries (tokens the mutator splices in), where a target has
-# one: the safetensors header's JSON grammar, keys and dtype names.
-declare -A DICT=([safetensors]=casting/fuzz/safetensors.dict)
+# one: the safetensors header's JSON grammar, keys and dtype names; Jinja's
+# tags, filters and tests.
+declare -A DICT=([safetensors]=casting/fuzz/safetensors.dict
+  [chat_template]=text/jinja/fuzz/chat_template.dict)
 # The server targets' inputs are small: a request or a config file.
 declare -A MAX_LEN=([safetensors]=65536 [torch_zip]=65536
   [infer_request]=8192 [config_pbtxt]=16384 [config_json]=16384
-  [rest_infer]=16384 [tokenizer_encode]=16384)
+  [rest_infer]=16384 [tokenizer_encode]=16384 [chat_template]=16384)
 
 for target in "${TARGETS[@]}"; do
   if [[ -z "${FOLDER[$target]:-}" ]]; then
@@ -170,7 +177,7 @@ for target in "${TARGETS[@]}"; do
   fi
   # //text's libraries; the server targets link them through the factory
   # (the tokenizer).
-  if [[ "$folder" == text || "$folder" == server ]]; then
+  if [[ "$folder" == text* || "$folder" == server ]]; then
     libs+=" -lre2 -licuuc -licudata -ldl"
   fi
   echo "building ${target}_fuzzer"
