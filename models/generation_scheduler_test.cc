@@ -195,7 +195,7 @@ TEST_P(SchedulerFixtureTest, PreemptedSequencesStillEqualTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SchedulerFixtureTest,
                          ::testing::Values("llama", "mistral", "qwen2", "qwen3",
-                                           "gemma3_text"));
+                                           "gemma3_text", "phi3"));
 
 class SchedulerTest : public ::testing::Test {
  protected:

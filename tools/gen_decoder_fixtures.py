@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Builds the decoder fixtures of the architectures added on the shared decoder
-blocks (models/decoder/, models/architectures/): qwen3, gemma3_text.
+blocks (models/decoder/, models/architectures/): qwen3, gemma3_text, phi3.
 
 Each is a small, randomly initialised transformers 5 model (fixed seed) saved
 with save_pretrained into models/testdata/<name>/ together with:
@@ -35,8 +35,8 @@ import gen_generation_references as generation  # noqa: E402
 import gen_model_fixtures as fixtures  # noqa: E402
 
 OUT = os.path.join(fixtures.REPO_ROOT, "models", "testdata")
-SEEDS = {"qwen3": 1007, "gemma3_text": 1008}
-GENERATION_SEEDS = {"qwen3": 2004, "gemma3_text": 2005}
+SEEDS = {"qwen3": 1007, "gemma3_text": 1008, "phi3": 1009}
+GENERATION_SEEDS = {"qwen3": 2004, "gemma3_text": 2005, "phi3": 2006}
 
 
 def build(name):
@@ -88,6 +88,24 @@ def build(name):
                  "final soft cap 6 (attn_logit_softcapping 8 is ignored by transformers 5); "
                  "global rope linear x2 theta 1e6, "
                  "local theta 1e4")
+    elif name == "phi3":
+        # LongRoPE with partial rotary (half of each head of 12): the forward
+        # runs 70 tokens, past original_max_position_embeddings (64), so the
+        # long factors apply; generation stays below (short factors).
+        config = tf.Phi3Config(
+            vocab_size=200, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+            original_max_position_embeddings=64, rms_norm_eps=1e-5, hidden_act="silu",
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                             "partial_rotary_factor": 0.5,
+                             "short_factor": [1.0, 1.25, 1.5],
+                             "long_factor": [1.5, 3.0, 6.0]},
+            tie_word_embeddings=False, **common)
+        model = tf.Phi3ForCausalLM(config)
+        lengths = [70, 23]
+        notes = ("model.safetensors; fused qkv_proj and gate_up_proj; GQA 4/2 of head 12, "
+                 "partial rotary 0.5; longrope (original 64 of 256 positions; the 70-token "
+                 "row uses the long factors)")
     else:
         raise ValueError(name)
     fixtures.reinit_(model, seed)

@@ -130,7 +130,7 @@ TEST_P(DecoderFixtureTest, RegistersAsAGeneratingArchitecture) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderFixtureTest,
-                         ::testing::Values("qwen3", "gemma3_text"));
+                         ::testing::Values("qwen3", "gemma3_text", "phi3"));
 
 std::map<std::string, std::string> Kinds(const std::string& fixture) {
   auto model = LoadHfModel("models/testdata/" + fixture, {});
@@ -151,6 +151,20 @@ TEST(DecoderArchitecturesTest, ModulesCarryCheckpointNamesAndKinds) {
   EXPECT_EQ(gemma["model.layers.0.self_attn.k_norm"], "Gemma3RMSNorm");
   EXPECT_EQ(gemma["model.embed_tokens"], "Embedding");
   EXPECT_EQ(gemma["lm_head"], "Linear");  // Tied: no weight of its own.
+  auto phi3 = Kinds("phi3");
+  EXPECT_EQ(phi3["model.layers.0.self_attn.qkv_proj"], "Linear");
+  EXPECT_EQ(phi3["model.layers.0.mlp.gate_up_proj"], "Linear");
+  EXPECT_EQ(phi3["model.layers.0.mlp"], "Phi3MLP");
+  EXPECT_EQ(phi3.count("model.layers.0.self_attn.q_proj"), 0u);
+}
+
+TEST(DecoderArchitecturesTest, PhiGenerationStaysWithinTheShortRope) {
+  auto model = LoadHfModel("models/testdata/phi3", {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  // original_max_position_embeddings: beyond it transformers recomputes the
+  // cache with the long factors.
+  EXPECT_EQ((*model)->incremental_decoder()->max_positions(), 64);
+  EXPECT_EQ((*model)->max_sequence_length(), 256);
 }
 
 std::string SpecError(const std::string& json) {
@@ -171,6 +185,11 @@ TEST(DecoderArchitecturesTest, ConfigErrorsNameTheField) {
                         R"(, "use_sliding_window": true, "sliding_window": 4,
                         "layer_types": ["full_attention"]})"),
               HasSubstr("layer_types has 1 entries for 2 layers"));
+  EXPECT_THAT(SpecError(R"({"model_type": "phi3", )" + sizes +
+                        R"(, "original_max_position_embeddings": 4,
+                        "rope_parameters": {"rope_type": "longrope",
+                        "short_factor": [1.0], "long_factor": [1.0, 2.0]}})"),
+              HasSubstr("short_factor and long_factor must have 2 entries"));
   EXPECT_THAT(SpecError(R"({"model_type": "qwen3", )" + sizes +
                         R"(, "rope_parameters": {"rope_type": "dynamic",
                         "factor": 2.0}})"),
