@@ -15,6 +15,11 @@ with save_pretrained into models/testdata/<name>/ together with:
                                     forced-EOS case
   generation_batch_reference.json   one batched, left-padded greedy generate()
   generation_config.json            written by save_pretrained
+  generation_reference.F8_E4M3FN_per_row.json
+                                    greedy generate() of the same prompts by
+                                    the model whose castable weights went
+                                    through F8_E4M3FN with per-row scales
+                                    (what layerwise casting computes)
 
 The round trips, the casting decisions and the generation references reuse
 tools/gen_model_fixtures.py and tools/gen_generation_references.py, so the
@@ -114,6 +119,31 @@ def build(name):
     return model, inputs, notes
 
 
+CAST_FORMAT = "F8_E4M3FN:per_row"
+
+
+def cast_generation_reference(name):
+    """Greedy tokens of the round-tripped model for generation_reference's
+    prompts (no EOS), as gen_generation_references writes them."""
+    import torch
+    import transformers as tf
+
+    folder = os.path.join(OUT, name)
+    model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                    attn_implementation="eager")
+    model.eval()
+    model.generation_config.eos_token_id = None
+    rt = fixtures.round_tripped_model(model, CAST_FORMAT)
+    with open(os.path.join(folder, "generation_reference.json")) as f:
+        prompts = [c["prompt"] for c in json.load(f)["cases"] if not c["eos_token_ids"]]
+    cases = [{"prompt": p, "max_new_tokens": generation.MAX_NEW_TOKENS, "eos_token_ids": [],
+              "generated": generation.greedy(rt, p, None, generation.MAX_NEW_TOKENS)}
+             for p in prompts]
+    return {"generator": "tools/gen_decoder_fixtures.py", "transformers": tf.__version__,
+            "torch": torch.__version__, "dtype": "float32", "do_sample": False,
+            "weights": f"castable weights round-tripped through {CAST_FORMAT}", "cases": cases}
+
+
 def make(name, report):
     model, inputs, notes = build(name)
     folder = os.path.join(OUT, name)
@@ -129,6 +159,8 @@ def make(name, report):
                      os.path.join(folder, "generation_reference.json"))
     generation.write(generation.batch_reference(name),
                      os.path.join(folder, "generation_batch_reference.json"))
+    generation.write(cast_generation_reference(name),
+                     os.path.join(folder, f"generation_reference.{CAST_FORMAT.replace(':', '_')}.json"))
     report[name] = {"model_class": type(model).__name__, "notes": notes,
                     "inputs": {k: list(v.shape) for k, v in inputs.items()},
                     "accuracy": accuracy, "files": fixtures.dir_files(folder)}

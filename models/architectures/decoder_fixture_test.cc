@@ -1,24 +1,32 @@
 // The decoder architectures added on the shared blocks, against fixtures
 // transformers 5 wrote (tools/gen_decoder_fixtures.py): f32 logits under
 // every residency, layerwise casting against the round-tripped reference,
-// bf16 compute, the module tree, and the config errors of each. Greedy
-// generation (one sequence and continuous batching) is checked with the
-// other decoders in models/generation_test.cc and
-// models/generation_scheduler_test.cc.
+// greedy generation under fp8 layerwise casting against transformers on the
+// round-tripped weights (one sequence and continuously batched), bf16
+// compute, the module tree, and the config errors of each. Greedy
+// generation in f32 is checked with the other decoders in
+// models/generation_test.cc and models/generation_scheduler_test.cc.
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "casting/casting_policy.h"
+#include "casting/json_parser.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/decoder/decoder_model.h"
+#include "models/generation.h"
+#include "models/generation_scheduler.h"
 #include "models/incremental_decoder.h"
 #include "models/model_loader.h"
 #include "models/test_util/tensor_files.h"
@@ -107,6 +115,65 @@ TEST_P(DecoderFixtureTest, LayerwiseCastingMatchesRoundTripReference) {
     EXPECT_LE(error, 1e-4) << format;
     std::cout << GetParam() << " " << format << " max rel error vs roundtrip "
               << error << "\n";
+  }
+}
+
+// The prompts and tokens of a generation reference file.
+std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>
+ReadGenerations(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto json = casting::ParseJson(text.str());
+  EXPECT_TRUE(json.ok()) << path << ": " << json.status();
+  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases;
+  if (!json.ok()) return cases;
+  for (const auto& item : json->at("cases")) {
+    cases.emplace_back(item.at("prompt").get<std::vector<int64_t>>(),
+                       item.at("generated").get<std::vector<int64_t>>());
+  }
+  return cases;
+}
+
+TEST_P(DecoderFixtureTest,
+       Fp8GenerationEqualsTransformersOnRoundTrippedWeights) {
+  const auto cases =
+      ReadGenerations(folder_ + "/generation_reference.F8_E4M3FN_per_row.json");
+  ASSERT_EQ(cases.size(), 2u);
+  std::unique_ptr<Model> model =
+      Load(Casting("F8_E4M3FN:per_row", casting::ElementType::kF32));
+  ASSERT_NE(model, nullptr);
+  // One sequence at a time over its KV cache.
+  for (const auto& [prompt, expected] : cases) {
+    GenerationOptions options;
+    options.max_new_tokens = static_cast<int64_t>(expected.size());
+    auto result = Generate(*model, prompt, options);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->tokens, expected) << "prompt of " << prompt.size();
+  }
+  // Both together through the scheduler (continuous batching).
+  SchedulerOptions scheduler_options;
+  scheduler_options.pool_bytes = 8 << 20;
+  auto scheduler = GenerationScheduler::Create(*model, scheduler_options);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  std::vector<absl::StatusOr<GenerationResult>> results(
+      cases.size(), absl::UnknownError("not done"));
+  std::vector<absl::Notification> done(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SequenceRequest request;
+    request.prompt = cases[i].first;
+    request.options.max_new_tokens =
+        static_cast<int64_t>(cases[i].second.size());
+    request.on_done = [&results, &done, i](absl::StatusOr<GenerationResult> r) {
+      results[i] = std::move(r);
+      done[i].Notify();
+    };
+    (*scheduler)->Submit(std::move(request));
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(done[i].WaitForNotificationWithTimeout(absl::Seconds(120)));
+    ASSERT_TRUE(results[i].ok()) << results[i].status();
+    EXPECT_EQ(results[i]->tokens, cases[i].second) << "batched case " << i;
   }
 }
 
