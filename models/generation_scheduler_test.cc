@@ -194,7 +194,8 @@ TEST_P(SchedulerFixtureTest, PreemptedSequencesStillEqualTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SchedulerFixtureTest,
-                         ::testing::Values("llama", "mistral", "qwen2"));
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3",
+                                           "gemma3_text", "phi3"));
 
 class SchedulerTest : public ::testing::Test {
  protected:

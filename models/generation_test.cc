@@ -288,7 +288,8 @@ TEST_P(GenerationTest, StopTokenIdsStopGeneration) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerationTest,
-                         ::testing::Values("llama", "mistral", "qwen2"));
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3",
+                                           "gemma3_text", "phi3"));
 
 TEST(GenerationSlidingWindowTest, DecodeStepsHonourMistralsWindow) {
   // The mistral fixture with a window of 6 tokens, shorter than the

@@ -209,6 +209,20 @@ absl::StatusOr<std::vector<int64_t>> HfConfig::GetIntList(
   return out;
 }
 
+absl::StatusOr<std::vector<double>> HfConfig::GetDoubleList(
+    absl::string_view key) const {
+  const Json* value = Lookup(key);
+  if (value == nullptr) return Missing(key);
+  if (!value->is_array()) return WrongType(key, "a list of numbers");
+  std::vector<double> out;
+  for (const Json& item : *value) {
+    double number = 0;
+    if (!ToDouble(item, &number)) return WrongType(key, "a list of numbers");
+    out.push_back(number);
+  }
+  return out;
+}
+
 namespace {
 
 const ConfigSizeLimit* FindSizeLimit(absl::string_view key) {

@@ -100,6 +100,9 @@ class HfConfig {
   absl::StatusOr<std::vector<std::string>> GetStringList(
       absl::string_view key) const;
   absl::StatusOr<std::vector<int64_t>> GetIntList(absl::string_view key) const;
+  // A list of numbers (LongRoPE's short_factor).
+  absl::StatusOr<std::vector<double>> GetDoubleList(
+      absl::string_view key) const;
 
   // A size: an integer within its kConfigSizeLimits bounds. NotFound if
   // absent; InvalidArgument naming the key, the value and the bounds if out

@@ -1,5 +1,3 @@
-#include "models/llama.h"
-
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -13,6 +11,7 @@
 #include "casting/casting_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/decoder/decoder_model.h"
 #include "models/model_loader.h"
 #include "models/test_util/tensor_files.h"
 
@@ -309,7 +308,7 @@ TEST(LlamaConfigTest, RejectsUnsupportedRopeAndHeads) {
   auto parse = [](const std::string& json) {
     auto config = HfConfig::Parse(json, "config.json");
     EXPECT_TRUE(config.ok());
-    return LlamaConfig::FromHf(*config).status();
+    return ReadDecoderSpec(*config).status();
   };
   const std::string base = R"("model_type": "llama", "vocab_size": 8,
       "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
@@ -334,7 +333,7 @@ TEST(LlamaConfigTest, SizesOutOfRangeFailNamingTheField) {
     auto config = HfConfig::Parse(R"({"model_type": "llama", )" + sizes + "}",
                                   "config.json");
     EXPECT_TRUE(config.ok()) << config.status();
-    return std::string(LlamaConfig::FromHf(*config).status().message());
+    return std::string(ReadDecoderSpec(*config).status().message());
   };
   const std::string base = R"("vocab_size": 40, "intermediate_size": 24,
       "num_hidden_layers": 2, "max_position_embeddings": 12, )";

@@ -22,6 +22,7 @@ namespace {
 struct Registry {
   absl::Mutex mu;
   std::map<std::string, ArchitectureFactory> factories ABSL_GUARDED_BY(mu);
+  std::map<std::string, ArchitectureTraits> traits ABSL_GUARDED_BY(mu);
 };
 
 Registry& GetRegistry() {
@@ -73,7 +74,8 @@ class HookedModel final : public Model {
 }  // namespace
 
 absl::Status RegisterArchitecture(std::string model_type,
-                                  ArchitectureFactory factory) {
+                                  ArchitectureFactory factory,
+                                  ArchitectureTraits traits) {
   if (model_type.empty()) {
     return absl::InvalidArgumentError("architecture name must not be empty");
   }
@@ -83,13 +85,15 @@ absl::Status RegisterArchitecture(std::string model_type,
     return absl::AlreadyExistsError(
         absl::StrCat("architecture '", model_type, "' is already registered"));
   }
+  registry.traits[model_type] = traits;
   return absl::OkStatus();
 }
 
-ArchitectureRegistration::ArchitectureRegistration(
-    std::string model_type, ArchitectureFactory factory) {
+ArchitectureRegistration::ArchitectureRegistration(std::string model_type,
+                                                   ArchitectureFactory factory,
+                                                   ArchitectureTraits traits) {
   absl::Status status =
-      RegisterArchitecture(std::move(model_type), std::move(factory));
+      RegisterArchitecture(std::move(model_type), std::move(factory), traits);
   if (!status.ok()) {
     std::cerr << "castserve: " << status << std::endl;
     std::abort();
@@ -102,6 +106,16 @@ std::vector<std::string> RegisteredArchitectures() {
   std::vector<std::string> names;
   for (const auto& [name, factory] : registry.factories) names.push_back(name);
   return names;  // std::map keeps them sorted.
+}
+
+std::vector<std::string> GenerativeArchitectures() {
+  Registry& registry = GetRegistry();
+  absl::MutexLock lock(&registry.mu);
+  std::vector<std::string> names;
+  for (const auto& [name, traits] : registry.traits) {
+    if (traits.generates) names.push_back(name);
+  }
+  return names;
 }
 
 absl::StatusOr<std::unique_ptr<casting::Checkpoint>> OpenHfCheckpoint(

@@ -35,10 +35,17 @@ using ArchitectureFactory =
         std::shared_ptr<const casting::Checkpoint> checkpoint,
         const WeightPolicyOptions& options)>;
 
+// What an architecture says of itself when it registers.
+struct ArchitectureTraits {
+  // Its models are IncrementalDecoders: a `generation` block may serve them.
+  bool generates = false;
+};
+
 // Registers `model_type` ("bert", "llama", ...). AlreadyExists if it is
 // registered; InvalidArgument if empty. Thread-safe.
 absl::Status RegisterArchitecture(std::string model_type,
-                                  ArchitectureFactory factory);
+                                  ArchitectureFactory factory,
+                                  ArchitectureTraits traits = {});
 
 // Registers at static-initialization time; aborts on a duplicate name. Use
 // at namespace scope in the architecture's .cc, whose cc_library must set
@@ -46,11 +53,16 @@ absl::Status RegisterArchitecture(std::string model_type,
 //   const ArchitectureRegistration kRegistration("bert", &CreateBert);
 class ArchitectureRegistration {
  public:
-  ArchitectureRegistration(std::string model_type, ArchitectureFactory factory);
+  ArchitectureRegistration(std::string model_type, ArchitectureFactory factory,
+                           ArchitectureTraits traits = {});
 };
 
 // The registered model types, sorted.
 std::vector<std::string> RegisteredArchitectures();
+
+// The registered model types that generate (ArchitectureTraits::generates),
+// sorted: what a `generation` block may serve.
+std::vector<std::string> GenerativeArchitectures();
 
 // Opens the checkpoint of `folder` (headers only) through `file_system`.
 // NotFound listing the file names tried when there is none.

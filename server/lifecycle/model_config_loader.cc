@@ -70,16 +70,8 @@ absl::Status CheckGenerationField(const ModelConfig& config,
 absl::Status ValidateGeneration(const ModelConfig& config) {
   if (!config.has_generation()) return absl::OkStatus();
   const inference::GenerationConfig& generation = config.generation();
-  const std::string& architecture = config.architecture();
-  if (!architecture.empty() &&
-      std::find(std::begin(kGenerationArchitectures),
-                std::end(kGenerationArchitectures),
-                architecture) == std::end(kGenerationArchitectures)) {
-    return Invalid(config.name(),
-                   absl::StrCat("generation is for decoder models (",
-                                absl::StrJoin(kGenerationArchitectures, ", "),
-                                "); architecture is '", architecture, "'"));
-  }
+  // Whether the architecture generates is its registration's to say
+  // (models::GenerativeArchitectures); the load checks it.
   if (config.max_batch_size() != 0 || config.has_dynamic_batching()) {
     return Invalid(config.name(),
                    "generation batches sequences itself (max_sequences): "

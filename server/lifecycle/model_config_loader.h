@@ -45,9 +45,6 @@ inline constexpr int64_t kMaxSequencesLimit = 1024;
 inline constexpr int64_t kMaxWaitingLimit = 65536;
 // The most new tokens of one request (models::kMaxNewTokens).
 inline constexpr int64_t kMaxGenerationTokens = int64_t{1} << 20;
-// The architectures a `generation` block may serve.
-inline constexpr const char* kGenerationArchitectures[] = {"llama", "mistral",
-                                                           "qwen2"};
 
 // `generation` (validated) with every 0 replaced by its default.
 inference::GenerationConfig WithGenerationDefaults(

@@ -117,9 +117,6 @@ TEST(ModelConfigLoaderTest, GenerationBlockIsCheckedAndDefaulted) {
   const Case cases[] = {
       {"generation {}", "generation.kv_cache_bytes must be > 0"},
       {"generation { kv_cache_bytes: -5 }", "generation.kv_cache_bytes"},
-      {"architecture: \"bert\" generation { kv_cache_bytes: 1 }",
-       "generation is for decoder models (llama, mistral, qwen2); "
-       "architecture is 'bert'"},
       {"max_batch_size: 4 generation { kv_cache_bytes: 1 }",
        "max_batch_size must be 0"},
       {"generation { kv_cache_bytes: 1 kv_block_tokens: -1 }",

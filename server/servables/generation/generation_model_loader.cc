@@ -4,12 +4,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "casting/tracking_allocator.h"
 #include "models/generation.h"
 #include "models/incremental_decoder.h"
 #include "server/lifecycle/model_config_loader.h"
 #include "server/servables/generation/generation_served_model.h"
 #include "server/servables/generation/scheduler_generation_engine.h"
+#include "models/model_loader.h"
 #include "text/tokenizer.h"
 
 namespace castserve {
@@ -53,11 +55,10 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadGenerationModel(
     std::shared_ptr<const models::Cancellation> cancellation) {
   const models::IncrementalDecoder* decoder = model->incremental_decoder();
   if (decoder == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", config.name(),
-                     "': generation is for decoder models "
-                     "(llama, mistral, qwen2); architecture '",
-                     model->architecture(), "' does not generate"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", config.name(), "': generation is for decoder models (",
+        absl::StrJoin(models::GenerativeArchitectures(), ", "),
+        "); architecture '", model->architecture(), "' does not generate"));
   }
   absl::StatusOr<std::shared_ptr<const text::Tokenizer>> tokenizer =
       OptionalTokenizer(folder);

@@ -1,0 +1,101 @@
+// DecoderAttention: a decoder layer's self-attention block, every variant
+// the decoder architectures need: grouped-query heads, separate q/k/v or
+// one fused qkv projection, optional q/k/v and output biases, optional
+// per-head q/k norms (before the rotation), full or partial rotary from
+// one of the model's tables, a global or sliding-window causal mask, a
+// configurable score scale and optional tanh soft-capping of the scores.
+//
+// Also DecoderStepInputs, what every layer of one forward or decode step
+// shares: the rotary tables and, per distinct attention window, the bias
+// of the whole batch (a forward) or of each sequence over its own cache.
+//
+// Immutable once made; Forward is thread-safe (each call its own context).
+#ifndef CASTSERVE_MODELS_DECODER_DECODER_ATTENTION_H_
+#define CASTSERVE_MODELS_DECODER_DECODER_ATTENTION_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/decoder/decoder_norm.h"
+#include "models/decoder/decoder_spec.h"
+#include "models/kv_cache.h"
+#include "models/layers.h"
+#include "models/module.h"
+#include "models/rotary.h"
+#include "models/weight_factory.h"
+
+namespace castserve::models {
+
+struct DecoderStepInputs {
+  // One sequence of a decode step: tokens offset..offset+tokens-1 of the
+  // step's flattened tokens, its cache, and per window the bias of its
+  // queries over its cached and new keys.
+  struct Sequence {
+    SequenceKv* cache = nullptr;
+    int64_t offset = 0;
+    int64_t tokens = 0;
+    std::vector<at::Tensor> biases;
+  };
+  std::vector<RopeTables> ropes;    // Per DecoderSpec::ropes entry.
+  std::vector<at::Tensor> biases;   // Per window (a forward).
+  std::vector<Sequence> sequences;  // Empty for a forward.
+};
+
+// softmax(cap * tanh(q k^T * scale / cap) + bias) v, the scores materialized
+// (the fused kernel has no soft cap) and the softmax in f32, as
+// transformers' eager attention. Shapes as ScaledDotProductAttention's.
+at::Tensor SoftCappedAttention(const at::Tensor& q, const at::Tensor& k,
+                               const at::Tensor& v, const at::Tensor& bias,
+                               double scale, double cap);
+
+class DecoderAttention : public Module {
+ public:
+  // Layer `layer` (its index in the KV cache) whose mask is window
+  // `window_index` of the step inputs' biases.
+  static absl::StatusOr<std::unique_ptr<DecoderAttention>> Create(
+      const std::string& name, const DecoderSpec& spec, int64_t layer,
+      int window_index, const WeightFactory& weights);
+
+  // x [1 or batch, seq, hidden] -> [.., seq, hidden].
+  at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x,
+                     const DecoderStepInputs& inputs) const;
+
+ private:
+  DecoderAttention(const std::string& name, const DecoderSpec& spec,
+                   int64_t layer, int window_index);
+  absl::Status AddProjections(const DecoderSpec& spec,
+                              const WeightFactory& weights);
+  // q, k, v [batch, heads, seq, head_dim], q and k normed, not rotated.
+  std::vector<at::Tensor> Project(ForwardContext& ctx,
+                                  const at::Tensor& x) const;
+  at::Tensor Attend(const at::Tensor& q, const at::Tensor& k,
+                    const at::Tensor& v, const at::Tensor& bias) const;
+  at::Tensor AttendPerSequence(
+      const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+      const std::vector<DecoderStepInputs::Sequence>& sequences) const;
+
+  const int64_t layer_;
+  const int window_index_;
+  const int rope_index_;
+  const int64_t q_heads_;
+  const int64_t kv_heads_;
+  const int64_t head_dim_;
+  const double scale_;
+  const double softcap_;
+  Linear* q_ = nullptr;
+  Linear* k_ = nullptr;
+  Linear* v_ = nullptr;
+  Linear* qkv_ = nullptr;  // Fused instead of q_, k_, v_.
+  Linear* o_ = nullptr;
+  DecoderNormSlot q_norm_;
+  DecoderNormSlot k_norm_;
+};
+
+}  // namespace castserve::models
+
+#endif  // CASTSERVE_MODELS_DECODER_DECODER_ATTENTION_H_
