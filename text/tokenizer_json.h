@@ -1,6 +1,6 @@
 // tokenizer.json (Hugging Face `tokenizers`' serialization) read into plain
 // structs. The only file of //text that touches JSON (nlohmann/json through
-// //casting:json_parser): the parts
+// //platform:json_parser): the parts
 // that build and run the pipeline work on these structs.
 //
 // Validation here is about shape: each component's "type" must be one this

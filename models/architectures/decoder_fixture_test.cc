@@ -21,7 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "casting/casting_policy.h"
-#include "casting/json_parser.h"
+#include "platform/json_parser.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/decoder/decoder_model.h"

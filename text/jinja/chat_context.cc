@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "casting/json_parser.h"
+#include "platform/json_parser.h"
 
 namespace castserve::text::jinja {
 namespace {

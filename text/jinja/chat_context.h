@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "casting/file_system.h"
+#include "platform/file_system.h"
 #include "text/jinja/value.h"
 
 namespace castserve::text::jinja {

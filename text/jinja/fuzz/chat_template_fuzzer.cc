@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "casting/json_parser.h"
+#include "platform/json_parser.h"
 #include "text/jinja/chat_context.h"
 #include "text/jinja/chat_template.h"
 
@@ -49,7 +49,7 @@ Limits FuzzLimits() {
 }
 
 Value DefaultContext() {
-  auto json = castserve::casting::ParseJson(R"({"messages": [
+  auto json = castserve::platform::ParseJson(R"({"messages": [
       {"role": "system", "content": "Be brief.\n"},
       {"role": "user", "content": "Hello 😀 你好"},
       {"role": "assistant", "content": "<think>x</think>Hi",
@@ -84,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Value context = *default_context;
   if (nul != absl::string_view::npos) {
     absl::StatusOr<nlohmann::json> json =
-        castserve::casting::ParseJson(input.substr(nul + 1));
+        castserve::platform::ParseJson(input.substr(nul + 1));
     if (!json.ok() || !json->is_object()) return 0;
     absl::StatusOr<Value> value = castserve::text::jinja::ValueFromJson(*json);
     if (!value.ok()) return 0;
