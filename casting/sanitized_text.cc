@@ -86,4 +86,15 @@ std::string SanitizeText(absl::string_view bytes, size_t max_bytes) {
   return out;
 }
 
+bool IsSanitized(absl::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t length = WellFormedLength(text.substr(i));
+    if (length == 0 || Piece(text.substr(i), length).size() != length) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
 }  // namespace castserve::casting

@@ -33,6 +33,11 @@ inline constexpr size_t kMaxSanitizedTextBytes = 1024;
 std::string SanitizeText(absl::string_view bytes,
                          size_t max_bytes = kMaxSanitizedTextBytes);
 
+// True when SanitizeText leaves `text` as it is, whatever the bound: valid
+// UTF-8 without control characters. For names that must be quotable as
+// they are (a model's folder name is its name on the wire).
+bool IsSanitized(absl::string_view text);
+
 }  // namespace castserve::casting
 
 #endif  // CASTSERVE_CASTING_SANITIZED_TEXT_H_

@@ -59,6 +59,16 @@ TEST(SanitizeTextTest, TruncatesOnCharacterBoundariesWithinTheBound) {
   EXPECT_EQ(SanitizeText("abcdef", 0), "...");
 }
 
+TEST(SanitizeTextTest, IsSanitizedAcceptsExactlyWhatSanitizeKeeps) {
+  for (const std::string text :
+       {"bert"s, "caf\xc3\xa9"s, ""s, "a\\b"s, "bad\xff"s, "nl\n"s,
+        "c1\xc2\x85"s, "nul\0"s, "\xed\xa0\x80"s}) {
+    EXPECT_EQ(IsSanitized(text), SanitizeText(text, 1000) == text) << text;
+  }
+  EXPECT_TRUE(IsSanitized("model-\xe6\x97\xa5"));
+  EXPECT_FALSE(IsSanitized("model\xff"));
+}
+
 TEST(SanitizeTextTest, OutputIsValidAndStableForEveryByte) {
   std::string all;
   for (int c = 0; c < 256; ++c) all.push_back(static_cast<char>(c));
