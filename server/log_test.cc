@@ -27,8 +27,8 @@ TEST(LogTest, QuotesAndEscapesSoARecordStaysOnOneLine) {
 
 TEST(LogTest, BytesThatAreNoUtf8AreEscaped) {
   // A file name or a file's bytes quoted in an error.
-  const std::string line = FormatLogLine(
-      LogLevel::kError, "load failed", {{"error", "bad\xff\xc2\x85 \\x"}});
+  const std::string line = FormatLogLine(LogLevel::kError, "load failed",
+                                         {{"error", "bad\xff\xc2\x85 \\x"}});
   EXPECT_THAT(line, HasSubstr(R"(error="bad\xff\u0085 \\x")"));
 }
 
