@@ -3,7 +3,10 @@
 
 Beside a good model, the repository holds a copy of the bert fixture whose
 model.safetensors header is garbage bytes (invalid UTF-8, control
-characters), and one whose folder name is not UTF-8. Each must be listed
+characters), one whose folder name is not UTF-8, and a pre-quantized fp8
+Llama (models/testdata/prequantized/fp8_block) that must serve transformers'
+logits and say, in its config parameters and its load log line, that its
+dynamic activation quantization is not applied. Each must be listed
 UNAVAILABLE with a reason that is valid UTF-8 without control characters,
 read by our own protobuf stubs, by tritonclient over gRPC and over HTTP
 (the unmodified PyPI package, in this interpreter or $TRITON_PYTHON) and by
@@ -29,12 +32,13 @@ from daemon_testlib import RepositoryTestCase, add_model, run  # noqa: E402
 
 CASTSERVE = os.path.abspath(sys.argv[1])
 BERT_DIR = os.path.dirname(os.path.abspath(sys.argv[2]))
+FP8_DIR = os.path.dirname(os.path.abspath(sys.argv[3]))
 CONFIG = "max_batch_size: 4\n"
 
 # Garbage where the JSON header should be: control characters, an escape
 # sequence, bytes that are no UTF-8 (a stray continuation, 0xff, a cut
 # sequence).
-GARBAGE = b"\x01\x1b[2J\xff\xfe\x80garbage\n\x00\xc3"
+GARBAGE = b"\xff\xfe\x80\x01\x1b[2Jgarbage\n\x00\xc3"
 BAD_NAME = os.fsdecode(b"bad-\xff-name")
 
 
@@ -55,6 +59,7 @@ class BrokenCheckpointsTest(RepositoryTestCase):
         with open(os.path.join(garbage_dir, "model.safetensors"), "wb") as f:
             f.write(struct.pack("<Q", len(GARBAGE)) + GARBAGE)
         add_model(repository, BAD_NAME, BERT_DIR, CONFIG)
+        add_model(repository, "fp8_llama", FP8_DIR, CONFIG)
 
     def test_broken_models_are_listed_with_clean_reasons(self):
         index = self.index()  # Our stubs: protobuf refuses invalid UTF-8.
@@ -62,7 +67,7 @@ class BrokenCheckpointsTest(RepositoryTestCase):
         reason = index["garbage_header"].reason
         self.assertIn("model.safetensors", reason)
         self.assertIn("invalid JSON", reason)
-        self.assertIn("\\x01", reason)  # The quoted byte, escaped.
+        self.assertIn("\\xff", reason)  # The quoted byte, escaped.
         bad = [name for name in index if name.startswith("bad-")]
         self.assertEqual(bad, ["bad-\\xff-name"])
         self.assertEqual(index[bad[0]].state, "UNAVAILABLE")
@@ -72,6 +77,25 @@ class BrokenCheckpointsTest(RepositoryTestCase):
             self.assertTrue(is_clean(model.reason), model.reason)
             self.assertLessEqual(len(model.reason.encode()), 1024)
         self.assertEqual(index["good"].state, "READY")
+
+    def test_prequantized_model_serves_and_says_what_it_does_not_apply(self):
+        import numpy as np
+        from proto import inference_pb2
+        from daemon_testlib import raw_request, references, response_arrays
+        self.assertEqual(self.index()["fp8_llama"].state, "READY")
+        config = self.stub.ModelConfig(inference_pb2.ModelConfigRequest(
+            name="fp8_llama")).config
+        note = config.parameters["castserve_weight_storage"].string_value
+        self.assertIn("F8_E4M3FN:per_block_16x32", note)
+        self.assertIn("dynamic activation quantization is not applied", note)
+        self.assertIn("model weights kept in their checkpoint's format",
+                      self.daemon.output())
+        inputs, outputs = references(FP8_DIR)
+        logits = response_arrays(self.stub.ModelInfer(
+            raw_request("fp8_llama", inputs), timeout=60))["logits"]
+        expected = outputs["logits"]
+        error = np.max(np.abs(logits - expected)) / np.max(np.abs(expected))
+        self.assertLessEqual(error, 1e-4)
 
     def test_tritonclient_reads_the_index_over_grpc_and_http(self):
         candidates = [sys.executable, os.environ.get("TRITON_PYTHON", "")]
