@@ -10,6 +10,10 @@ quantization_config. For BENCHMARKS.md's FP8 entry:
     /root/.venv-ref/bin/python benchmarks/drivers/quantize_fp8_block.py \\
         /tmp/castserve-bench/llama-1b /tmp/castserve-bench/llama-1b-fp8
 
+With a third argument "channel", the compressed-tensors float-quantized
+layout instead (one absmax / 448 f32 `weight_scale` per output row, [out,
+1]), to compare the two scalings' decode on the same weights.
+
 Needs torch and safetensors. Weights belong under /tmp, never in the
 repository.
 """
@@ -39,7 +43,22 @@ def quantize(weight):
     return q.to(torch.float8_e4m3fn).contiguous(), scale.contiguous()
 
 
-def main(source, out):
+def quantize_rows(weight):
+    w = weight.float()
+    scale = (w.abs().amax(dim=1, keepdim=True) / 448.0).clamp(
+        min=torch.finfo(torch.float32).tiny)
+    return (w / scale).to(torch.float8_e4m3fn).contiguous(), scale.contiguous()
+
+
+CHANNEL_CONFIG = {
+    "quant_method": "compressed-tensors", "format": "float-quantized",
+    "quantization_status": "compressed", "ignore": ["lm_head"],
+    "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+        "num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel",
+        "dynamic": False}}}}
+
+
+def main(source, out, layout="block"):
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(source, "model.safetensors.index.json")) as f:
         index = json.load(f)
@@ -51,8 +70,12 @@ def main(source, out):
                 tensor = f.get_tensor(name)
                 module = name.rsplit(".", 2)
                 if name.endswith(".weight") and module[-2] in PROJECTIONS:
-                    tensors[name], scale = quantize(tensor)
-                    tensors[name[:-len("weight")] + "weight_scale_inv"] = scale
+                    if layout == "channel":
+                        tensors[name], scale = quantize_rows(tensor)
+                        tensors[name[:-len("weight")] + "weight_scale"] = scale
+                    else:
+                        tensors[name], scale = quantize(tensor)
+                        tensors[name[:-len("weight")] + "weight_scale_inv"] = scale
                 else:
                     tensors[name] = tensor
         save_file(tensors, os.path.join(out, shard), metadata={"format": "pt"})
@@ -63,7 +86,7 @@ def main(source, out):
         json.dump({"metadata": {}, "weight_map": new_map}, f, indent=2)
     with open(os.path.join(source, "config.json")) as f:
         config = json.load(f)
-    config["quantization_config"] = {
+    config["quantization_config"] = CHANNEL_CONFIG if layout == "channel" else {
         "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
         "weight_block_size": [BLOCK, BLOCK]}
     with open(os.path.join(out, "config.json"), "w") as f:
@@ -71,4 +94,4 @@ def main(source, out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])
