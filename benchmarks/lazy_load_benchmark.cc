@@ -5,8 +5,11 @@
 //       [--json=PATH] [--spawn_time_ns=N] [--prefetch=1] [--buffer_pool=0]
 //       [--threads=0] [--codec_threads=0] [--advise_ahead_mb=0]
 //
-// Modes (all compute in f32):
+// Modes (compute in f32, or in bf16 with --compute=bf16):
 //   eager             read everything at init and upcast it (resident f32);
+//   resident_transient read everything at init into its storage format (the
+//                     checkpoint's own, e.g. a pre-quantized fp8 one), only
+//                     the running module's compute copies live;
 //   lazy_cached       mapped, each tensor decoded at first use and kept;
 //   mapped_transient  mapped, only the running module's f32 copies live
 //                     (casting hooks), from a buffer pool with
@@ -50,6 +53,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "casting/codec.h"
+#include "casting/footprint.h"
 #include "casting/tracking_allocator.h"
 #include "casting/weight.h"
 #include "models/model_loader.h"
@@ -74,6 +78,8 @@ struct Flags {
   bool buffer_pool = false;
   // Prototype: readahead window, in MiB of checkpoint bytes (0 = off).
   int64_t advise_ahead_mb = 0;
+  // The compute dtype: f32 or bf16.
+  casting::ElementType compute = casting::ElementType::kF32;
 };
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
@@ -104,6 +110,10 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       ok = ok && absl::SimpleAtoi(kv.second, &flags.threads);
     } else if (kv.first == "prefetch") {
       ok = ok && absl::SimpleAtob(kv.second, &flags.prefetch);
+    } else if (kv.first == "compute") {
+      ok = ok && (kv.second == "f32" || kv.second == "bf16");
+      flags.compute = kv.second == "bf16" ? casting::ElementType::kBF16
+                                          : casting::ElementType::kF32;
     } else {
       ok = false;
     }
@@ -340,9 +350,14 @@ class ReadaheadWindow {
 
 absl::StatusOr<WeightPolicyOptions> PolicyFor(const Flags& flags) {
   WeightPolicyOptions options;
-  options.compute_dtype = casting::ElementType::kF32;
+  options.compute_dtype = flags.compute;
   options.codec.max_threads = flags.codec_threads;
-  if (flags.mode == "eager") {
+  if (flags.mode == "resident_transient") {
+    options.residency = casting::Residency::kResident;
+    options.compute_copy = casting::ComputeCopyPolicy::kTransient;
+    options.eager = true;
+    options.prefetch = flags.prefetch;
+  } else if (flags.mode == "eager") {
     options.residency = casting::Residency::kResident;
     options.compute_copy = casting::ComputeCopyPolicy::kCached;
     options.eager = true;
@@ -358,7 +373,8 @@ absl::StatusOr<WeightPolicyOptions> PolicyFor(const Flags& flags) {
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown --mode=", flags.mode,
-                     " (eager, lazy_cached, mapped_transient, decode_only)"));
+                     " (eager, resident_transient, lazy_cached, "
+                     "mapped_transient, decode_only)"));
   }
   return options;
 }
@@ -412,7 +428,16 @@ absl::StatusOr<std::vector<PhaseStats>> RunModel(const Flags& flags,
   if (!model.ok()) return model.status();
   PhaseStats init = init_timer.Finish();
   const double ready_seconds = (RealtimeNs() - start_ns) / 1e9;
-  init.extra = absl::StrCat(",\"from_process_start_seconds\":", ready_seconds);
+  casting::Footprint footprint;
+  (*model)->root().Visit([&](Module& module) {
+    for (const auto& [name, weight] : module.weights()) {
+      footprint += weight->footprint();
+    }
+  });
+  init.extra = absl::StrCat(
+      ",\"from_process_start_seconds\":", ready_seconds,
+      ",\"resident_weight_bytes\":", footprint.total_resident_bytes(),
+      ",\"mapped_weight_bytes\":", footprint.mapped_bytes());
   std::printf("ready %.6f\n", ready_seconds);
   std::fflush(stdout);
 

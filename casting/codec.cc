@@ -119,12 +119,13 @@ absl::Status ValidateArgs(ElementType compute_type, const void* src,
     return absl::InvalidArgumentError(
         absl::StrCat("format ", format.ToString(), " needs a scale buffer"));
   }
-  if (format.scaling == Scaling::kPerRow &&
+  if ((format.scaling == Scaling::kPerRow ||
+       format.scaling == Scaling::kPerBlock) &&
       (num_rows < 0 || (num_elements > 0 && num_rows == 0) ||
        (num_rows > 0 && num_elements % num_rows != 0))) {
     return absl::InvalidArgumentError(
-        absl::StrCat("per-row scaling: ", num_rows, " rows do not divide ",
-                     num_elements, " elements"));
+        absl::StrCat(ScalingName(format.scaling), " scaling: ", num_rows,
+                     " rows do not divide ", num_elements, " elements"));
   }
   return absl::OkStatus();
 }
@@ -186,6 +187,75 @@ void DecodePerRow(const ConvertJob& job, internal::ConvertFn multiply,
                   multiply(Offset(job.src, row * row_size, job.src_type),
                            row_size, scales[row],
                            Offset(job.dst, row * row_size, job.dst_type));
+                }
+              });
+}
+
+// The blocks of a [rows, cols] tensor under format.block_rows x block_cols;
+// the last block row and column may be ragged.
+struct BlockGrid {
+  int64_t rows, cols, block_rows, block_cols, grid_cols;
+
+  BlockGrid(StorageFormat format, int64_t num_elements, int64_t num_rows)
+      : rows(num_rows),
+        cols(num_rows > 0 ? num_elements / num_rows : 0),
+        block_rows(format.block_rows),
+        block_cols(format.block_cols),
+        grid_cols((cols + block_cols - 1) / block_cols) {}
+  int64_t grid_rows() const { return (rows + block_rows - 1) / block_rows; }
+  // Elements of column block `b` in each row.
+  int64_t Width(int64_t b) const {
+    return std::min(block_cols, cols - b * block_cols);
+  }
+};
+
+// Block rows are independent (own absmax, own scales), so threads split by
+// them; each block's absmax spans its rows' segments.
+void EncodePerBlock(const ConvertJob& job, const KernelTable& table,
+                    const BlockGrid& grid, float* scales) {
+  const int s = static_cast<int>(job.src_type);
+  const int d = static_cast<int>(job.dst_type);
+  ParallelFor(
+      grid.grid_rows(), job.num_threads, 1,
+      [&](int, int64_t grid_row_begin, int64_t grid_row_end) {
+        for (int64_t gr = grid_row_begin; gr < grid_row_end; ++gr) {
+          const int64_t row_end =
+              std::min(grid.rows, (gr + 1) * grid.block_rows);
+          for (int64_t b = 0; b < grid.grid_cols; ++b) {
+            const int64_t width = grid.Width(b);
+            float absmax = 0.0f;
+            for (int64_t r = gr * grid.block_rows; r < row_end; ++r) {
+              const int64_t at = r * grid.cols + b * grid.block_cols;
+              absmax = std::max(
+                  absmax,
+                  table.absmax[s](Offset(job.src, at, job.src_type), width));
+            }
+            const float scale = ScaleForAbsMax(absmax, job.dst_type);
+            scales[gr * grid.grid_cols + b] = scale;
+            for (int64_t r = gr * grid.block_rows; r < row_end; ++r) {
+              const int64_t at = r * grid.cols + b * grid.block_cols;
+              table.divide[s][d](Offset(job.src, at, job.src_type), width,
+                                 scale, Offset(job.dst, at, job.dst_type));
+            }
+          }
+        }
+      });
+}
+
+// Each row is its column blocks' segments, each decoded with its block's
+// scale by the (SIMD) multiply kernel; threads split by rows.
+void DecodePerBlock(const ConvertJob& job, internal::ConvertFn multiply,
+                    const BlockGrid& grid, const float* scales) {
+  ParallelFor(grid.rows, job.num_threads, 1,
+              [&](int, int64_t row_begin, int64_t row_end) {
+                for (int64_t r = row_begin; r < row_end; ++r) {
+                  const float* row_scales =
+                      scales + (r / grid.block_rows) * grid.grid_cols;
+                  for (int64_t b = 0; b < grid.grid_cols; ++b) {
+                    const int64_t at = r * grid.cols + b * grid.block_cols;
+                    multiply(Offset(job.src, at, job.src_type), grid.Width(b),
+                             row_scales[b], Offset(job.dst, at, job.dst_type));
+                  }
                 }
               });
 }
@@ -254,6 +324,10 @@ absl::Status Encode(ElementType src_type, const void* src, int64_t num_elements,
     case Scaling::kPerRow:
       EncodePerRow(job, **table, num_elements, num_rows, dst_scales);
       break;
+    case Scaling::kPerBlock:
+      EncodePerBlock(job, **table, BlockGrid(format, num_elements, num_rows),
+                     dst_scales);
+      break;
   }
   return absl::OkStatus();
 }
@@ -283,6 +357,10 @@ absl::Status Decode(StorageFormat format, const void* src,
     case Scaling::kPerRow:
       DecodePerRow(job, (*table)->multiply[s][d], num_elements, num_rows,
                    src_scales);
+      break;
+    case Scaling::kPerBlock:
+      DecodePerBlock(job, (*table)->multiply[s][d],
+                     BlockGrid(format, num_elements, num_rows), src_scales);
       break;
   }
   return absl::OkStatus();

@@ -20,7 +20,8 @@
 //   +-inf as +-inf (0x7C / 0xFC).
 // - BF16 and F16 follow IEEE: overflow rounds to inf, inf stays inf.
 //
-// Scaled fp8 (Scaling::kPerTensor / kPerRow): for each tensor or row,
+// Scaled fp8 (Scaling::kPerTensor / kPerRow / kPerBlock): for each tensor,
+// row or block (casting/storage_format.h gives the scale layout),
 // scale = max(absmax / fp8_max, FLT_MIN), where absmax ignores NaN and inf;
 // scale = 1 when there is no finite non-zero value. Encode stores
 // q = fp8(x / scale) (an f32 division) and the scale; decode gives
@@ -62,9 +63,11 @@ struct CodecOptions {
 
 // Encodes `num_elements` elements of `src` (of compute type `src_type`) into
 // `format`: `dst` receives num_elements * format.element_size_bytes() bytes;
-// for scaled formats `dst_scales` receives 1 (kPerTensor) or `num_rows`
-// (kPerRow) f32 scales and may be null otherwise. `num_rows` is dim 0 of the
-// tensor; it is used only for kPerRow and must divide num_elements.
+// for scaled formats `dst_scales` receives 1 (kPerTensor), `num_rows`
+// (kPerRow) or one per block (kPerBlock, format.NumScales of [num_rows,
+// num_elements / num_rows]) f32 scales and may be null otherwise.
+// `num_rows` is dim 0 of the tensor; it is used only for kPerRow and
+// kPerBlock and must divide num_elements.
 absl::Status Encode(ElementType src_type, const void* src, int64_t num_elements,
                     int64_t num_rows, StorageFormat format, void* dst,
                     float* dst_scales, const CodecOptions& options = {});

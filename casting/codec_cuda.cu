@@ -191,6 +191,27 @@ __global__ void ConvertKernel(const void* src, int64_t n, const float* scales,
   }
 }
 
+// Per-block decode: element i of a [n / cols, cols] tensor uses the scale of
+// its block, scales[(row / block_rows) * grid_cols + col / block_cols]
+// (casting/storage_format.h's layout; ragged last blocks included).
+struct BlockScales {
+  int64_t cols, block_rows, block_cols, grid_cols;
+};
+
+template <int kSrc, int kDst>
+__global__ void BlockDecodeKernel(const void* src, int64_t n,
+                                  const float* scales, BlockScales grid,
+                                  void* dst) {
+  const int64_t stride = int64_t(blockDim.x) * gridDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const int64_t row = i / grid.cols, col = i % grid.cols;
+    const float scale = scales[(row / grid.block_rows) * grid.grid_cols +
+                               col / grid.block_cols];
+    StoreF32<kDst>(dst, i, __fmul_rn(LoadF32<kSrc>(src, i), scale));
+  }
+}
+
 // Grid (chunks, rows): each block folds the finite |x| of its chunk of its
 // row into absmax_bits[row] (finite magnitudes order like their bits).
 template <int kSrc>
@@ -295,6 +316,38 @@ void LaunchConvertAny(int src_type, int dst_type, ScaleOp op, const void* src,
   }
 }
 
+template <int kSrc>
+void LaunchBlockDecodeFrom(int dst_type, const void* src, int64_t n,
+                           const float* scales, BlockScales grid, void* dst,
+                           cudaStream_t stream) {
+  const int blocks = Blocks(n);
+  switch (dst_type) {
+    case 0:
+      BlockDecodeKernel<kSrc, 0>
+          <<<blocks, kThreadsPerBlock, 0, stream>>>(src, n, scales, grid, dst);
+      break;
+    case 1:
+      BlockDecodeKernel<kSrc, 1>
+          <<<blocks, kThreadsPerBlock, 0, stream>>>(src, n, scales, grid, dst);
+      break;
+    case 2:
+      BlockDecodeKernel<kSrc, 2>
+          <<<blocks, kThreadsPerBlock, 0, stream>>>(src, n, scales, grid, dst);
+      break;
+  }
+}
+
+// Per-block formats are fp8 (3, 4) decoded into a compute type (0, 1, 2).
+void LaunchBlockDecode(int src_type, int dst_type, const void* src, int64_t n,
+                       const float* scales, BlockScales grid, void* dst,
+                       cudaStream_t stream) {
+  if (src_type == 3) {
+    LaunchBlockDecodeFrom<3>(dst_type, src, n, scales, grid, dst, stream);
+  } else {
+    LaunchBlockDecodeFrom<4>(dst_type, src, n, scales, grid, dst, stream);
+  }
+}
+
 void LaunchAbsMax(int src_type, const void* src, int64_t rows, int64_t row_size,
                   unsigned int* absmax_bits, cudaStream_t stream) {
   const int64_t chunks = (Blocks(row_size) + 7) / 8;  // ~2k elements a block.
@@ -322,7 +375,8 @@ void LaunchAbsMax(int src_type, const void* src, int64_t rows, int64_t row_size,
 // Rows and row size the scales apply to; false if the geometry is invalid.
 bool ScaleGeometry(StorageFormat format, int64_t n, int64_t num_rows,
                    int64_t* rows, int64_t* row_size) {
-  if (format.scaling == Scaling::kPerRow) {
+  if (format.scaling == Scaling::kPerRow ||
+      format.scaling == Scaling::kPerBlock) {
     if (num_rows < 0 || (n > 0 && num_rows == 0) ||
         (num_rows > 0 && n % num_rows != 0)) {
       return false;
@@ -407,6 +461,9 @@ int CudaEncode(ElementType src_type, const void* device_src,
       !ScaleGeometry(format, num_elements, num_rows, &rows, &row_size)) {
     return kCudaCodecInvalidArgument;
   }
+  // Per-block storage comes from pre-quantized checkpoints as it is: it is
+  // decoded on the device, never encoded there.
+  if (format.scaling == Scaling::kPerBlock) return kCudaCodecInvalidArgument;
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   const int s = static_cast<int>(src_type),
             d = static_cast<int>(format.element);
@@ -446,6 +503,16 @@ int CudaDecode(StorageFormat format, const void* device_src,
     return kCudaCodecInvalidArgument;
   }
   if (num_elements == 0) return kCudaCodecOk;
+  if (format.scaling == Scaling::kPerBlock) {
+    const BlockScales grid{
+        row_size, format.block_rows, format.block_cols,
+        (row_size + format.block_cols - 1) / format.block_cols};
+    LaunchBlockDecode(static_cast<int>(format.element),
+                      static_cast<int>(dst_type), device_src, num_elements,
+                      device_scales, grid, device_dst,
+                      static_cast<cudaStream_t>(stream));
+    return LastError();
+  }
   const ScaleOp op = format.is_scaled() ? ScaleOp::kMultiply : ScaleOp::kNone;
   LaunchConvertAny(static_cast<int>(format.element), static_cast<int>(dst_type),
                    op, device_src, num_elements, device_scales, row_size,

@@ -31,6 +31,8 @@ int CudaDeviceCount();
 
 // As Encode() in codec.h. Scaled formats also write the scales to
 // `device_scales` (device memory); they are computed on the device.
+// Per-block formats are refused (kCudaCodecInvalidArgument): their storage
+// comes from pre-quantized checkpoints, encoded by the host codec if at all.
 int CudaEncode(ElementType src_type, const void* device_src,
                int64_t num_elements, int64_t num_rows, StorageFormat format,
                void* device_dst, float* device_scales, void* stream);

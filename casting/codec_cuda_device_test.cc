@@ -1,7 +1,7 @@
 // castserve's CUDA decode kernels, through the device seam (DecodeTensor on
 // cuda:0), against the CPU reference codec, bit for bit: every format on all
-// 256 fp8 codes (plain, per-row and per-tensor scaled, into F32, F16 and
-// BF16) and a sweep of 2M random codes per format. Reports SKIPPED ("no
+// 256 fp8 codes (plain, per-row, per-tensor and per-block scaled, into F32,
+// F16 and BF16) and a sweep of 2M random codes per format. Reports SKIPPED ("no
 // CUDA device") without a device; codec_cuda_test checks the same
 // conversions on the host in the CUDA build.
 #include <ATen/ATen.h>
@@ -37,6 +37,9 @@ void ExpectSameBits(StorageFormat format, const at::Tensor& stored,
   at::Tensor scales;
   if (format.scaling == Scaling::kPerRow) scales = RandomScales(rows);
   if (format.scaling == Scaling::kPerTensor) scales = RandomScales(1);
+  if (format.scaling == Scaling::kPerBlock) {
+    scales = RandomScales(*format.NumScales({rows, elements / rows}));
+  }
   CodecOptions reference;
   reference.isa = CodecIsa::kReference;
   at::Tensor expected =
@@ -63,6 +66,9 @@ std::vector<StorageFormat> Fp8Formats() {
          {Scaling::kNone, Scaling::kPerRow, Scaling::kPerTensor}) {
       formats.push_back({element, scaling});
     }
+    // Pre-quantized checkpoints' block scales, and ragged 3x5 blocks.
+    formats.push_back(StorageFormat::PerBlock(element, 128, 128));
+    formats.push_back(StorageFormat::PerBlock(element, 3, 5));
   }
   return formats;
 }

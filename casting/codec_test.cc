@@ -1,6 +1,7 @@
 #include "casting/codec.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cfloat>
 #include <cmath>
@@ -342,6 +343,96 @@ TEST(CodecKernelTest, DecodeMatchesReferenceForAllLengthsAndValues) {
               dst_type, context);
         }
       }
+    }
+  }
+}
+
+// Per-block scaling, written out element by element from the layout in
+// casting/storage_format.h: every kernel family and thread count gives
+// these bits, ragged last blocks included.
+TEST(CodecPerBlockTest, DecodeMultipliesEachBlockByItsScale) {
+  for (const auto& [rows, cols, block_rows, block_cols] :
+       std::vector<std::array<int64_t, 4>>{{40, 70, 16, 32},
+                                           {5, 3, 2, 2},
+                                           {64, 128, 64, 128},
+                                           {33, 17, 1, 5},
+                                           {7, 300, 3, 128}}) {
+    const StorageFormat format =
+        StorageFormat::PerBlock(ElementType::kF8E4M3FN, block_rows, block_cols);
+    const std::vector<uint8_t> codes =
+        MakeElements(ElementType::kF8E4M3FN, rows * cols, true, rows + cols);
+    const std::vector<int64_t> grid = *format.ScaleShape({rows, cols});
+    std::vector<float> scales(grid[0] * grid[1]);
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = 0.01f * (i + 1);
+    std::vector<float> want(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        want[r * cols + c] =
+            ElementBitsToF32(ElementType::kF8E4M3FN, codes[r * cols + c]) *
+            scales[(r / block_rows) * grid[1] + c / block_cols];
+      }
+    }
+    std::vector<uint8_t> want_bytes(want.size() * 4);
+    std::memcpy(want_bytes.data(), want.data(), want_bytes.size());
+    CodecOptions threaded;
+    threaded.max_threads = 3;
+    threaded.min_elements_per_thread = 64;
+    std::vector<CodecOptions> all = {threaded,
+                                     SingleThreaded(CodecIsa::kReference)};
+    for (CodecIsa isa : FastIsas()) all.push_back(SingleThreaded(isa));
+    for (const CodecOptions& options : all) {
+      const std::string context =
+          absl::StrCat(format.ToString(), " [", rows, ", ", cols, "] ",
+                       CodecIsaName(options.isa.value_or(BestCodecIsa())));
+      ExpectSameElements(
+          DecodeWith(options, format, codes, scales, rows, ElementType::kF32),
+          want_bytes, ElementType::kF32, context);
+    }
+  }
+}
+
+TEST(CodecPerBlockTest, EncodeScalesEachBlockByItsAbsMax) {
+  const int64_t rows = 37, cols = 45;
+  const StorageFormat format =
+      StorageFormat::PerBlock(ElementType::kF8E4M3FN, 16, 32);
+  const std::vector<uint8_t> src =
+      MakeElements(ElementType::kF32, rows * cols, true, 11);
+  std::vector<float> values(rows * cols);
+  std::memcpy(values.data(), src.data(), src.size());
+  const std::vector<int64_t> grid = *format.ScaleShape({rows, cols});
+  const int64_t num_scales = grid[0] * grid[1];
+  std::vector<float> want_scales(num_scales, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      float& absmax = want_scales[(r / 16) * grid[1] + c / 32];
+      if (std::isfinite(values[r * cols + c])) {
+        absmax = std::max(absmax, std::fabs(values[r * cols + c]));
+      }
+    }
+  }
+  for (float& scale : want_scales) {
+    scale = ScaleForAbsMax(scale, ElementType::kF8E4M3FN);
+  }
+  std::vector<CodecOptions> all = {SingleThreaded(CodecIsa::kReference)};
+  for (CodecIsa isa : FastIsas()) all.push_back(SingleThreaded(isa));
+  CodecOptions threaded;
+  threaded.max_threads = 3;
+  threaded.min_elements_per_thread = 64;
+  all.push_back(threaded);
+  for (const CodecOptions& options : all) {
+    std::vector<uint8_t> data(rows * cols);
+    std::vector<float> scales(num_scales, -1.0f);
+    ASSERT_TRUE(Encode(ElementType::kF32, src.data(), rows * cols, rows, format,
+                       data.data(), scales.data(), options)
+                    .ok());
+    EXPECT_EQ(scales, want_scales);
+    // Each element is its value over its block's scale, rounded once.
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float scale =
+          want_scales[(i / cols / 16) * grid[1] + i % cols / 32];
+      ASSERT_EQ(data[i],
+                F32ToElementBits(ElementType::kF8E4M3FN, values[i] / scale))
+          << "element " << i;
     }
   }
 }

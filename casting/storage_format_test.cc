@@ -91,6 +91,41 @@ TEST(StorageFormatTest, BytesIncludeScales) {
   EXPECT_EQ(*per_row.TotalBytes({}), 5);  // A scalar is one row.
 }
 
+TEST(StorageFormatTest, PerBlockParsesAndSizesItsScaleGrid) {
+  absl::StatusOr<StorageFormat> parsed =
+      StorageFormat::Parse("f8_e4m3fn:PER_BLOCK_128x64");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, StorageFormat::PerBlock(ElementType::kF8E4M3FN, 128, 64));
+  EXPECT_EQ(parsed->ToString(), "F8_E4M3FN:per_block_128x64");
+  EXPECT_NE(*parsed, StorageFormat::PerBlock(ElementType::kF8E4M3FN, 64, 128));
+  // Ragged last blocks have a scale each: [300, 130] in 128x64 blocks.
+  EXPECT_EQ(*parsed->ScaleShape({300, 130}), (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(*parsed->NumScales({300, 130}), 9);
+  EXPECT_EQ(*parsed->TotalBytes({300, 130}), 300 * 130 + 9 * 4);
+  // Dims after the first are the columns.
+  EXPECT_EQ(*parsed->ScaleShape({128, 2, 64}), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(*parsed->ScaleShape({0, 64}), (std::vector<int64_t>{0, 1}));
+  EXPECT_THAT(parsed->NumScales({300}).status().message(),
+              HasSubstr("rank >= 2"));
+  const StorageFormat per_row{ElementType::kF8E5M2, Scaling::kPerRow};
+  EXPECT_EQ(*per_row.ScaleShape({7, 3}), (std::vector<int64_t>{7}));
+}
+
+TEST(StorageFormatTest, PerBlockRefusesBadBlockSizes) {
+  for (const char* text :
+       {"F8_E4M3FN:per_block_0x128", "F8_E4M3FN:per_block_128",
+        "F8_E4M3FN:per_block_axb", "F8_E4M3FN:per_block_99999999x1",
+        "BF16:per_block_128x128"}) {
+    EXPECT_FALSE(StorageFormat::Parse(text).ok()) << text;
+  }
+  EXPECT_FALSE(ParseScaling("per_block").ok());
+  // A block size without per-block scaling is no valid format.
+  EXPECT_FALSE(
+      (StorageFormat{ElementType::kF8E4M3FN, Scaling::kPerRow, 128, 128})
+          .Validate()
+          .ok());
+}
+
 TEST(StorageFormatTest, BadShapesAreErrors) {
   const StorageFormat format = StorageFormat::Plain(ElementType::kF32);
   EXPECT_THAT(format.DataBytes({2, -1}).status().message(),

@@ -55,6 +55,42 @@ absl::Span<uint8_t> BytesOf(at::Tensor& tensor) {
           static_cast<size_t>(tensor.nbytes())};
 }
 
+// The scales entry of pre-quantized `entry`, checked against `options`.
+absl::StatusOr<const TensorEntry*> CheckPrequantized(
+    const Checkpoint& checkpoint, const TensorEntry& entry,
+    const WeightOptions& options) {
+  const std::string& name = options.scales_entry;
+  const TensorEntry* scales = checkpoint.Find(name);
+  if (scales == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight '", entry.name, "': its scales '", name, "' are missing"));
+  }
+  if (!options.storage.is_scaled() ||
+      RowOf(entry.dtype).element != options.storage.element) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight '", entry.name, "' has dtype ", DTypeName(entry.dtype),
+        ", not the pre-quantized format ", options.storage.ToString()));
+  }
+  const std::optional<ElementType> scale_type = RowOf(scales->dtype).element;
+  if (!scale_type.has_value() || !IsComputeType(*scale_type)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scales '", name, "' have dtype ",
+                     DTypeName(scales->dtype), "; expected F32, BF16 or F16"));
+  }
+  absl::StatusOr<int64_t> expected = options.storage.NumScales(entry.shape);
+  if (!expected.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight '", entry.name, "': ", expected.status().message()));
+  }
+  if (scales->numel() != *expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scales '", name, "' have ", scales->numel(),
+                     " elements; ", options.storage.ToString(), " needs ",
+                     *expected, " for weight '", entry.name, "'"));
+  }
+  return scales;
+}
+
 }  // namespace
 
 WeightActivity& WeightActivity::operator+=(const WeightActivity& other) {
@@ -118,14 +154,23 @@ absl::StatusOr<std::unique_ptr<Weight>> Weight::Create(
         ", which castserve cannot compute with (floating weights must be ",
         CodecDTypeNames(), ")"));
   }
-  return std::unique_ptr<Weight>(
-      new Weight(std::move(checkpoint), *entry, options, passthrough));
+  const TensorEntry* scales_entry = nullptr;
+  if (!options.scales_entry.empty()) {
+    absl::StatusOr<const TensorEntry*> scales =
+        CheckPrequantized(*checkpoint, *entry, options);
+    if (!scales.ok()) return scales.status();
+    scales_entry = *scales;
+  }
+  return std::unique_ptr<Weight>(new Weight(
+      std::move(checkpoint), *entry, scales_entry, options, passthrough));
 }
 
 Weight::Weight(std::shared_ptr<const Checkpoint> checkpoint, TensorEntry entry,
-               WeightOptions options, bool passthrough)
+               const TensorEntry* scales_entry, WeightOptions options,
+               bool passthrough)
     : checkpoint_(std::move(checkpoint)),
       entry_(std::move(entry)),
+      scales_entry_(scales_entry),
       options_(options),
       passthrough_(passthrough) {}
 
@@ -173,7 +218,44 @@ absl::StatusOr<at::Tensor> Weight::ReadSource(at::ScalarType dtype) const {
   return bytes;
 }
 
+absl::Status Weight::LoadSourceScalesLocked() {
+  if (!prequantized() || scales_.defined()) return absl::OkStatus();
+  const ElementType scale_type = *RowOf(scales_entry_->dtype).element;
+  at::Tensor raw =
+      at::empty({scales_entry_->numel()}, TorchScalarType(scale_type));
+  if (absl::Status status = checkpoint_->CopyTo(*scales_entry_, BytesOf(raw));
+      !status.ok()) {
+    return status;
+  }
+  at::Tensor scales = at::empty({scales_entry_->numel()}, at::kFloat);
+  if (absl::Status status =
+          Decode(StorageFormat::Plain(scale_type), raw.data_ptr(), nullptr,
+                 raw.numel(), /*num_rows=*/1, ElementType::kF32,
+                 scales.data_ptr(), options_.codec);
+      !status.ok()) {
+    return status;
+  }
+  scales_ = PlaceStorage(std::move(scales));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> Weight::DecodePrequantizedSource() const {
+  absl::StatusOr<at::Tensor> source = ReadSource(at::kByte);
+  if (!source.ok()) return source.status();
+  at::Tensor compute =
+      NewBuffer(TorchScalarType(options_.compute_dtype), entry_.shape);
+  if (absl::Status status =
+          DecodeTensor(options_.storage, ToDevice(*source, options_.device),
+                       ToDevice(scales_, options_.device), num_rows(),
+                       options_.compute_dtype, compute, options_.codec);
+      !status.ok()) {
+    return status;
+  }
+  return compute;
+}
+
 absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
+  if (prequantized()) return DecodePrequantizedSource();
   const std::optional<at::ScalarType> verbatim =
       passthrough_ ? PassthroughScalarType(entry_.dtype)
       : *RowOf(entry_.dtype).element == options_.compute_dtype
@@ -323,10 +405,19 @@ absl::StatusOr<at::Tensor> Weight::GatherRows(const at::Tensor& row_ids) {
     if (absl::Status status = MaterializeLocked(); !status.ok()) return status;
     if (StorageIsCompute()) return storage_.index_select(0, device_ids);
   }
+  if (absl::Status status = LoadSourceScalesLocked(); !status.ok()) {
+    return status;
+  }
   const absl::Time start = absl::Now();
+  // Pre-quantized mapped rows and per-block storage have no row-wise
+  // reader: the whole tensor is decoded and the rows taken from it.
+  const bool whole = (prequantized() && !resident) ||
+                     options_.storage.scaling == Scaling::kPerBlock;
   absl::StatusOr<at::Tensor> gathered =
-      resident ? GatherStorageRowsLocked(ToDevice(ids, StorageDevice()))
-               : GatherSourceRows(ids);
+      whole      ? (resident ? DecodeFromStorage() : DecodeFromSource())
+      : resident ? GatherStorageRowsLocked(ToDevice(ids, StorageDevice()))
+                 : GatherSourceRows(ids);
+  if (whole && gathered.ok()) gathered = gathered->index_select(0, device_ids);
   if (!gathered.ok()) return gathered.status();
   at::Tensor rows = *std::move(gathered);
   activity_.compute_materializations += 1;
@@ -357,6 +448,15 @@ absl::Status Weight::MaterializeLocked() {
 }
 
 absl::Status Weight::MakeStorageLocked() {
+  if (prequantized()) {  // The file's bytes and scales, as they are.
+    if (absl::Status status = LoadSourceScalesLocked(); !status.ok()) {
+      return status;
+    }
+    absl::StatusOr<at::Tensor> source = ReadSource(at::kByte);
+    if (!source.ok()) return source.status();
+    storage_ = PlaceStorage(*std::move(source));
+    return absl::OkStatus();
+  }
   if (StorageIsCompute()) {
     absl::StatusOr<at::Tensor> compute = DecodeFromSource();
     if (!compute.ok()) return compute.status();
@@ -382,10 +482,11 @@ absl::Status Weight::MakeStorageLocked() {
   if (options_.storage.is_scaled()) {
     scales = at::empty({*num_scales}, at::kFloat);
   }
-  // Rows encode independently unless one scale covers the whole tensor.
+  // Rows encode independently unless a scale spans several rows.
   absl::Status status =
       IsComputeType(source_type) &&
-              options_.storage.scaling != Scaling::kPerTensor
+              (options_.storage.scaling == Scaling::kNone ||
+               options_.storage.scaling == Scaling::kPerRow)
           ? EncodeFromSourceByRows(source_type, storage, scales)
           : EncodeFromWholeSource(source_type, storage, scales);
   if (!status.ok()) return status;
@@ -453,6 +554,9 @@ absl::Status Weight::EncodeFromWholeSource(ElementType source_type,
 
 absl::Status Weight::EnsureComputeLocked() {
   if (compute_.defined()) return absl::OkStatus();
+  if (absl::Status status = LoadSourceScalesLocked(); !status.ok()) {
+    return status;
+  }
   if (options_.residency == Residency::kResident) {
     if (absl::Status status = MaterializeLocked(); !status.ok()) return status;
     if (StorageIsCompute()) {
@@ -552,6 +656,8 @@ Footprint Weight::footprint() const {
                      : absl::AsciiStrToLower(options_.storage.ToString());
     footprint.AddResident(
         format, storage_.nbytes() + (scales_.defined() ? scales_.nbytes() : 0));
+  } else if (scales_.defined()) {  // A pre-quantized mapped weight's scales.
+    footprint.AddResident("f32", scales_.nbytes());
   }
   if (compute_.defined() && !compute_.is_same(storage_)) {
     if (options_.compute_copy == ComputeCopyPolicy::kCached) {

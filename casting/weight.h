@@ -75,8 +75,16 @@ enum class ComputeCopyPolicy {
 struct WeightOptions {
   Residency residency = Residency::kResident;
   // Format of the resident copy; ignored for kMapped, whose storage format
-  // is the checkpoint's dtype.
+  // is the checkpoint's dtype (or, pre-quantized, `storage` itself).
   StorageFormat storage = StorageFormat::Plain(ElementType::kF32);
+  // Non-empty: the entry is pre-quantized (models/prequantized_weights.h):
+  // it holds `storage`'s fp8 elements as they are, and the checkpoint entry
+  // named here holds their scales (F32, BF16 or F16, storage.NumScales of
+  // the entry's shape elements, in the layout of casting/storage_format.h).
+  // The storage is then the file's bytes, mapped or a resident copy of them
+  // as `residency` says, never re-encoded; the scales are read once, as f32,
+  // at first use.
+  std::string scales_entry;
   // F32, F16 or BF16.
   ElementType compute_dtype = ElementType::kF32;
   ComputeCopyPolicy compute_copy = ComputeCopyPolicy::kCached;
@@ -148,8 +156,11 @@ class Weight {
   // `entry_name` must name a tensor of `checkpoint`. InvalidArgument for an
   // unknown name, a compute dtype that is not F32/F16/BF16, an invalid
   // storage format, or a source dtype the codec cannot read (F64, complex,
-  // sub-byte floats; integers unless options.pass_through_integers). Reads
-  // no tensor data.
+  // sub-byte floats; integers unless options.pass_through_integers); for a
+  // pre-quantized entry (options.scales_entry), naming the tensor, when the
+  // scales entry is missing, not F32/BF16/F16 or of the wrong element count,
+  // or the entry's dtype is not the storage format's fp8 element. Reads no
+  // tensor data.
   static absl::StatusOr<std::unique_ptr<Weight>> Create(
       std::shared_ptr<const Checkpoint> checkpoint,
       absl::string_view entry_name, WeightOptions options);
@@ -210,7 +221,8 @@ class Weight {
   friend class ComputeHandle;
 
   Weight(std::shared_ptr<const Checkpoint> checkpoint, TensorEntry entry,
-         WeightOptions options, bool passthrough);
+         const TensorEntry* scales_entry, WeightOptions options,
+         bool passthrough);
 
   void Release() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -236,8 +248,16 @@ class Weight {
   // there is one (CPU only), else a new allocation. Recycle gives it back.
   at::Tensor NewBuffer(at::ScalarType dtype, at::IntArrayRef shape) const;
   void Recycle(at::Tensor buffer) const;
-  absl::StatusOr<at::Tensor> DecodeFromSource() const;
+  absl::StatusOr<at::Tensor> DecodeFromSource() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<at::Tensor> DecodeFromStorage() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool prequantized() const { return scales_entry_ != nullptr; }
+  // Reads the pre-quantized source's scales into scales_ (f32, flat, on
+  // the storage device) unless done.
+  absl::Status LoadSourceScalesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pre-quantized mapped source decoded (the fp8 bytes through staging).
+  absl::StatusOr<at::Tensor> DecodePrequantizedSource() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rows `ids` (long, on the host) of the mapped source decoded on the host,
   // then moved to the device.
@@ -260,13 +280,16 @@ class Weight {
 
   const std::shared_ptr<const Checkpoint> checkpoint_;
   const TensorEntry entry_;
+  // The scales of a pre-quantized entry (inside checkpoint_), else null.
+  const TensorEntry* const scales_entry_;
   const WeightOptions options_;
   // Integer/bool tensors: copied verbatim, never cast.
   const bool passthrough_;
 
   mutable absl::Mutex mu_;
   // Resident storage: the data (in the compute dtype when StorageIsCompute,
-  // bytes otherwise) and, for scaled formats, the f32 scales.
+  // bytes otherwise) and, for scaled formats, the f32 scales (which a
+  // pre-quantized mapped weight also keeps).
   at::Tensor storage_ ABSL_GUARDED_BY(mu_);
   at::Tensor scales_ ABSL_GUARDED_BY(mu_);
   at::Tensor compute_ ABSL_GUARDED_BY(mu_);

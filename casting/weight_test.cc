@@ -504,3 +504,129 @@ TEST_F(WeightTest, CreateRejectsBadOptionsAndNames) {
 
 }  // namespace
 }  // namespace castserve::casting
+
+namespace castserve::casting {
+namespace {
+
+// A pre-quantized [20, 40] fp8 weight with 8x16 block scales (3 x 3, ragged
+// last blocks) stored as BF16, as checkpoints store them, plus a per-row
+// weight with F32 [20, 1] scales and a scale of the wrong size.
+class PrequantizedWeightTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    at::manual_seed(3);
+    codes_ = at::randint(0, 0x7E, {20, 40}, at::kByte);  // Finite e4m3 codes.
+    block_scales_ = (at::rand({3, 3}) + 0.5).to(at::kBFloat16);
+    row_scales_ = at::rand({20, 1}) + 0.25;
+    std::string data;
+    std::vector<HeaderTensor> tensors;
+    auto append = [&](const std::string& name, const std::string& dtype,
+                      const at::Tensor& values) {
+      const uint64_t begin = data.size();
+      data.append(static_cast<const char*>(values.data_ptr()), values.nbytes());
+      tensors.push_back(
+          {name, dtype, values.sizes().vec(), begin, data.size()});
+    };
+    append("block.weight", "F8_E4M3", codes_);
+    append("block.weight_scale_inv", "BF16", block_scales_);
+    append("row.weight", "F8_E4M3", codes_);
+    append("row.weight_scale", "F32", row_scales_);
+    append("bad.weight_scale", "F32", at::ones({19, 1}));
+    const std::string path = TempPath("prequantized.safetensors");
+    ASSERT_TRUE(test_util::WriteSafetensorsFile(
+                    path, test_util::MakeHeaderJson(tensors), data)
+                    .ok());
+    auto checkpoint = OpenSafetensors(path);
+    ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+    checkpoint_ = *std::move(checkpoint);
+  }
+
+  // The codes decoded one by one through the scalar reference, each times
+  // the scale of its block.
+  at::Tensor Expected(const at::Tensor& scale_per_element) const {
+    at::Tensor values = at::empty({20, 40}, at::kFloat);
+    for (int64_t i = 0; i < 800; ++i) {
+      values.view({-1})[i] = ElementBitsToF32(ElementType::kF8E4M3FN,
+                                              codes_.view({-1})[i].item<int>());
+    }
+    return values * scale_per_element;
+  }
+
+  at::Tensor codes_, block_scales_, row_scales_;
+  std::shared_ptr<const Checkpoint> checkpoint_;
+};
+
+TEST_F(PrequantizedWeightTest, BlockScalesDecodeFromTheFileBytes) {
+  const at::Tensor per_element = block_scales_.to(at::kFloat)
+                                     .repeat_interleave(8, 0)
+                                     .slice(0, 0, 20)
+                                     .repeat_interleave(16, 1)
+                                     .slice(1, 0, 40);
+  const at::Tensor expected = Expected(per_element);
+  for (Residency residency : {Residency::kResident, Residency::kMapped}) {
+    WeightOptions options;
+    options.residency = residency;
+    options.storage = StorageFormat::PerBlock(ElementType::kF8E4M3FN, 8, 16);
+    options.scales_entry = "block.weight_scale_inv";
+    options.compute_copy = ComputeCopyPolicy::kTransient;
+    auto weight = Weight::Create(checkpoint_, "block.weight", options);
+    ASSERT_TRUE(weight.ok()) << weight.status();
+    auto handle = (*weight)->Acquire();
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    EXPECT_TRUE(at::equal(handle->tensor(), expected));
+    handle->Reset();
+    const Footprint footprint = (*weight)->footprint();
+    if (residency == Residency::kResident) {
+      // The file's 800 fp8 bytes, not re-encoded, and 9 f32 scales.
+      EXPECT_EQ(footprint.resident_bytes("f8_e4m3fn:per_block_8x16"),
+                800 + 9 * 4);
+    } else {
+      EXPECT_EQ(footprint.mapped_bytes(), 800);
+      EXPECT_EQ(footprint.resident_bytes("f32"), 9 * 4);
+    }
+    // An embedding's rows come out as in the whole decode.
+    const at::Tensor ids = at::tensor({19, 0, 8}, at::kLong);
+    auto rows = (*weight)->GatherRows(ids);
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    EXPECT_TRUE(at::equal(*rows, expected.index_select(0, ids)));
+  }
+}
+
+TEST_F(PrequantizedWeightTest, PerRowScalesAndBf16Compute) {
+  WeightOptions options;
+  options.storage = {ElementType::kF8E4M3FN, Scaling::kPerRow};
+  options.scales_entry = "row.weight_scale";
+  options.compute_dtype = ElementType::kBF16;
+  auto weight = Weight::Create(checkpoint_, "row.weight", options);
+  ASSERT_TRUE(weight.ok()) << weight.status();
+  auto handle = (*weight)->Acquire();
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  EXPECT_TRUE(
+      at::equal(handle->tensor(), Expected(row_scales_).to(at::kBFloat16)));
+  const at::Tensor ids = at::tensor({3, 3, 11}, at::kLong);
+  auto rows = (*weight)->GatherRows(ids);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_TRUE(at::equal(*rows, handle->tensor().index_select(0, ids)));
+}
+
+TEST_F(PrequantizedWeightTest, CreateRefusesScalesThatDoNotFit) {
+  WeightOptions options;
+  options.storage = {ElementType::kF8E4M3FN, Scaling::kPerRow};
+  options.scales_entry = "bad.weight_scale";
+  auto weight = Weight::Create(checkpoint_, "row.weight", options);
+  ASSERT_FALSE(weight.ok());
+  EXPECT_THAT(weight.status().message(), HasSubstr("'bad.weight_scale'"));
+  EXPECT_THAT(weight.status().message(), HasSubstr("needs 20"));
+  options.scales_entry = "missing.weight_scale";
+  weight = Weight::Create(checkpoint_, "row.weight", options);
+  ASSERT_FALSE(weight.ok());
+  EXPECT_THAT(weight.status().message(), HasSubstr("are missing"));
+  options.scales_entry = "row.weight_scale";
+  options.storage = {ElementType::kF8E5M2, Scaling::kPerRow};
+  weight = Weight::Create(checkpoint_, "row.weight", options);
+  ASSERT_FALSE(weight.ok());
+  EXPECT_THAT(weight.status().message(), HasSubstr("F8_E4M3"));
+}
+
+}  // namespace
+}  // namespace castserve::casting

@@ -108,6 +108,21 @@ bool HfConfig::Has(absl::string_view key) const {
   return Lookup(key) != nullptr;
 }
 
+std::vector<std::string> HfConfig::Keys() const {
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : object_->items()) {
+    if (!value.is_null()) keys.push_back(key);
+  }
+  return keys;  // nlohmann::json's objects are std::maps: sorted.
+}
+
+bool HfConfig::IsEmpty(absl::string_view key) const {
+  const Json* value = Lookup(key);
+  if (value == nullptr) return false;
+  if (value->is_string()) return value->get_ref<const std::string&>().empty();
+  return (value->is_object() || value->is_array()) && value->empty();
+}
+
 absl::Status HfConfig::Missing(absl::string_view key) const {
   return absl::NotFoundError(
       absl::StrCat(label_, ": missing required key '", key, "'"));

@@ -89,6 +89,10 @@ class HfConfig {
 
   // True when `key` is present and not null.
   bool Has(absl::string_view key) const;
+  // The keys present and not null, sorted.
+  std::vector<std::string> Keys() const;
+  // True when `key` is present and is an empty object, list or string.
+  bool IsEmpty(absl::string_view key) const;
 
   // Required values: NotFound if absent, InvalidArgument if of another type.
   absl::StatusOr<int64_t> GetInt(absl::string_view key) const;

@@ -152,6 +152,13 @@ class Model {
     return nullptr;
   }
 
+  // What the loader says once about how this model's weights are kept, for
+  // the load log line and the served config's parameters: a pre-quantized
+  // checkpoint's note (models/prequantized_weights.h); empty otherwise. Set
+  // by LoadHfModel before the model is shared; then read-only.
+  const std::string& storage_note() const { return storage_note_; }
+  void set_storage_note(std::string note) { storage_note_ = std::move(note); }
+
  protected:
   // For models that wrap another one (model_loader.cc): the wrapped model's
   // hooks, reachable from a derived class.
@@ -172,6 +179,9 @@ class Model {
   // The forward itself; may throw c10::Error.
   virtual NamedTensors ForwardImpl(ForwardContext& context,
                                    const NamedTensors& inputs) const = 0;
+
+ private:
+  std::string storage_note_;
 };
 
 }  // namespace castserve::models

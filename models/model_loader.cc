@@ -14,6 +14,7 @@
 #include "casting/safetensors_reader.h"
 #include "casting/torch_zip_reader.h"
 #include "models/casting_hooks.h"
+#include "models/prequantized_weights.h"
 #include "models/sentence_embedding_model.h"
 
 namespace castserve::models {
@@ -191,8 +192,20 @@ absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
   absl::StatusOr<std::unique_ptr<casting::Checkpoint>> checkpoint =
       OpenHfCheckpoint(folder, file_system);
   if (!checkpoint.ok()) return checkpoint.status();
+  absl::StatusOr<PrequantizedWeights> prequantized =
+      PrequantizedWeights::Read(*config, **checkpoint);
+  if (!prequantized.ok()) {
+    return absl::Status(
+        prequantized.status().code(),
+        absl::StrCat(folder, ": ", prequantized.status().message()));
+  }
+  WeightPolicyOptions model_options = options;
+  if (!prequantized->empty()) {
+    model_options.prequantized =
+        std::make_shared<const PrequantizedWeights>(*std::move(prequantized));
+  }
   absl::StatusOr<std::unique_ptr<Model>> model =
-      (*factory)(*config, std::move(*checkpoint), options);
+      (*factory)(*config, std::move(*checkpoint), model_options);
   if (!model.ok()) {
     return absl::Status(model.status().code(),
                         absl::StrCat(folder, " as ", model_type, ": ",
@@ -205,8 +218,12 @@ absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(
     model = std::unique_ptr<Model>(
         std::make_unique<HookedModel>(*std::move(model), hook_options));
   }
-  return WithSentenceTransformerPipeline(folder, *std::move(model),
-                                         file_system);
+  absl::StatusOr<std::unique_ptr<Model>> served =
+      WithSentenceTransformerPipeline(folder, *std::move(model), file_system);
+  if (served.ok() && model_options.prequantized != nullptr) {
+    (*served)->set_storage_note(model_options.prequantized->note());
+  }
+  return served;
 }
 
 }  // namespace castserve::models

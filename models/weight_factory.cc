@@ -91,6 +91,13 @@ absl::StatusOr<std::unique_ptr<casting::Weight>> WeightFactory::Make(
   }
   casting::WeightOptions weight_options =
       WeightOptionsFor(options_, module_name, kind);
+  if (const PrequantizedWeight* prequantized =
+          options_.prequantized != nullptr ? options_.prequantized->Find(key)
+                                           : nullptr) {
+    // Stored as the file holds it, whatever storage the policy would give.
+    weight_options.storage = prequantized->format;
+    weight_options.scales_entry = prequantized->scales_key;
+  }
   // A layer's parameters are floating; an integer tensor in their place is
   // a broken checkpoint, not a buffer to pass through.
   weight_options.pass_through_integers = false;

@@ -10,6 +10,7 @@
 #ifndef CASTSERVE_MODELS_WEIGHT_POLICY_H_
 #define CASTSERVE_MODELS_WEIGHT_POLICY_H_
 
+#include <memory>
 #include <optional>
 
 #include "absl/strings/string_view.h"
@@ -18,6 +19,7 @@
 #include "casting/device.h"
 #include "casting/storage_format.h"
 #include "casting/weight.h"
+#include "models/prequantized_weights.h"
 
 namespace castserve::models {
 
@@ -55,6 +57,12 @@ struct WeightPolicyOptions {
   // per compute copy, for models larger than the GPU. Mapped storage is in
   // host memory anyway.
   bool storage_on_host = false;
+  // The checkpoint's pre-quantized fp8 weights (set by LoadHfModel from
+  // config.json and the checkpoint, never from a served config): each keeps
+  // its file's format and scales, whatever `casting`'s storage format, with
+  // this policy's residency (resident where `casting` casts it), compute
+  // dtype and compute-copy policy. Null: none.
+  std::shared_ptr<const PrequantizedWeights> prequantized;
 };
 
 // The dtype layers compute in under `options`: the casting policy's when

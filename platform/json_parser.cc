@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "platform/sanitized_text.h"
 
 namespace castserve::platform {
 namespace {
@@ -84,12 +85,9 @@ class BoundedDocumentBuilder final : public nlohmann::json_sax<Json> {
   }
 
  private:
-  static std::string Truncated(std::string message) {
-    if (message.size() > kMaxMessageBytes) {
-      message.resize(kMaxMessageBytes);
-      message += "...";
-    }
-    return message;
+  // The parser quotes the bytes it last read, which may be anything.
+  static std::string Truncated(const std::string& message) {
+    return SanitizeText(message, kMaxMessageBytes);
   }
 
   // Stores `value` where the parser is: the root, the next element of the

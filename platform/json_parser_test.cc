@@ -110,6 +110,24 @@ TEST(JsonParserTest, MessagesStayShortWhateverTheInput) {
   EXPECT_LT(json.status().message().size(), 400u);
 }
 
+TEST(JsonParserTest, MessagesQuoteInputBytesAsValidUtf8) {
+  // A garbage safetensors header: the parser quotes what it last read.
+  const std::string garbage = "{\"a\": \x01\xff\xfe\x80\n\x1b[2J\xc3";
+  absl::StatusOr<nlohmann::json> json = ParseJson(garbage);
+  ASSERT_FALSE(json.ok());
+  const std::string message(json.status().message());
+  EXPECT_THAT(message, HasSubstr("invalid JSON at byte"));
+  for (char c : message) {
+    const auto byte = static_cast<unsigned char>(c);
+    EXPECT_TRUE(byte >= 0x20 && byte < 0x7f)
+        << "byte " << int(byte) << " in " << message;
+  }
+  // Invalid UTF-8 inside a string is quoted escaped too.
+  json = ParseJson("[\"ok\xff\xfe\"]");
+  ASSERT_FALSE(json.ok());
+  EXPECT_THAT(std::string(json.status().message()), HasSubstr("\\xff"));
+}
+
 TEST(JsonParserTest, TypeNamesReadAsEnglish) {
   EXPECT_EQ(JsonTypeName(nlohmann::json()), "null");
   EXPECT_EQ(JsonTypeName(nlohmann::json(true)), "a boolean");

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "platform/sanitized_text.h"
 #include "grpc/support/log.h"
 
 namespace castserve {
@@ -31,47 +32,28 @@ bool NeedsQuoting(absl::string_view value) {
   return false;
 }
 
-void AppendValue(std::string& out, absl::string_view value) {
-  if (!NeedsQuoting(value)) {
+// Appends `value`, quoted when it needs it: quotes and backslashes escaped
+// here, then control characters and bytes that are no UTF-8 escaped and the
+// whole cut to kMaxLogValueBytes by platform::SanitizeText, followed by
+// "(N bytes)" when cut from a longer value (as Abbreviated).
+void AppendBoundedValue(std::string& out, absl::string_view value) {
+  if (!NeedsQuoting(value) && value.size() <= kMaxLogValueBytes &&
+      casting::IsSanitized(value)) {
     out.append(value.data(), value.size());
     return;
   }
-  out.push_back('"');
+  std::string escaped;
+  escaped.reserve(value.size() + 2);
   for (char c : value) {
-    switch (c) {
-      case '"':
-        out.append("\\\"");
-        break;
-      case '\\':
-        out.append("\\\\");
-        break;
-      case '\n':
-        out.append("\\n");
-        break;
-      case '\t':
-        out.append("\\t");
-        break;
-      case '\r':
-        out.append("\\r");
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppend(
-              &out, "\\x",
-              absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
-        } else {
-          out.push_back(c);
-        }
-    }
+    if (c == '"' || c == '\\') escaped.push_back('\\');
+    escaped.push_back(c);
   }
   out.push_back('"');
-}
-
-// AppendValue of `value` cut to kMaxLogValueBytes (Abbreviated); copies it
-// only when it is that long.
-void AppendBoundedValue(std::string& line, absl::string_view value) {
-  if (value.size() <= kMaxLogValueBytes) return AppendValue(line, value);
-  AppendValue(line, Abbreviated(value, kMaxLogValueBytes));
+  out += platform::SanitizeText(escaped, kMaxLogValueBytes);
+  if (value.size() > kMaxLogValueBytes) {
+    absl::StrAppend(&out, "(", value.size(), " bytes)");
+  }
+  out.push_back('"');
 }
 
 LogLevel FromGprSeverity(gpr_log_severity severity) {

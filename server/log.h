@@ -34,7 +34,9 @@ struct LogField {
 //   ts=2026-11-29T15:43:09.123Z level=info msg="model found" name=bert
 // Values with spaces, quotes, '=' or control characters are quoted and
 // escaped, so every record stays on one line; the message and each value are
-// cut to kMaxLogValueBytes (Abbreviated).
+// made valid UTF-8 with control characters escaped and cut to
+// kMaxLogValueBytes (platform/sanitized_text.h), followed by "(N bytes)" when
+// cut from a longer value.
 inline constexpr size_t kMaxLogValueBytes = 1024;
 std::string FormatLogLine(LogLevel level, absl::string_view message,
                           std::initializer_list<LogField> fields);

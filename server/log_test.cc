@@ -25,6 +25,13 @@ TEST(LogTest, QuotesAndEscapesSoARecordStaysOnOneLine) {
   EXPECT_THAT(line, Not(HasSubstr("\n")));
 }
 
+TEST(LogTest, BytesThatAreNoUtf8AreEscaped) {
+  // A file name or a file's bytes quoted in an error.
+  const std::string line = FormatLogLine(LogLevel::kError, "load failed",
+                                         {{"error", "bad\xff\xc2\x85 \\x"}});
+  EXPECT_THAT(line, HasSubstr(R"(error="bad\xff\u0085 \\x")"));
+}
+
 TEST(LogTest, EmptyValuesAreQuoted) {
   EXPECT_THAT(FormatLogLine(LogLevel::kWarning, "x", {{"k", ""}}),
               HasSubstr("level=warning msg=x k=\"\""));

@@ -124,7 +124,7 @@ ReadGenerations(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
-  auto json = casting::ParseJson(text.str());
+  auto json = platform::ParseJson(text.str());
   EXPECT_TRUE(json.ok()) << path << ": " << json.status();
   std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases;
   if (!json.ok()) return cases;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "platform/sanitized_text.h"
 #include "server/lifecycle/model_catalog.h"
 #include "server/metrics/unrouted_requests.h"
 #include "server/version.h"
@@ -355,7 +356,10 @@ void InferenceCore::RepositoryIndex(
     model->set_name(status.name);
     model->set_version(status.version);
     model->set_state(ModelStateName(status.state));
-    model->set_reason(status.reason);
+    // Reasons quote files and configs: made valid UTF-8 here, the one
+    // place they enter a response, so that one bad file cannot break the
+    // index for every client.
+    model->set_reason(platform::SanitizeText(status.reason));
   }
   done(absl::OkStatus());
 }

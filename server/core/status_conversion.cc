@@ -2,8 +2,13 @@
 
 #include <string>
 
+#include "platform/sanitized_text.h"
+
 namespace castserve {
 namespace {
+
+// The bound on a message that had to be sanitized.
+constexpr size_t kMaxGrpcMessageBytes = 4096;
 
 struct HttpRow {
   absl::StatusCode code;
@@ -40,8 +45,14 @@ constexpr HttpRow kHttpRows[] = {
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   // absl::StatusCode and grpc::StatusCode both follow google.rpc.Code.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  // Messages quote files, configs and requests: valid UTF-8 for every
+  // client's decoder (platform/sanitized_text.h); well-formed ones pass as
+  // they are.
+  return grpc::Status(
+      static_cast<grpc::StatusCode>(status.code()),
+      casting::IsSanitized(status.message())
+          ? std::string(status.message())
+          : platform::SanitizeText(status.message(), kMaxGrpcMessageBytes));
 }
 
 int ToHttpStatusCode(absl::StatusCode code) {

@@ -21,6 +21,13 @@ TEST(StatusConversionTest, KeepsCodeAndMessage) {
   }
 }
 
+TEST(StatusConversionTest, MessagesQuotingBadBytesBecomeValidUtf8) {
+  const grpc::Status status = ToGrpcStatus(
+      absl::InvalidArgumentError("/repo/bad\xff/model.safetensors: \x01"));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "/repo/bad\\xff/model.safetensors: \\x01");
+}
+
 TEST(StatusConversionTest, OkIsOk) {
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
 }

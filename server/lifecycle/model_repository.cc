@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "platform/sanitized_text.h"
 #include "server/lifecycle/model_config_loader.h"
 
 namespace castserve {
@@ -44,6 +45,18 @@ absl::StatusOr<std::vector<ModelEntry>> ModelRepository::Scan() const {
   for (const platform::FileSystem::DirectoryEntry& entry : *entries) {
     if (entry.name.empty() || entry.name[0] == '.' ||
         entry.type != platform::FileSystem::FileType::kDirectory) {
+      continue;
+    }
+    if (!casting::IsSanitized(entry.name)) {
+      // Its name could not travel in a response (protobuf strings are
+      // UTF-8) nor be asked for: listed under a quotable name, refused.
+      const std::string shown = platform::SanitizeText(entry.name);
+      models.push_back(
+          {shown, DirectoryOf(entry.name),
+           absl::InvalidArgumentError(absl::StrCat(
+               "model folder name '", shown,
+               "' is not valid UTF-8 or holds control characters; a model "
+               "name must be printable UTF-8"))});
       continue;
     }
     models.push_back(

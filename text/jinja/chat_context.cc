@@ -57,7 +57,7 @@ absl::Status ReadSpecialTokens(const nlohmann::json& config,
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": \"", name, "\" must be a string or an AddedToken dict, got ",
-          casting::JsonTypeName(*it)));
+          platform::JsonTypeName(*it)));
     }
   }
   return absl::OkStatus();
@@ -74,7 +74,7 @@ absl::StatusOr<std::string> TemplateFromConfig(const nlohmann::json& config,
   if (!it->is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": \"chat_template\" must be a string or a list, got ",
-        casting::JsonTypeName(*it)));
+        platform::JsonTypeName(*it)));
   }
   std::string wanted = name.empty() ? "default" : name;
   for (const nlohmann::json& entry : *it) {
@@ -87,11 +87,11 @@ absl::StatusOr<std::string> TemplateFromConfig(const nlohmann::json& config,
       absl::StrCat(path, ": no chat template named \"", wanted, "\""));
 }
 
-absl::StatusOr<nlohmann::json> ReadJson(casting::FileSystem* files,
+absl::StatusOr<nlohmann::json> ReadJson(platform::FileSystem* files,
                                         const std::string& path) {
   absl::StatusOr<std::string> text = files->ReadFile(path, kMaxConfigBytes);
   if (!text.ok()) return text.status();
-  absl::StatusOr<nlohmann::json> json = casting::ParseJson(*text);
+  absl::StatusOr<nlohmann::json> json = platform::ParseJson(*text);
   if (!json.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", json.status().message()));
@@ -131,7 +131,7 @@ absl::StatusOr<Value> BuildChatContext(const ChatInputs& inputs) {
 }
 
 absl::StatusOr<ModelChatTemplate> ReadModelChatTemplate(
-    casting::FileSystem* files, const std::string& folder,
+    platform::FileSystem* files, const std::string& folder,
     const std::string& template_name) {
   ModelChatTemplate result;
   std::string config_path = folder + "/tokenizer_config.json";

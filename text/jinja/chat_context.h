@@ -54,7 +54,7 @@ struct ModelChatTemplate {
 // transformers merges it (no added_tokens_decoder). NotFound when the folder
 // has no chat template; InvalidArgument for malformed files.
 absl::StatusOr<ModelChatTemplate> ReadModelChatTemplate(
-    casting::FileSystem* files, const std::string& folder,
+    platform::FileSystem* files, const std::string& folder,
     const std::string& template_name = "");
 
 // A JSON document as a Value (objects keep their member order when `Json`

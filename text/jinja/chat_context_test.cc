@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "casting/test_util/fake_file_system.h"
+#include "platform/test_util/fake_file_system.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "text/jinja/chat_template.h"
@@ -62,7 +62,7 @@ TEST(ChatContextTest, RefusesMessagesThatAreNotDicts) {
 }
 
 TEST(ChatContextTest, ReadsTemplateAndTokensOfAModelFolder) {
-  casting::FakeFileSystem files;
+  platform::FakeFileSystem files;
   files.AddFile("/m/tokenizer_config.json", R"({
     "bos_token": {"__type": "AddedToken", "content": "<|begin|>",
                   "lstrip": false},
@@ -88,7 +88,7 @@ TEST(ChatContextTest, ReadsTemplateAndTokensOfAModelFolder) {
 }
 
 TEST(ChatContextTest, PicksANamedTemplateAndMergesTheLegacyTokenMap) {
-  casting::FakeFileSystem files;
+  platform::FakeFileSystem files;
   files.AddFile("/m/tokenizer_config.json", R"({
     "eos_token": "</s>",
     "chat_template": [{"name": "default", "template": "D"},
@@ -107,7 +107,7 @@ TEST(ChatContextTest, PicksANamedTemplateAndMergesTheLegacyTokenMap) {
 }
 
 TEST(ChatContextTest, RefusesMalformedConfigs) {
-  casting::FakeFileSystem files;
+  platform::FakeFileSystem files;
   files.AddFile("/a/tokenizer_config.json", R"({"bos_token": 3})");
   EXPECT_THAT(ReadModelChatTemplate(&files, "/a").status().message(),
               HasSubstr("\"bos_token\" must be a string or an AddedToken"));

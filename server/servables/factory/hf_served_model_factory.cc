@@ -16,6 +16,27 @@
 #include "server/servables/generation/generation_model_loader.h"
 
 namespace castserve {
+namespace {
+
+// Set by castserve on a model loaded from a pre-quantized checkpoint: how its
+// weights are kept and what of its quantization_config is not applied.
+constexpr char kStorageNoteParameter[] = "castserve_weight_storage";
+
+// `config` with the model's storage note (a pre-quantized checkpoint's,
+// models/prequantized_weights.h) as the parameter kStorageNoteParameter,
+// said once in the log; `config` itself when there is none.
+inference::ModelConfig WithStorageNote(const inference::ModelConfig& config,
+                                       const models::Model& model) {
+  const std::string& note = model.storage_note();
+  if (note.empty()) return config;
+  Log(LogLevel::kInfo, "model weights kept in their checkpoint's format",
+      {{"model", config.name()}, {"storage", note}});
+  inference::ModelConfig noted = config;
+  (*noted.mutable_parameters())[kStorageNoteParameter].set_string_value(note);
+  return noted;
+}
+
+}  // namespace
 
 HfServedModelFactory::HfServedModelFactory(FactoryOptions options)
     : options_(options) {
@@ -92,13 +113,14 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
     return absl::Status(model.status().code(),
                         absl::StrCat(*folder, ": ", model.status().message()));
   }
+  const inference::ModelConfig noted = WithStorageNote(config, **model);
   if (config.has_generation()) {
-    return LoadGenerationModel(*folder, config, *std::move(model),
+    return LoadGenerationModel(*folder, noted, *std::move(model),
                                std::move(tracked_id), std::move(cancellation));
   }
   std::shared_ptr<const TextInput> text =
       TextInputFor(*folder, **model, config.name());
-  inference::ModelConfig effective = config;
+  inference::ModelConfig effective = noted;
   if (effective.platform().empty()) effective.set_platform(kDefaultPlatform);
   if (effective.backend().empty()) effective.set_backend(kDefaultBackend);
   absl::Status valid =
