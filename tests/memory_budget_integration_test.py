@@ -13,17 +13,23 @@ in its own order, three rounds; a ninth thread scrapes /metrics throughout.
 
 Asserted: every request succeeds (bert_00, the unshifted copy, answers the
 fixture's reference within 1e-4 every time); models were evicted; and the
-models' bytes never pass the budget in any sample.
+models' weights never pass the budget in any sample.
 
-Which counters: the budget counts a READY model as the larger of the bytes
-the tracking allocator attributes to it and its weights' owned footprint
-(server/lru_eviction_policy.h, MeasuredBytes), next to its reservation. The
-daemon exports exactly those two per model: castserve_model_allocated_bytes
-and castserve_model_weight_bytes (owned = the resident, cached_compute and
-transient_compute series; mapped pages are the kernel's). Each sample sums,
-over the models, the larger of the two. castserve_device_allocated_bytes
-{device="cpu"} is the whole process (request tensors, LibTorch's own
-buffers), not what the budget governs: printed, not asserted.
+Which counters: admission reserves each model's configured footprint, what
+its weights will hold (server/model_manager.h), and counts a READY model as
+the largest of that reservation, the bytes the tracking allocator attributes
+to it and its weights' owned footprint (MeasuredBytes). The daemon exports
+the last two per model: castserve_model_weight_bytes (owned = the resident,
+cached_compute and transient_compute series; mapped pages are the kernel's)
+and castserve_model_allocated_bytes. The owned weight bytes summed over the
+models are what the reservations bound, so they are asserted at every
+sample: before the budget was a ceiling, lazily loaded models filled up past
+it on first use (this test's sum reached 1.38x the budget). The allocated
+bytes also count the activations of the forwards running at the sample,
+which the budget measures but cannot reserve ahead (the README asks to leave
+them room): their sum, max(allocated, owned) per model, is printed, not
+asserted. castserve_device_allocated_bytes{device="cpu"} is the whole
+process (request tensors, LibTorch's own buffers): printed.
 
 Run by Bazel as:
   memory_budget_integration_test.py CASTSERVE BERT_FILE
@@ -90,8 +96,9 @@ def labels_of(text):
 
 
 def sample_model_bytes(metrics_port):
-    """(sum over models of max(allocated, owned weight bytes), the process's
-    CPU allocated bytes) from one scrape of /metrics."""
+    """(sum over models of owned weight bytes, sum over models of
+    max(allocated, owned weight bytes), the process's CPU allocated bytes)
+    from one scrape of /metrics."""
     with urllib.request.urlopen(
             f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as reply:
         text = reply.read().decode()
@@ -110,7 +117,8 @@ def sample_model_bytes(metrics_port):
         elif labels.get("state") in OWNED_STATES:
             owned[labels["model"]] = owned.get(labels["model"], 0) + value
     models = set(allocated) | set(owned)
-    return (sum(max(allocated.get(m, 0), owned.get(m, 0)) for m in models),
+    return (sum(owned.values()),
+            sum(max(allocated.get(m, 0), owned.get(m, 0)) for m in models),
             device)
 
 
@@ -211,13 +219,15 @@ class MemoryBudgetTest(unittest.TestCase):
         stop.set()
         sampler.join()
 
-        most_models = max(model for model, _ in samples)
-        most_device = max(device for _, device in samples)
+        most_weights = max(weights for weights, _, _ in samples)
+        most_measured = max(measured for _, measured, _ in samples)
+        most_device = max(device for _, _, device in samples)
         output = served.daemon.output()
         print(f"{len(answered)} requests answered in {elapsed:.1f} s, "
-              f"{len(failures)} failed; {len(samples)} samples: models held "
-              f"at most {most_models:.0f} bytes (budget {budget}), process "
-              f"CPU bytes at most {most_device:.0f}; "
+              f"{len(failures)} failed; {len(samples)} samples: weights at "
+              f"most {most_weights:.0f} bytes (budget {budget}), with "
+              f"activations {most_measured:.0f}, process CPU bytes at most "
+              f"{most_device:.0f}; "
               f"{output.count('evicted model')} evictions, "
               f"{output.count('load waits for memory')} loads waited",
               flush=True)
@@ -225,8 +235,8 @@ class MemoryBudgetTest(unittest.TestCase):
         self.assertEqual(len(answered), CLIENTS * ROUNDS * MODELS)
         self.assertGreater(len(samples), 10)
         self.assertGreater(output.count("evicted model"), 0)
-        self.assertLessEqual(most_models, budget)
+        self.assertLessEqual(most_weights, budget)
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    unittest.main(argv=[sys.argv[0]], verbosity=2)
