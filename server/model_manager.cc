@@ -368,7 +368,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ModelManagerImpl::WaitUntilReady(
       model.MarkUsed(absl::Now());
       return ready;
     }
-    if (!model.busy() && model.loads_on_request() && absl::Now() < deadline) {
+    const bool expired = absl::Now() >= deadline;
+    if (!model.busy() && model.loads_on_request() && !expired) {
       StartLoadOnRequestLocked(name, deadline);
     }
     if (!model.busy()) {
@@ -381,20 +382,20 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ModelManagerImpl::WaitUntilReady(
           code,
           absl::StrCat("model ", name, " is not ready: ", model.reason()));
     }
-    // The load may wait for memory as long as a request waits for it.
-    model.ExtendLoadDeadline(LoadDeadline(deadline));
-    if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
-      const ModelLifecycle& waited = models_[name];
-      if (waited.waiting_for_memory()) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("memory budget exceeded: model ", name,
-                         " did not get its memory before the deadline (",
-                         waited.reason(), ")"));
-      }
+    if (expired && model.waiting_for_memory()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("memory budget exceeded: model ", name,
+                       " did not get its memory before the deadline (",
+                       model.reason(), ")"));
+    }
+    if (expired) {
       return absl::DeadlineExceededError(absl::StrCat(
           "model ", name, " did not become ready before the deadline (",
-          waited.reason(), ")"));
+          model.reason(), ")"));
     }
+    // The load may wait for memory as long as a request waits for it.
+    model.ExtendLoadDeadline(LoadDeadline(deadline));
+    changed_.WaitWithDeadline(&mu_, deadline);
   }
 }
 
