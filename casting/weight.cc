@@ -651,11 +651,9 @@ Footprint Weight::footprint() const {
     footprint.AddMapped(static_cast<int64_t>(entry_.size_bytes));
   }
   if (storage_.defined()) {
-    const std::string format =
-        passthrough_ ? absl::AsciiStrToLower(DTypeName(entry_.dtype))
-                     : absl::AsciiStrToLower(options_.storage.ToString());
     footprint.AddResident(
-        format, storage_.nbytes() + (scales_.defined() ? scales_.nbytes() : 0));
+        StorageFormatName(),
+        storage_.nbytes() + (scales_.defined() ? scales_.nbytes() : 0));
   } else if (scales_.defined()) {  // A pre-quantized mapped weight's scales.
     footprint.AddResident("f32", scales_.nbytes());
   }
@@ -667,6 +665,43 @@ Footprint Weight::footprint() const {
     }
   }
   return footprint;
+}
+
+Footprint Weight::ConfiguredFootprint() const {
+  Footprint footprint;
+  const int64_t source_bytes = static_cast<int64_t>(entry_.size_bytes);
+  bool has_compute_copy = true;
+  if (options_.residency == Residency::kMapped) {
+    footprint.AddMapped(source_bytes);
+    // A pre-quantized mapped weight keeps its scales resident, as f32.
+    if (prequantized()) {
+      footprint.AddResident(
+          "f32", scales_entry_->numel() * ElementSizeBytes(ElementType::kF32));
+    }
+  } else {
+    // Create validated the format, and the checkpoint reader the shape
+    // (its bytes lie inside the file): the size is defined.
+    const int64_t storage_bytes =
+        passthrough_ ? source_bytes
+                     : *options_.storage.TotalBytes(entry_.shape);
+    footprint.AddResident(StorageFormatName(), storage_bytes);
+    has_compute_copy = !StorageIsCompute();
+  }
+  if (!has_compute_copy) return footprint;
+  const int64_t compute_bytes =
+      passthrough_ ? source_bytes
+                   : entry_.numel() * ElementSizeBytes(options_.compute_dtype);
+  if (options_.compute_copy == ComputeCopyPolicy::kCached) {
+    footprint.AddCachedCompute(compute_bytes);
+  } else {
+    footprint.AddTransientCompute(compute_bytes);
+  }
+  return footprint;
+}
+
+std::string Weight::StorageFormatName() const {
+  return passthrough_ ? absl::AsciiStrToLower(DTypeName(entry_.dtype))
+                      : absl::AsciiStrToLower(options_.storage.ToString());
 }
 
 bool Weight::has_compute_copy() const {

@@ -207,6 +207,17 @@ class Weight {
   // Bytes by state, as now.
   Footprint footprint() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // What the weight holds once it serves (its configured footprint), from
+  // the checkpoint header and the options alone; reads no data and takes no
+  // lock. Mapped: the entry's bytes as mapped, plus the compute copy. Resident:
+  // the storage copy in its format (scales included), plus the compute copy
+  // unless the storage doubles as it. The compute copy counts as cached or,
+  // with transient copies, as transient: the bytes one copy takes while it is
+  // in use (models/configured_footprint.h bounds how many are in use at
+  // once). footprint() after Materialize and an Acquire that still holds
+  // its handle equals this.
+  Footprint ConfiguredFootprint() const;
+
   // True while a compute copy exists (Acquire would not decode).
   bool has_compute_copy() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -276,6 +287,9 @@ class Weight {
   Device StorageDevice() const;
   // True when the resident storage tensor doubles as the compute copy.
   bool StorageIsCompute() const;
+  // The resident storage's name in a Footprint: "bf16", "f8_e4m3fn/per_row",
+  // the entry's dtype for a passed-through tensor.
+  std::string StorageFormatName() const;
   int64_t num_rows() const;
 
   const std::shared_ptr<const Checkpoint> checkpoint_;

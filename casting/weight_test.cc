@@ -208,6 +208,52 @@ TEST_F(WeightTest, LayerwiseCastingKeepsFp8AndDropsTheTransientCopy) {
   EXPECT_EQ(activity.transient_compute_bytes, 2 * 64);
 }
 
+TEST_F(WeightTest, ConfiguredFootprintIsWhatTheWeightHoldsWhenItServes) {
+  struct Case {
+    Residency residency;
+    StorageFormat storage;
+    ElementType compute;
+    ComputeCopyPolicy copy;
+  };
+  const Case cases[] = {
+      {Residency::kResident, StorageFormat::Plain(ElementType::kF32),
+       ElementType::kF32, ComputeCopyPolicy::kCached},
+      {Residency::kResident, StorageFormat::Plain(ElementType::kBF16),
+       ElementType::kF32, ComputeCopyPolicy::kCached},
+      {Residency::kResident,
+       {ElementType::kF8E4M3FN, Scaling::kPerRow},
+       ElementType::kF32,
+       ComputeCopyPolicy::kTransient},
+      {Residency::kResident,
+       {ElementType::kF8E5M2, Scaling::kPerTensor},
+       ElementType::kBF16,
+       ComputeCopyPolicy::kCached},
+      {Residency::kMapped, StorageFormat::Plain(ElementType::kF32),
+       ElementType::kF32, ComputeCopyPolicy::kCached},
+      {Residency::kMapped, StorageFormat::Plain(ElementType::kF32),
+       ElementType::kBF16, ComputeCopyPolicy::kTransient},
+  };
+  for (const char* name : {"w_bf16", "w_f32", "ids", "big"}) {
+    for (const Case& c : cases) {
+      WeightOptions options;
+      options.residency = c.residency;
+      options.storage = c.storage;
+      options.compute_dtype = c.compute;
+      options.compute_copy = c.copy;
+      std::unique_ptr<Weight> weight = MakeWeight(name, options);
+      ASSERT_NE(weight, nullptr);
+      const Footprint configured = weight->ConfiguredFootprint();
+      ASSERT_TRUE(weight->Materialize().ok());
+      absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+      ASSERT_TRUE(handle.ok()) << handle.status();
+      EXPECT_EQ(configured, weight->footprint())
+          << name << " " << c.storage.ToString() << ": configured "
+          << configured.ToString() << ", held "
+          << weight->footprint().ToString();
+    }
+  }
+}
+
 TEST(WeightActivityTest, SumsFieldByField) {
   WeightActivity total;
   WeightActivity one;

@@ -162,6 +162,12 @@ class HangingFactory final : public ServedModelFactory {
     --loads_running_;
     return absl::CancelledError("load cancelled");
   }
+  // The daemon under test runs without a memory budget: never asked.
+  absl::StatusOr<int64_t> ProjectedBytes(
+      const std::string& model_directory,
+      const inference::ModelConfig& config) override {
+    return 0;
+  }
 
   int live_models() const { return live_; }
   int loads_running() const { return loads_running_; }

@@ -3,8 +3,15 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace castserve {
+namespace {
+
+// Holders listed in a message: the largest first, this many at most.
+constexpr size_t kMaxHoldersListed = 8;
+
+}  // namespace
 
 int64_t MeasuredBytes(const ServedModel& model) {
   return std::max(model.tracked_bytes(), model.footprint().owned_bytes());
@@ -13,38 +20,78 @@ int64_t MeasuredBytes(const ServedModel& model) {
 absl::Status LruEvictionPolicy::CheckAlone(const std::string& name,
                                            int64_t bytes) const {
   if (!has_budget() || bytes <= memory_budget_bytes_) return absl::OkStatus();
-  return absl::ResourceExhaustedError(
-      absl::StrCat("memory budget exceeded: model ", name, " alone needs ",
-                   bytes, " bytes, budget ", memory_budget_bytes_, " bytes"));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "memory budget exceeded: model ", name, " alone needs ", bytes,
+      " bytes (its configured footprint), more than the whole budget: budget ",
+      memory_budget_bytes_, " bytes (--memory-budget-bytes)"));
 }
 
-bool LruEvictionPolicy::Fits(int64_t used_bytes, bool with_incoming) const {
-  if (!has_budget()) return true;
-  return with_incoming ? used_bytes <= memory_budget_bytes_
-                       : used_bytes < memory_budget_bytes_;
+bool LruEvictionPolicy::Fits(int64_t held_bytes, int64_t needed_bytes) const {
+  return !has_budget() || held_bytes + needed_bytes <= memory_budget_bytes_;
 }
 
-std::optional<std::string> LruEvictionPolicy::PickVictim(
-    const std::vector<EvictionCandidate>& candidates,
-    const std::string& keep) const {
-  const EvictionCandidate* victim = nullptr;
+std::vector<std::string> LruEvictionPolicy::PickVictims(
+    const std::vector<EvictionCandidate>& candidates, const std::string& keep,
+    int64_t bytes_to_free) const {
+  std::vector<const EvictionCandidate*> idle;
   for (const EvictionCandidate& candidate : candidates) {
-    if (!candidate.evictable || candidate.name == keep) continue;
-    if (victim == nullptr || candidate.last_used < victim->last_used) {
-      victim = &candidate;
+    if (candidate.evictable && candidate.name != keep) {
+      idle.push_back(&candidate);
     }
   }
-  if (victim == nullptr) return std::nullopt;
-  return victim->name;
+  std::sort(idle.begin(), idle.end(),
+            [](const EvictionCandidate* a, const EvictionCandidate* b) {
+              return a->last_used < b->last_used;
+            });
+  std::vector<std::string> victims;
+  int64_t freed_bytes = 0;
+  for (const EvictionCandidate* candidate : idle) {
+    if (freed_bytes >= bytes_to_free) break;
+    victims.push_back(candidate->name);
+    freed_bytes += candidate->bytes;
+  }
+  if (freed_bytes < bytes_to_free) victims.clear();
+  return victims;
 }
 
-absl::Status LruEvictionPolicy::NothingToEvict(const std::string& keep,
-                                               int64_t used_bytes,
-                                               bool with_incoming) const {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "memory budget exceeded: ", used_bytes, " bytes in use ",
-      with_incoming ? "with" : "before loading", " model ", keep, ", budget ",
-      memory_budget_bytes_, " bytes, and no idle model left to evict"));
+std::string LruEvictionPolicy::Shortfall(
+    const std::string& name, int64_t needed_bytes, int64_t held_bytes,
+    const std::vector<BudgetHolder>& holders) const {
+  std::vector<BudgetHolder> largest = holders;
+  std::sort(largest.begin(), largest.end(),
+            [](const BudgetHolder& a, const BudgetHolder& b) {
+              return a.bytes > b.bytes;
+            });
+  const size_t listed = std::min(largest.size(), kMaxHoldersListed);
+  std::string held =
+      absl::StrJoin(largest.begin(), largest.begin() + listed, ", ",
+                    [](std::string* out, const BudgetHolder& holder) {
+                      absl::StrAppend(out, holder.name, " ", holder.bytes,
+                                      " bytes (", holder.state, ")");
+                    });
+  if (listed < largest.size()) {
+    absl::StrAppend(&held, ", and ", largest.size() - listed, " more");
+  }
+  return absl::StrCat("model ", name, " needs ", needed_bytes,
+                      " bytes, budget ", memory_budget_bytes_, " bytes, ",
+                      held_bytes,
+                      " bytes held: ", held.empty() ? "none" : held);
+}
+
+absl::Status LruEvictionPolicy::NoRoomBeforeDeadline(
+    const std::string& name, int64_t needed_bytes, int64_t held_bytes,
+    const std::vector<BudgetHolder>& holders) const {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("memory budget exceeded: ",
+                   Shortfall(name, needed_bytes, held_bytes, holders),
+                   "; none became idle before the deadline"));
+}
+
+std::string LruEvictionPolicy::WaitingReason(
+    const std::string& name, int64_t needed_bytes, int64_t held_bytes,
+    const std::vector<BudgetHolder>& holders) const {
+  return absl::StrCat("waiting for memory: ",
+                      Shortfall(name, needed_bytes, held_bytes, holders));
 }
 
 }  // namespace castserve

@@ -1,11 +1,11 @@
-// Which model to unload to stay within a memory budget: the least recently
-// used one that is idle. The policy only decides; the ModelManager measures
-// (MeasuredBytes), evicts and measures again. Immutable; thread-safe.
+// Which models to unload to stay within a memory budget: the least recently
+// used idle ones, and only when unloading them makes room. The policy only
+// decides and words the refusals; the ModelManager accounts (reservations and
+// MeasuredBytes), evicts and waits. Immutable; thread-safe.
 #ifndef CASTSERVE_SERVER_LIFECYCLE_LRU_EVICTION_POLICY_H_
 #define CASTSERVE_SERVER_LIFECYCLE_LRU_EVICTION_POLICY_H_
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +26,15 @@ struct EvictionCandidate {
   std::string name;
   absl::Time last_used;
   bool evictable = false;  // READY, idle, nothing in flight.
+  int64_t bytes = 0;       // What it counts against the budget.
+};
+
+// One model's share of the budget, as a refusal lists it.
+struct BudgetHolder {
+  std::string name;
+  int64_t bytes = 0;
+  // Why it cannot go now: "1 request in flight", "loading", "freeing".
+  std::string state;
 };
 
 class LruEvictionPolicy {
@@ -38,26 +47,36 @@ class LruEvictionPolicy {
   int64_t memory_budget_bytes() const { return memory_budget_bytes_; }
 
   // RESOURCE_EXHAUSTED when model `name` alone (`bytes`) exceeds the
-  // budget: then evicting others could not help.
+  // budget: then evicting others or waiting could not help.
   absl::Status CheckAlone(const std::string& name, int64_t bytes) const;
 
-  // Whether `used_bytes` of READY models fit. Counting a loaded model
-  // (`with_incoming`), up to the budget; before a load, strictly under it
-  // (room must be left).
-  bool Fits(int64_t used_bytes, bool with_incoming) const;
+  // Whether `needed_bytes` more fit beside `held_bytes`.
+  bool Fits(int64_t held_bytes, int64_t needed_bytes) const;
 
-  // The least recently used evictable candidate other than `keep`; none
-  // when no candidate can go.
-  std::optional<std::string> PickVictim(
-      const std::vector<EvictionCandidate>& candidates,
-      const std::string& keep) const;
+  // The evictable candidates other than `keep`, least recently used first,
+  // whose bytes together reach `bytes_to_free`; none when all of them
+  // together would not (waiting for busy models may then make room: better
+  // than unloading idle ones for nothing).
+  std::vector<std::string> PickVictims(
+      const std::vector<EvictionCandidate>& candidates, const std::string& keep,
+      int64_t bytes_to_free) const;
 
-  // RESOURCE_EXHAUSTED for `used_bytes` over the budget with nothing left to
-  // evict, for model `keep`.
-  absl::Status NothingToEvict(const std::string& keep, int64_t used_bytes,
-                              bool with_incoming) const;
+  // RESOURCE_EXHAUSTED: model `name` needs `needed_bytes`, the budget is
+  // held by `holders` (`held_bytes` in all), none of which went idle or was
+  // freed before the deadline.
+  absl::Status NoRoomBeforeDeadline(
+      const std::string& name, int64_t needed_bytes, int64_t held_bytes,
+      const std::vector<BudgetHolder>& holders) const;
+  // The reason a load shows while it waits, in the same words.
+  std::string WaitingReason(const std::string& name, int64_t needed_bytes,
+                            int64_t held_bytes,
+                            const std::vector<BudgetHolder>& holders) const;
 
  private:
+  std::string Shortfall(const std::string& name, int64_t needed_bytes,
+                        int64_t held_bytes,
+                        const std::vector<BudgetHolder>& holders) const;
+
   const int64_t memory_budget_bytes_;
 };
 

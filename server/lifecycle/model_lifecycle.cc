@@ -1,5 +1,6 @@
 #include "server/lifecycle/model_lifecycle.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace castserve {
@@ -35,7 +36,36 @@ bool ModelLifecycle::SetNotLoaded(std::string reason, bool loads_on_request) {
 
 void ModelLifecycle::Claim(bool on_request) {
   busy_ = true;
+  claimed_on_request_ = on_request;
+  load_retryable_ = false;
+  load_deadline_ = absl::InfinitePast();
   if (on_request) loads_on_request_ = false;
+}
+
+void ModelLifecycle::ExtendLoadDeadline(absl::Time deadline) {
+  load_deadline_ = std::max(load_deadline_, deadline);
+}
+
+void ModelLifecycle::SetWaitingForMemory(std::string reason) {
+  waiting_for_memory_ = !reason.empty();
+  if (served_ != nullptr || state_ != ModelState::kLoading) return;
+  reason_ = waiting_for_memory_ ? std::move(reason) : "loading";
+}
+
+void ModelLifecycle::ReserveForLoad(int64_t bytes) {
+  load_reserved_bytes_ = bytes;
+}
+
+void ModelLifecycle::SetMeasured(const ServedModel* model, int64_t bytes) {
+  if (model != nullptr && model == served_.get()) measured_bytes_ = bytes;
+}
+
+int64_t ModelLifecycle::served_bytes() const {
+  return served_ != nullptr ? std::max(reserved_bytes_, measured_bytes_) : 0;
+}
+
+int64_t ModelLifecycle::accounted_bytes() const {
+  return served_bytes() + load_reserved_bytes_;
 }
 
 void ModelLifecycle::StartLoad(
@@ -55,12 +85,21 @@ bool ModelLifecycle::CancelLoad(const std::string& reason) {
 
 ModelLifecycle::LoadOutcome ModelLifecycle::FinishLoad(
     std::shared_ptr<ServedModel> created, const absl::Status& status,
-    absl::Time now, std::shared_ptr<ServedModel>* replaced) {
+    absl::Time now, std::shared_ptr<ServedModel>* replaced,
+    int64_t* replaced_bytes) {
   busy_ = false;
   loading_.reset();
+  waiting_for_memory_ = false;
+  const int64_t load_reserved_bytes = load_reserved_bytes_;
+  load_reserved_bytes_ = 0;
+  *replaced_bytes = 0;
   if (created != nullptr) {
+    *replaced_bytes = served_bytes();
     *replaced = std::move(served_);
     served_ = std::move(created);
+    reserved_bytes_ = load_reserved_bytes;
+    measured_bytes_ = 0;
+    failure_code_ = absl::StatusCode::kOk;
     state_ = ModelState::kReady;
     reason_.clear();
     loads_on_request_ = false;
@@ -73,11 +112,15 @@ ModelLifecycle::LoadOutcome ModelLifecycle::FinishLoad(
   }
   state_ = ModelState::kUnavailable;
   reason_ = std::string(status.message());
+  failure_code_ = status.code();
+  if (claimed_on_request_ && load_retryable_) loads_on_request_ = true;
   return LoadOutcome::kFailed;
 }
 
 std::shared_ptr<ServedModel> ModelLifecycle::StartUnload() {
   std::shared_ptr<ServedModel> draining = std::move(served_);
+  reserved_bytes_ = measured_bytes_ = 0;
+  failure_code_ = absl::StatusCode::kOk;
   state_ = draining ? ModelState::kUnloading : ModelState::kUnavailable;
   reason_ = draining ? "unloading: waiting for in-flight requests" : "unloaded";
   loads_on_request_ = false;
@@ -101,6 +144,8 @@ std::shared_ptr<ServedModel> ModelLifecycle::Evict() {
       "evicted to stay within the memory budget; loads again on its next "
       "request";
   loads_on_request_ = true;
+  reserved_bytes_ = measured_bytes_ = 0;
+  failure_code_ = absl::StatusCode::kOk;
   return std::move(served_);
 }
 

@@ -11,12 +11,21 @@
 // claims the model (Claim) before either and FinishLoad / FinishUnload
 // release it.
 //
+// Memory accounting (the ModelManager's budget): a load reserves the model's
+// configured footprint before it builds anything (ReserveForLoad); on success
+// the reservation passes to the loaded model. A loaded model counts as the
+// larger of its reservation and its last measurement (SetMeasured), a
+// running load as its reservation (a reload counts both). A transition that
+// lets go of a model hands its bytes to the caller, who counts them until the
+// model is freed.
+//
 // Not thread-safe: the ModelManager guards every ModelLifecycle with its
 // lock. Models are handed out, never released under that lock: what a
 // transition lets go of comes back to the caller to release unlocked.
 #ifndef CASTSERVE_SERVER_LIFECYCLE_MODEL_LIFECYCLE_H_
 #define CASTSERVE_SERVER_LIFECYCLE_MODEL_LIFECYCLE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -49,6 +58,9 @@ class ModelLifecycle {
   std::shared_ptr<ServedModel> ready() const;
   // A load or unload has claimed the model.
   bool busy() const { return busy_; }
+  // Why the model is not READY: the code of the last failed load
+  // (RESOURCE_EXHAUSTED when it did not get memory), OK otherwise.
+  absl::StatusCode failure_code() const { return failure_code_; }
   // GetReady may start a load (a first_request model, an evicted one).
   bool loads_on_request() const { return loads_on_request_; }
   absl::Time last_used() const { return last_used_; }
@@ -65,6 +77,31 @@ class ModelLifecycle {
 
   // A claimed load begins: LOADING unless a model is loaded (a reload).
   void StartLoad(std::shared_ptr<models::Cancellation> cancellation);
+
+  // Until when the claimed load may wait for memory: the latest `deadline`
+  // asked for since the claim (by the load itself, by requests waiting for
+  // it). InfinitePast right after Claim.
+  void ExtendLoadDeadline(absl::Time deadline);
+  absl::Time load_deadline() const { return load_deadline_; }
+  // While the claimed load waits for memory: `reason` says why (the model's
+  // reason when it is not loaded); empty once it stops waiting.
+  void SetWaitingForMemory(std::string reason);
+  bool waiting_for_memory() const { return waiting_for_memory_; }
+  // The claimed load got `bytes` of the budget.
+  void ReserveForLoad(int64_t bytes);
+  // The claimed load fails for a reason that may pass (no memory before its
+  // deadline while busy models held it): if GetReady started it, a later
+  // request may start another.
+  void MarkLoadRetryable() { load_retryable_ = true; }
+
+  // The measured bytes of `model`, kept if it is the one serving.
+  void SetMeasured(const ServedModel* model, int64_t bytes);
+  // What the model counts against the budget now: the loaded model's larger
+  // of reservation and measurement, plus a running load's reservation.
+  int64_t accounted_bytes() const;
+  // The loaded model's part of accounted_bytes(): what a transition that
+  // lets go of it hands over.
+  int64_t served_bytes() const;
   // Cancels the running load, if any; true if there was one.
   bool CancelLoad(const std::string& reason);
 
@@ -72,10 +109,13 @@ class ModelLifecycle {
   // Ends the load and releases the claim: READY on `created`; a failure
   // (`created` null) leaves a loaded model READY and otherwise makes the
   // model UNAVAILABLE with `status`'s message. `*replaced` receives the
-  // model `created` replaced.
+  // model `created` replaced, `*replaced_bytes` what it counted. A load
+  // GetReady started that failed retryable (MarkLoadRetryable) may start
+  // again on a later request.
   LoadOutcome FinishLoad(std::shared_ptr<ServedModel> created,
                          const absl::Status& status, absl::Time now,
-                         std::shared_ptr<ServedModel>* replaced);
+                         std::shared_ptr<ServedModel>* replaced,
+                         int64_t* replaced_bytes);
 
   // A claimed unload begins: UNLOADING while the returned model (null when
   // none was loaded) drains, UNAVAILABLE "unloaded" otherwise. No load on
@@ -100,6 +140,16 @@ class ModelLifecycle {
   // Set while a load runs.
   std::shared_ptr<models::Cancellation> loading_;
   absl::Time last_used_ = absl::InfinitePast();
+  bool claimed_on_request_ = false;
+  bool load_retryable_ = false;
+  absl::StatusCode failure_code_ = absl::StatusCode::kOk;
+  absl::Time load_deadline_ = absl::InfinitePast();
+  bool waiting_for_memory_ = false;
+  // The running load's reservation.
+  int64_t load_reserved_bytes_ = 0;
+  // served_'s reservation and last measurement.
+  int64_t reserved_bytes_ = 0;
+  int64_t measured_bytes_ = 0;
 };
 
 }  // namespace castserve

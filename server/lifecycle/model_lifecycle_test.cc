@@ -26,7 +26,9 @@ TEST(ModelLifecycleTest, LoadGoesThroughLoadingToReady) {
   EXPECT_EQ(model.ready(), nullptr);
   std::shared_ptr<ServedModel> created = NewModel();
   std::shared_ptr<ServedModel> replaced;
-  EXPECT_EQ(model.FinishLoad(created, absl::OkStatus(), absl::Now(), &replaced),
+  int64_t replaced_bytes = 0;
+  EXPECT_EQ(model.FinishLoad(created, absl::OkStatus(), absl::Now(), &replaced,
+                             &replaced_bytes),
             LoadOutcome::kReady);
   EXPECT_EQ(model.state(), ModelState::kReady);
   EXPECT_EQ(model.reason(), "");
@@ -40,8 +42,9 @@ TEST(ModelLifecycleTest, FailedLoadIsUnavailableWithTheReason) {
   model.Claim();
   model.StartLoad(std::make_shared<models::Cancellation>());
   std::shared_ptr<ServedModel> replaced;
+  int64_t replaced_bytes = 0;
   EXPECT_EQ(model.FinishLoad(nullptr, absl::DataLossError("bad checkpoint"),
-                             absl::Now(), &replaced),
+                             absl::Now(), &replaced, &replaced_bytes),
             LoadOutcome::kFailed);
   EXPECT_EQ(model.StatusOf("m").state, ModelState::kUnavailable);
   EXPECT_EQ(model.StatusOf("m").reason, "bad checkpoint");
@@ -51,19 +54,21 @@ TEST(ModelLifecycleTest, FailedLoadIsUnavailableWithTheReason) {
 TEST(ModelLifecycleTest, ReloadServesTheOldModelUntilTheSwap) {
   ModelLifecycle model;
   std::shared_ptr<ServedModel> replaced;
+  int64_t replaced_bytes = 0;
   std::shared_ptr<ServedModel> old_model = NewModel();
   model.Claim();
   model.StartLoad(nullptr);
-  model.FinishLoad(old_model, absl::OkStatus(), absl::Now(), &replaced);
+  model.FinishLoad(old_model, absl::OkStatus(), absl::Now(), &replaced,
+                   &replaced_bytes);
 
   model.Claim();
   model.StartLoad(std::make_shared<models::Cancellation>());
   EXPECT_EQ(model.state(), ModelState::kReady);  // Not LOADING: it serves.
   EXPECT_EQ(model.ready(), old_model);
   std::shared_ptr<ServedModel> new_model = NewModel();
-  EXPECT_EQ(
-      model.FinishLoad(new_model, absl::OkStatus(), absl::Now(), &replaced),
-      LoadOutcome::kReady);
+  EXPECT_EQ(model.FinishLoad(new_model, absl::OkStatus(), absl::Now(),
+                             &replaced, &replaced_bytes),
+            LoadOutcome::kReady);
   EXPECT_EQ(model.ready(), new_model);
   EXPECT_EQ(replaced, old_model);  // Handed back, released by the caller.
 }
@@ -71,14 +76,16 @@ TEST(ModelLifecycleTest, ReloadServesTheOldModelUntilTheSwap) {
 TEST(ModelLifecycleTest, FailedReloadKeepsTheLoadedModel) {
   ModelLifecycle model;
   std::shared_ptr<ServedModel> replaced;
+  int64_t replaced_bytes = 0;
   std::shared_ptr<ServedModel> old_model = NewModel();
   model.Claim();
   model.StartLoad(nullptr);
-  model.FinishLoad(old_model, absl::OkStatus(), absl::Now(), &replaced);
+  model.FinishLoad(old_model, absl::OkStatus(), absl::Now(), &replaced,
+                   &replaced_bytes);
   model.Claim();
   model.StartLoad(nullptr);
   EXPECT_EQ(model.FinishLoad(nullptr, absl::InvalidArgumentError("bad config"),
-                             absl::Now(), &replaced),
+                             absl::Now(), &replaced, &replaced_bytes),
             LoadOutcome::kKeptLoaded);
   EXPECT_EQ(model.state(), ModelState::kReady);
   EXPECT_EQ(model.ready(), old_model);
@@ -93,18 +100,21 @@ TEST(ModelLifecycleTest, CancelLoadCancelsOnlyARunningLoad) {
   EXPECT_TRUE(model.CancelLoad("unloaded"));
   EXPECT_TRUE(cancellation->cancelled());
   std::shared_ptr<ServedModel> replaced;
+  int64_t replaced_bytes = 0;
   model.FinishLoad(nullptr, absl::CancelledError("unloaded"), absl::Now(),
-                   &replaced);
+                   &replaced, &replaced_bytes);
   EXPECT_FALSE(model.CancelLoad("again"));
 }
 
 TEST(ModelLifecycleTest, UnloadDrainsThroughUnloading) {
   ModelLifecycle model;
   std::shared_ptr<ServedModel> replaced;
+  int64_t replaced_bytes = 0;
   std::shared_ptr<ServedModel> loaded = NewModel();
   model.Claim();
   model.StartLoad(nullptr);
-  model.FinishLoad(loaded, absl::OkStatus(), absl::Now(), &replaced);
+  model.FinishLoad(loaded, absl::OkStatus(), absl::Now(), &replaced,
+                   &replaced_bytes);
   model.Claim();
   EXPECT_EQ(model.StartUnload(), loaded);
   EXPECT_EQ(model.state(), ModelState::kUnloading);
@@ -119,9 +129,11 @@ TEST(ModelLifecycleTest, UnloadDrainsThroughUnloading) {
 TEST(ModelLifecycleTest, EvictedModelLoadsAgainOnRequest) {
   ModelLifecycle model;
   std::shared_ptr<ServedModel> replaced;
+  int64_t replaced_bytes = 0;
   model.Claim();
   model.StartLoad(nullptr);
-  model.FinishLoad(NewModel(), absl::OkStatus(), absl::Now(), &replaced);
+  model.FinishLoad(NewModel(), absl::OkStatus(), absl::Now(), &replaced,
+                   &replaced_bytes);
   EXPECT_TRUE(model.Evictable());
   EXPECT_NE(model.Evict(), nullptr);
   EXPECT_EQ(model.state(), ModelState::kUnavailable);
@@ -137,6 +149,76 @@ TEST(ModelLifecycleTest, BusyModelIsNotEvictableNorRedescribed) {
   EXPECT_FALSE(model.SetNotLoaded("other", true));
   EXPECT_EQ(model.reason(), "not loaded");
   EXPECT_FALSE(model.Evictable());
+}
+
+TEST(ModelLifecycleTest, ReservationPassesToTheLoadedModelAndCountsAsAtLeast) {
+  ModelLifecycle model;
+  std::shared_ptr<ServedModel> replaced;
+  int64_t replaced_bytes = 0;
+  model.Claim();
+  model.StartLoad(nullptr);
+  model.ReserveForLoad(1000);
+  EXPECT_EQ(model.accounted_bytes(), 1000) << "a load counts its reservation";
+  std::shared_ptr<ServedModel> loaded = NewModel();
+  model.FinishLoad(loaded, absl::OkStatus(), absl::Now(), &replaced,
+                   &replaced_bytes);
+  EXPECT_EQ(model.accounted_bytes(), 1000);
+  model.SetMeasured(loaded.get(), 400);
+  EXPECT_EQ(model.accounted_bytes(), 1000) << "measured below the reservation";
+  model.SetMeasured(loaded.get(), 1500);
+  EXPECT_EQ(model.accounted_bytes(), 1500) << "measured above it";
+  model.SetMeasured(NewModel().get(), 9999);
+  EXPECT_EQ(model.accounted_bytes(), 1500) << "another model's measure";
+
+  // A reload counts both until the swap, which hands the old bytes over.
+  model.Claim();
+  model.StartLoad(nullptr);
+  model.ReserveForLoad(700);
+  EXPECT_EQ(model.accounted_bytes(), 2200);
+  model.FinishLoad(NewModel(), absl::OkStatus(), absl::Now(), &replaced,
+                   &replaced_bytes);
+  EXPECT_EQ(replaced, loaded);
+  EXPECT_EQ(replaced_bytes, 1500);
+  EXPECT_EQ(model.accounted_bytes(), 700);
+  EXPECT_EQ(model.served_bytes(), 700);
+  EXPECT_NE(model.Evict(), nullptr);
+  EXPECT_EQ(model.accounted_bytes(), 0);
+}
+
+TEST(ModelLifecycleTest, OnRequestLoadWithoutMemoryMayStartAgain) {
+  ModelLifecycle model;
+  std::shared_ptr<ServedModel> replaced;
+  int64_t replaced_bytes = 0;
+  model.SetNotLoaded("not loaded", /*loads_on_request=*/true);
+  model.Claim(/*on_request=*/true);
+  model.StartLoad(nullptr);
+  model.ExtendLoadDeadline(absl::FromUnixSeconds(20));
+  model.ExtendLoadDeadline(absl::FromUnixSeconds(10));
+  EXPECT_EQ(model.load_deadline(), absl::FromUnixSeconds(20));
+  model.SetWaitingForMemory("waiting for memory: b needs 5 bytes");
+  EXPECT_TRUE(model.waiting_for_memory());
+  EXPECT_EQ(model.reason(), "waiting for memory: b needs 5 bytes");
+  model.MarkLoadRetryable();
+  model.FinishLoad(nullptr, absl::ResourceExhaustedError("no memory"),
+                   absl::Now(), &replaced, &replaced_bytes);
+  EXPECT_FALSE(model.waiting_for_memory());
+  EXPECT_EQ(model.failure_code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(model.loads_on_request()) << "memory may free up";
+
+  // Any other failure waits for an explicit load, also one that can never
+  // get its memory (a model larger than the budget).
+  model.Claim(/*on_request=*/true);
+  EXPECT_EQ(model.load_deadline(), absl::InfinitePast()) << "reset by Claim";
+  model.StartLoad(nullptr);
+  model.FinishLoad(nullptr, absl::ResourceExhaustedError("alone needs"),
+                   absl::Now(), &replaced, &replaced_bytes);
+  EXPECT_FALSE(model.loads_on_request());
+  EXPECT_EQ(model.failure_code(), absl::StatusCode::kResourceExhausted);
+  model.Claim();
+  model.StartLoad(nullptr);
+  model.FinishLoad(nullptr, absl::DataLossError("bad checkpoint"), absl::Now(),
+                   &replaced, &replaced_bytes);
+  EXPECT_EQ(model.failure_code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(ModelLifecycleTest, StateNamesAreTritons) {

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -24,9 +25,12 @@ using Config = absl::StatusOr<inference::ModelConfig>;
 // memory at the top of every arena, and whole free pages, back to the kernel.
 void ReturnFreedMemoryToTheSystem() { malloc_trim(0); }
 
-// How often GetReady re-checks the budget (weights materialize lazily, so
-// READY models grow while they serve).
+// How often GetReady re-checks the budget (measurements may pass the
+// reservations: activations, a projection that fell short).
 constexpr absl::Duration kBudgetCheckInterval = absl::Milliseconds(100);
+// How often a load waiting for memory looks again: a model going idle (its
+// last request done) or freed (its last reference gone) signals nothing.
+constexpr absl::Duration kMemoryPollInterval = absl::Milliseconds(5);
 // How often Unload looks whether the in-flight requests have finished.
 constexpr absl::Duration kDrainPollInterval = absl::Milliseconds(2);
 
@@ -44,9 +48,16 @@ void LogScan(const std::string& path, const std::vector<ModelEntry>& models) {
   }
 }
 
+// "1 request in flight", "3 requests in flight".
+std::string InFlight(int64_t requests) {
+  return absl::StrCat(requests, requests == 1 ? " request" : " requests",
+                      " in flight");
+}
+
 // Drives each model's ModelLifecycle: claims, loads through the factory,
-// unloads, evicts under the LruEvictionPolicy, and reads configs from the
-// ModelCatalog. Load work GetReady starts runs on the executor.
+// unloads, evicts under the LruEvictionPolicy, accounts the budget, and reads
+// configs from the ModelCatalog. Load work GetReady starts runs on the
+// executor.
 class ModelManagerImpl final : public ModelManager {
  public:
   explicit ModelManagerImpl(ModelManagerOptions options)
@@ -58,6 +69,8 @@ class ModelManagerImpl final : public ModelManager {
         clock_(options.clock != nullptr ? *options.clock
                                         : platform::Clock::Real()),
         eviction_(options.memory_budget_bytes),
+        max_wait_for_memory_(options.max_wait_for_memory),
+        on_accounted_bytes_(std::move(options.on_accounted_bytes)),
         cancel_all_(std::make_shared<models::Cancellation>(options.stop)) {}
   ~ModelManagerImpl() override;
 
@@ -76,8 +89,15 @@ class ModelManagerImpl final : public ModelManager {
   ReadyModels() override;
 
  private:
-  // Waits until no load or unload of `name` runs, then claims it.
-  void ClaimLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until no load or unload of `name` runs, then claims it; a load
+  // may wait for memory until `load_deadline`.
+  void ClaimLocked(const std::string& name, absl::Time load_deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Until when a load asked for now may wait for memory, for a caller that
+  // waits until `deadline`.
+  absl::Time LoadDeadline(absl::Time deadline) const {
+    return std::min(deadline, clock_.Now() + max_wait_for_memory_);
+  }
   // Loads `name`, claimed by the caller, with `config` (parsed once, by
   // the caller), and releases the claim.
   absl::Status RunClaimedLoad(const std::string& name, Config config);
@@ -86,7 +106,7 @@ class ModelManagerImpl final : public ModelManager {
       std::shared_ptr<models::Cancellation> cancellation);
   void FinishLoad(const std::string& name, std::shared_ptr<ServedModel> created,
                   const absl::Status& status);
-  void StartLoadOnRequestLocked(const std::string& name)
+  void StartLoadOnRequestLocked(const std::string& name, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Describes `name`, not loaded, from its config (at startup, also logs a
   // bad one); `only_if_new`: unless the manager knows it already.
@@ -96,14 +116,42 @@ class ModelManagerImpl final : public ModelManager {
   absl::StatusOr<std::shared_ptr<ServedModel>> WaitUntilReady(
       const std::string& name, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Evicts idle models, least recently used first, until the READY models
-  // (with `incoming` in place of the READY `keep`, if given) fit the budget.
-  absl::Status MakeRoom(const std::string& keep, const ServedModel* incoming)
+  // --- The memory budget (see model_manager.h) ---
+
+  // Projects the configured footprint of the claimed load of `name` and
+  // reserves it (ReserveMemory). OK at once without a budget.
+  absl::Status AdmitLoad(const std::string& name,
+                         const inference::ModelConfig& config,
+                         const models::Cancellation& cancellation)
       ABSL_LOCKS_EXCLUDED(mu_);
-  int64_t UsedBytes(const std::string& keep, const ServedModel* incoming);
-  // The evicted model, to be released unlocked; null if none could go.
-  std::shared_ptr<ServedModel> EvictOneLocked(const std::string& keep)
+  // Reserves `bytes` for the claimed load of `name`: evicts idle models when
+  // that makes room, else waits for busy ones until the load's deadline.
+  absl::Status ReserveMemory(const std::string& name, int64_t bytes,
+                             const models::Cancellation& cancellation)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Measures the READY models (unlocked: a footprint waits on the weights'
+  // locks) and records the measurements.
+  void MeasureModels() ABSL_LOCKS_EXCLUDED(mu_);
+  // What is counted against the budget now (drops the freed models).
+  int64_t AccountedBytesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteAccountingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Who holds the counted bytes, for messages.
+  std::vector<BudgetHolder> HoldersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `model` (let go by `name`'s lifecycle, counting `bytes`) until
+  // its last reference is gone.
+  void CountUntilFreedLocked(const std::string& name,
+                             const std::shared_ptr<ServedModel>& model,
+                             int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts idle models other than `keep`, least recently used first, when
+  // together they free `bytes_to_free`. The evicted models, to be released
+  // unlocked; none if they could not free that much.
+  std::vector<std::shared_ptr<ServedModel>> EvictLocked(const std::string& keep,
+                                                        int64_t bytes_to_free)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Measures, and evicts idle models other than `keep` if the measurements
+  // took the count over the budget.
+  void EnforceBudget(const std::string& keep) ABSL_LOCKS_EXCLUDED(mu_);
+  // EnforceBudget, at most every kBudgetCheckInterval.
   void MaybeEnforceBudget(const std::string& keep) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ModelRepository& repository_;
@@ -112,6 +160,8 @@ class ModelManagerImpl final : public ModelManager {
   platform::Executor& executor_;
   platform::Clock& clock_;
   const LruEvictionPolicy eviction_;
+  const absl::Duration max_wait_for_memory_;
+  const std::function<void(int64_t)> on_accounted_bytes_;
   // The parent of every load's cancellation.
   const std::shared_ptr<models::Cancellation> cancel_all_;
 
@@ -121,9 +171,19 @@ class ModelManagerImpl final : public ModelManager {
   std::map<std::string, ModelLifecycle> models_ ABSL_GUARDED_BY(mu_);
   int active_loaders_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_budget_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Models let go of (evicted, unloaded, replaced) that may still be alive:
+  // counted against the budget until their last reference is gone.
+  struct Releasing {
+    std::string name;
+    std::weak_ptr<ServedModel> model;
+    int64_t bytes = 0;
+  };
+  std::vector<Releasing> releasing_ ABSL_GUARDED_BY(mu_);
 };
 
 ModelManagerImpl::~ModelManagerImpl() {
+  // No one can use what a load still running would make.
+  CancelAll("the model manager is shutting down");
   absl::MutexLock lock(&mu_);
   while (active_loaders_ > 0) changed_.Wait(&mu_);
 }
@@ -148,7 +208,7 @@ void ModelManagerImpl::LoadStartupModels() {
     }
     {
       absl::MutexLock lock(&mu_);
-      ClaimLocked(entry.name);
+      ClaimLocked(entry.name, clock_.Now() + max_wait_for_memory_);
     }
     // A failure is logged by FinishLoad and leaves the model UNAVAILABLE;
     // the others still load. The config is the one the scan parsed.
@@ -169,9 +229,11 @@ void ModelManagerImpl::NoteNotLoaded(const std::string& name,
   }
 }
 
-void ModelManagerImpl::ClaimLocked(const std::string& name) {
+void ModelManagerImpl::ClaimLocked(const std::string& name,
+                                   absl::Time load_deadline) {
   while (models_[name].busy()) changed_.Wait(&mu_);
   models_[name].Claim();
+  models_[name].ExtendLoadDeadline(load_deadline);
 }
 
 absl::Status ModelManagerImpl::Load(
@@ -186,7 +248,7 @@ absl::Status ModelManagerImpl::Load(
   }
   {
     absl::MutexLock lock(&mu_);
-    ClaimLocked(name);
+    ClaimLocked(name, clock_.Now() + max_wait_for_memory_);
   }
   return RunClaimedLoad(name,
                         catalog_.ConfigFor(name, std::move(config_override)));
@@ -202,7 +264,7 @@ absl::Status ModelManagerImpl::RunClaimedLoad(const std::string& name,
     changed_.SignalAll();
   }
   absl::Status status = config.status();
-  if (status.ok()) status = MakeRoom(name, nullptr);
+  if (status.ok()) status = AdmitLoad(name, *config, *cancellation);
   std::shared_ptr<ServedModel> created;
   if (status.ok()) {
     absl::StatusOr<std::shared_ptr<ServedModel>> made =
@@ -210,11 +272,10 @@ absl::Status ModelManagerImpl::RunClaimedLoad(const std::string& name,
     status = made.status();
     if (made.ok()) created = *std::move(made);
   }
-  if (status.ok()) {
-    status = MakeRoom(name, created.get());
-    if (!status.ok()) created.reset();  // Frees what was just loaded.
-  }
   FinishLoad(name, std::move(created), status);
+  // An eager load is measured at once; a measure above the reservation
+  // (buffers a projection does not see) makes room now.
+  if (status.ok()) EnforceBudget(name);
   return status;
 }
 
@@ -236,8 +297,14 @@ void ModelManagerImpl::FinishLoad(const std::string& name,
                                   const absl::Status& status) {
   std::shared_ptr<ServedModel> replaced;  // Released after the lock.
   absl::MutexLock lock(&mu_);
-  switch (models_[name].FinishLoad(std::move(created), status, clock_.Now(),
-                                   &replaced)) {
+  int64_t replaced_bytes = 0;
+  const ModelLifecycle::LoadOutcome outcome = models_[name].FinishLoad(
+      std::move(created), status, clock_.Now(), &replaced, &replaced_bytes);
+  if (replaced != nullptr) {
+    CountUntilFreedLocked(name, replaced, replaced_bytes);
+  }
+  NoteAccountingLocked();
+  switch (outcome) {
     case ModelLifecycle::LoadOutcome::kReady:
       Log(LogLevel::kInfo, "model ready", {{"model", name}});
       break;
@@ -253,8 +320,10 @@ void ModelManagerImpl::FinishLoad(const std::string& name,
   changed_.SignalAll();
 }
 
-void ModelManagerImpl::StartLoadOnRequestLocked(const std::string& name) {
+void ModelManagerImpl::StartLoadOnRequestLocked(const std::string& name,
+                                                absl::Time deadline) {
   models_[name].Claim(/*on_request=*/true);
+  models_[name].ExtendLoadDeadline(LoadDeadline(deadline));
   ++active_loaders_;
   executor_.Schedule([this, name] {
     // FinishLoad logs a failure.
@@ -302,19 +371,34 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ModelManagerImpl::WaitUntilReady(
       model.MarkUsed(clock_.Now());
       return ready;
     }
-    if (!model.busy() && model.loads_on_request()) {
-      StartLoadOnRequestLocked(name);
+    const bool expired = clock_.Now() >= deadline;
+    if (!model.busy() && model.loads_on_request() && !expired) {
+      StartLoadOnRequestLocked(name, deadline);
     }
     if (!model.busy()) {
-      return absl::UnavailableError(
+      // A load that got no memory says so with its code, as the load did.
+      const absl::StatusCode code =
+          model.failure_code() == absl::StatusCode::kResourceExhausted
+              ? absl::StatusCode::kResourceExhausted
+              : absl::StatusCode::kUnavailable;
+      return absl::Status(
+          code,
           absl::StrCat("model ", name, " is not ready: ", model.reason()));
     }
-    if (clock_.WaitWithDeadline(&changed_, &mu_, deadline) &&
-        clock_.Now() >= deadline) {
+    if (expired && model.waiting_for_memory()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("memory budget exceeded: model ", name,
+                       " did not get its memory before the deadline (",
+                       model.reason(), ")"));
+    }
+    if (expired) {
       return absl::DeadlineExceededError(absl::StrCat(
           "model ", name, " did not become ready before the deadline (",
-          models_[name].reason(), ")"));
+          model.reason(), ")"));
     }
+    // The load may wait for memory as long as a request waits for it.
+    model.ExtendLoadDeadline(LoadDeadline(deadline));
+    clock_.WaitWithDeadline(&changed_, &mu_, deadline);
   }
 }
 
@@ -332,9 +416,15 @@ absl::Status ModelManagerImpl::Unload(const std::string& name) {
             "the model was unloaded while it was loading")) {
       Log(LogLevel::kInfo, "cancelling the load of an unloaded model",
           {{"model", name}});
+      changed_.SignalAll();  // A load waiting for memory stops.
     }
-    ClaimLocked(name);
+    ClaimLocked(name, absl::InfinitePast());
+    const int64_t draining_bytes = models_[name].served_bytes();
     draining = models_[name].StartUnload();
+    if (draining != nullptr) {
+      CountUntilFreedLocked(name, draining, draining_bytes);
+    }
+    NoteAccountingLocked();
     changed_.SignalAll();
   }
   if (draining != nullptr) {
@@ -356,6 +446,8 @@ absl::Status ModelManagerImpl::Unload(const std::string& name) {
 
 void ModelManagerImpl::CancelAll(const std::string& reason) {
   cancel_all_->Cancel(reason);
+  absl::MutexLock lock(&mu_);
+  changed_.SignalAll();  // Loads waiting for memory stop.
 }
 
 std::vector<ModelStatus> ModelManagerImpl::Index() {
@@ -406,57 +498,174 @@ ModelManagerImpl::ReadyModels() {
   return ready;
 }
 
-int64_t ModelManagerImpl::UsedBytes(const std::string& keep,
-                                    const ServedModel* incoming) {
-  // Measured outside the lock: a footprint waits on the weights' locks.
-  int64_t used_bytes = incoming != nullptr ? MeasuredBytes(*incoming) : 0;
-  for (const auto& [name, model] : ReadyModels()) {
-    if (incoming != nullptr && name == keep) continue;  // Being replaced.
-    used_bytes += MeasuredBytes(*model);
+absl::Status ModelManagerImpl::AdmitLoad(
+    const std::string& name, const inference::ModelConfig& config,
+    const models::Cancellation& cancellation) {
+  if (!eviction_.has_budget()) return absl::OkStatus();
+  absl::StatusOr<int64_t> projected =
+      factory_.ProjectedBytes(catalog_.DirectoryOf(name), config);
+  if (!projected.ok()) return projected.status();
+  // A model that cannot fit even alone must not cost the others their
+  // place, nor wait: fail before evicting anything.
+  if (absl::Status alone = eviction_.CheckAlone(name, *projected);
+      !alone.ok()) {
+    return alone;
   }
-  return used_bytes;
+  return ReserveMemory(name, *projected, cancellation);
 }
 
-absl::Status ModelManagerImpl::MakeRoom(const std::string& keep,
-                                        const ServedModel* incoming) {
-  if (!eviction_.has_budget()) return absl::OkStatus();
-  const bool with_incoming = incoming != nullptr;
-  if (with_incoming) {
-    // A model that cannot fit even alone must not cost the others their
-    // place: fail before evicting anything.
-    absl::Status alone = eviction_.CheckAlone(keep, MeasuredBytes(*incoming));
-    if (!alone.ok()) return alone;
-  }
+absl::Status ModelManagerImpl::ReserveMemory(
+    const std::string& name, int64_t bytes,
+    const models::Cancellation& cancellation) {
   for (;;) {
-    const int64_t used_bytes = UsedBytes(keep, incoming);
-    if (eviction_.Fits(used_bytes, with_incoming)) return absl::OkStatus();
-    std::shared_ptr<ServedModel> evicted;
+    MeasureModels();
+    std::vector<std::shared_ptr<ServedModel>> evicted;
     {
       absl::MutexLock lock(&mu_);
-      evicted = EvictOneLocked(keep);
+      if (cancellation.cancelled()) {
+        return absl::CancelledError(cancellation.reason());
+      }
+      ModelLifecycle& model = models_[name];
+      const int64_t held_bytes = AccountedBytesLocked();
+      if (eviction_.Fits(held_bytes, bytes)) {
+        model.ReserveForLoad(bytes);
+        model.SetWaitingForMemory("");
+        NoteAccountingLocked();
+        changed_.SignalAll();
+        return absl::OkStatus();
+      }
+      evicted = EvictLocked(
+          name, held_bytes + bytes - eviction_.memory_budget_bytes());
+      if (evicted.empty()) {
+        const std::vector<BudgetHolder> holders = HoldersLocked();
+        const absl::Time deadline = model.load_deadline();
+        if (clock_.Now() >= deadline) {
+          model.MarkLoadRetryable();
+          return eviction_.NoRoomBeforeDeadline(name, bytes, held_bytes,
+                                                holders);
+        }
+        if (!model.waiting_for_memory()) {
+          Log(LogLevel::kInfo, "load waits for memory",
+              {{"model", name}, {"bytes", bytes}, {"held_bytes", held_bytes}});
+        }
+        model.SetWaitingForMemory(
+            eviction_.WaitingReason(name, bytes, held_bytes, holders));
+        // A poll in real time: a model going idle signals nothing, and the
+        // deadline above is the clock's.
+        changed_.WaitWithTimeout(&mu_, kMemoryPollInterval);
+        continue;
+      }
     }
-    if (evicted == nullptr) {
-      return eviction_.NothingToEvict(keep, used_bytes, with_incoming);
-    }
-    evicted.reset();  // Frees the evicted model, unlocked.
+    evicted.clear();  // Frees the evicted models, unlocked.
     ReturnFreedMemoryToTheSystem();
   }
 }
 
-std::shared_ptr<ServedModel> ModelManagerImpl::EvictOneLocked(
-    const std::string& keep) {
+void ModelManagerImpl::MeasureModels() {
+  const auto ready = ReadyModels();
+  std::vector<int64_t> measured_bytes;
+  measured_bytes.reserve(ready.size());
+  for (const auto& [name, model] : ready) {
+    measured_bytes.push_back(MeasuredBytes(*model));
+  }
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < ready.size(); ++i) {
+    models_[ready[i].first].SetMeasured(ready[i].second.get(),
+                                        measured_bytes[i]);
+  }
+  NoteAccountingLocked();
+}
+
+int64_t ModelManagerImpl::AccountedBytesLocked() {
+  releasing_.erase(std::remove_if(releasing_.begin(), releasing_.end(),
+                                  [](const Releasing& releasing) {
+                                    return releasing.model.expired();
+                                  }),
+                   releasing_.end());
+  int64_t bytes = 0;
+  for (const auto& [name, model] : models_) bytes += model.accounted_bytes();
+  for (const Releasing& releasing : releasing_) bytes += releasing.bytes;
+  return bytes;
+}
+
+void ModelManagerImpl::NoteAccountingLocked() {
+  if (on_accounted_bytes_) on_accounted_bytes_(AccountedBytesLocked());
+}
+
+std::vector<BudgetHolder> ModelManagerImpl::HoldersLocked() {
+  std::vector<BudgetHolder> holders;
+  for (const auto& [name, model] : models_) {
+    const int64_t bytes = model.accounted_bytes();
+    if (bytes == 0) continue;
+    std::string state = "idle";
+    if (model.busy()) {
+      state = model.ready() != nullptr ? "reloading" : "loading";
+    } else if (const std::shared_ptr<ServedModel> ready = model.ready()) {
+      if (ready->pending_requests() > 0) {
+        state = InFlight(ready->pending_requests());
+      }
+    }
+    holders.push_back({name, bytes, std::move(state)});
+  }
+  for (const Releasing& releasing : releasing_) {
+    holders.push_back(
+        {releasing.name, releasing.bytes, "unloaded, still in use"});
+  }
+  return holders;
+}
+
+void ModelManagerImpl::CountUntilFreedLocked(
+    const std::string& name, const std::shared_ptr<ServedModel>& model,
+    int64_t bytes) {
+  if (bytes > 0) releasing_.push_back({name, model, bytes});
+}
+
+std::vector<std::shared_ptr<ServedModel>> ModelManagerImpl::EvictLocked(
+    const std::string& keep, int64_t bytes_to_free) {
   std::vector<EvictionCandidate> candidates;
   candidates.reserve(models_.size());
   for (const auto& [name, model] : models_) {
-    candidates.push_back({name, model.last_used(), model.Evictable()});
+    candidates.push_back(
+        {name, model.last_used(), model.Evictable(), model.served_bytes()});
   }
-  std::optional<std::string> victim = eviction_.PickVictim(candidates, keep);
-  if (!victim.has_value()) return nullptr;
-  Log(LogLevel::kInfo, "evicted model to stay within the memory budget",
-      {{"model", *victim}, {"for", keep}});
-  LifecycleMetrics::Global().RecordEviction(*victim);
-  changed_.SignalAll();
-  return models_[*victim].Evict();
+  std::vector<std::shared_ptr<ServedModel>> evicted;
+  for (const std::string& victim :
+       eviction_.PickVictims(candidates, keep, bytes_to_free)) {
+    Log(LogLevel::kInfo, "evicted model to stay within the memory budget",
+        {{"model", victim}, {"for", keep}});
+    LifecycleMetrics::Global().RecordEviction(victim);
+    ModelLifecycle& model = models_[victim];
+    const int64_t bytes = model.served_bytes();
+    evicted.push_back(model.Evict());
+    CountUntilFreedLocked(victim, evicted.back(), bytes);
+  }
+  if (!evicted.empty()) {
+    NoteAccountingLocked();
+    changed_.SignalAll();
+  }
+  return evicted;
+}
+
+void ModelManagerImpl::EnforceBudget(const std::string& keep) {
+  if (!eviction_.has_budget()) return;
+  MeasureModels();
+  std::vector<std::shared_ptr<ServedModel>> evicted;
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t held_bytes = AccountedBytesLocked();
+    if (eviction_.Fits(held_bytes, 0)) return;
+    evicted = EvictLocked(keep, held_bytes - eviction_.memory_budget_bytes());
+    if (evicted.empty()) {
+      Log(LogLevel::kWarning,
+          "over the memory budget: the models measure more than reserved",
+          {{"model", keep},
+           {"held_bytes", held_bytes},
+           {"budget_bytes", eviction_.memory_budget_bytes()}});
+    }
+  }
+  if (evicted.empty()) return;
+  evicted.clear();  // Frees the evicted models, unlocked.
+  ReturnFreedMemoryToTheSystem();
 }
 
 void ModelManagerImpl::MaybeEnforceBudget(const std::string& keep) {
@@ -467,17 +676,7 @@ void ModelManagerImpl::MaybeEnforceBudget(const std::string& keep) {
     if (now - last_budget_check_ < kBudgetCheckInterval) return;
     last_budget_check_ = now;
   }
-  // Checked like the end of a load: `keep` serves in place of itself.
-  std::shared_ptr<ServedModel> kept;
-  for (auto& [name, model] : ReadyModels()) {
-    if (name == keep) kept = model;
-  }
-  if (kept == nullptr) return;
-  absl::Status fits = MakeRoom(keep, kept.get());
-  if (!fits.ok()) {
-    Log(LogLevel::kWarning, "over the memory budget",
-        {{"model", keep}, {"error", fits.ToString()}});
-  }
+  EnforceBudget(keep);
 }
 
 }  // namespace

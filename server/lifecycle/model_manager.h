@@ -11,13 +11,34 @@
 // new config builds the new model beside the old one and swaps it in only
 // once it is ready; in-flight requests finish on the old one.
 //
-// Memory budget: loading or materializing past `memory_budget_bytes`
-// (measured: the tracking allocator's per-model bytes and the weights'
-// footprint, not estimates) first unloads the least recently used idle model;
-// with nothing to evict the load fails with RESOURCE_EXHAUSTED.
+// Memory budget (`memory_budget_bytes`, a ceiling on what the models hold):
+// - Admission counts what a model will hold when it serves. Before a load
+//   builds anything, the factory projects the model's configured footprint
+//   from the checkpoint's headers and the weight policy
+//   (ServedModelFactory::ProjectedBytes), and the load reserves it.
+// - A model counts as the largest of its reservation, its tracking-allocator
+//   bytes and its weights' owned footprint (MeasuredBytes); a running load as
+//   its reservation; an unloaded, evicted or replaced model as what it
+//   counted until its last reference is gone (in-flight requests hold it).
+// - A load whose reservation does not fit beside what is counted unloads the
+//   least recently used idle models (only when that makes room). When the
+//   models that hold the memory are busy (requests in flight, loading,
+//   being freed), the load waits for them to go idle or be freed, until its
+//   deadline: the latest deadline of the requests waiting for it, or
+//   `max_wait_for_memory` for an explicit or startup load (also the longest
+//   any load waits). Unload and shutdown cancel the wait.
+// - RESOURCE_EXHAUSTED, naming the model, the bytes it needs, the budget and
+//   who holds what: at once for a model whose projection alone exceeds the
+//   budget (nothing is evicted for it), else when the deadline passes. A
+//   request-started load that failed so loads again on a later request.
+// - Measurements above the reservations (activations, a projection that fell
+//   short) are checked after every load and at most every 100 ms on
+//   requests: idle models are evicted to get back under the budget.
 #ifndef CASTSERVE_SERVER_LIFECYCLE_MODEL_MANAGER_H_
 #define CASTSERVE_SERVER_LIFECYCLE_MODEL_MANAGER_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +67,15 @@ class ServedModelFactory {
   virtual absl::StatusOr<std::shared_ptr<ServedModel>> Create(
       const std::string& model_directory, const inference::ModelConfig& config,
       std::shared_ptr<const models::Cancellation> cancellation) = 0;
+
+  // The bytes the model Create would make holds once it serves (its
+  // configured footprint: storage, cached compute copies, a bound on the
+  // transient ones, buffers), known before any tensor data is read: the
+  // manager reserves them against the budget before calling Create. The
+  // errors Create would return for a bad config or checkpoint.
+  virtual absl::StatusOr<int64_t> ProjectedBytes(
+      const std::string& model_directory,
+      const inference::ModelConfig& config) = 0;
 };
 
 struct ModelManagerOptions {
@@ -56,11 +86,20 @@ struct ModelManagerOptions {
   // When set (may be null), cancels everything like CancelAll.
   std::shared_ptr<const models::Cancellation> stop;
   // Runs the loads GetReady starts (not owned; outlives the manager). Null:
-  // platform::Executor::Default(). The manager's destructor waits for them.
+  // platform::Executor::Default(). The manager's destructor cancels and waits
+  // for them.
   platform::Executor* executor = nullptr;
   // What load times, last-use times, the budget check's interval and the
   // wait for a first-request load read (not owned; outlives the manager).
   platform::Clock* clock = &platform::Clock::Real();
+  // How long an explicit or startup load waits for busy models to make room
+  // in the budget, and the longest a load GetReady started waits.
+  absl::Duration max_wait_for_memory = absl::Minutes(1);
+  // Called with the bytes counted against the budget after every change
+  // that may raise them (a reservation, a load's end, a measurement, an
+  // eviction, an unload), under the manager's lock: it must not call the
+  // manager. For tests and metrics; may be empty.
+  std::function<void(int64_t accounted_bytes)> on_accounted_bytes;
 };
 
 // Thread-safe.

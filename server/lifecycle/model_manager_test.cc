@@ -1,5 +1,6 @@
 #include "server/lifecycle/model_manager.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -19,109 +20,15 @@
 #include "platform/test_util/manual_executor.h"
 #include "server/lifecycle/model_repository.h"
 #include "server/lifecycle/served_model.h"
+#include "server/test_util/sized_model_factory.h"
 
 namespace castserve {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A served model that only holds bytes: footprint() reports them, requests
-// are counted as pending until the test says otherwise.
-class FakeServedModel : public ServedModel {
- public:
-  FakeServedModel(inference::ModelConfig config, int64_t bytes,
-                  std::atomic<int>* live)
-      : config_(std::move(config)), bytes_(bytes), live_(live) {
-    ++*live_;
-  }
-  ~FakeServedModel() override { --*live_; }
-
-  const inference::ModelConfig& config() const override { return config_; }
-  const std::vector<TensorSpec>& inputs() const override { return specs_; }
-  const std::vector<TensorSpec>& outputs() const override { return specs_; }
-  void Infer(InferenceCall, std::function<void(absl::Status)> done) override {
-    done(absl::OkStatus());
-  }
-  int64_t pending_requests() const override { return pending_; }
-  ServedModelStatistics statistics() const override { return {}; }
-  casting::Footprint footprint() const override {
-    casting::Footprint footprint;
-    footprint.AddResident("f32", bytes_);
-    return footprint;
-  }
-  int64_t tracked_bytes() const override { return bytes_ / 2; }
-
-  void set_pending(int pending) { pending_ = pending; }
-
- private:
-  const inference::ModelConfig config_;
-  const std::vector<TensorSpec> specs_;
-  const int64_t bytes_;
-  std::atomic<int>* const live_;
-  std::atomic<int> pending_{0};
-};
-
-// Makes FakeServedModels of the size in the config's "bytes" parameter;
-// fails for configs with a "fail" parameter. While gated, Create blocks.
-class FakeFactory : public ServedModelFactory {
- public:
-  absl::StatusOr<std::shared_ptr<ServedModel>> Create(
-      const std::string& model_directory, const inference::ModelConfig& config,
-      std::shared_ptr<const models::Cancellation> cancellation) override {
-    ++creates_;
-    {
-      absl::MutexLock lock(&mu_);
-      ++waiting_;
-      // A real load polls its cancellation between steps; so does this one.
-      while (!mu_.AwaitWithTimeout(
-          absl::Condition(
-              +[](bool* gated) { return !*gated; }, &gated_),
-          absl::Milliseconds(1))) {
-        if (cancellation != nullptr && cancellation->cancelled()) {
-          --waiting_;
-          return absl::CancelledError(cancellation->reason());
-        }
-      }
-      --waiting_;
-    }
-    if (config.parameters().count("fail") > 0) {
-      return absl::FailedPreconditionError(
-          config.parameters().at("fail").string_value());
-    }
-    const auto bytes = config.parameters().find("bytes");
-    return std::make_shared<FakeServedModel>(
-        config,
-        bytes == config.parameters().end()
-            ? 100
-            : std::atoll(bytes->second.string_value().c_str()),
-        &live_models_);
-  }
-
-  void Gate() {
-    absl::MutexLock lock(&mu_);
-    gated_ = true;
-  }
-  void Open() {
-    absl::MutexLock lock(&mu_);
-    gated_ = false;
-  }
-  void AwaitWaiting(int count) {
-    absl::MutexLock lock(&mu_);
-    auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return waiting_ >= count;
-    };
-    mu_.Await(absl::Condition(&reached));
-  }
-  int creates() const { return creates_; }
-  int live_models() const { return live_models_; }
-
- private:
-  absl::Mutex mu_;
-  bool gated_ ABSL_GUARDED_BY(mu_) = false;
-  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<int> creates_{0};
-  std::atomic<int> live_models_{0};
-};
+using testing::SizedModelFactory;
+using testing::SizedServedModel;
 
 class Fixture {
  public:
@@ -146,9 +53,19 @@ class Fixture {
   ModelManager& manager() {
     if (manager_ == nullptr) {
       repository_ = *ModelRepository::Open(root_.string());
-      manager_ =
-          *ModelManager::Create({repository_.get(), &factory_, budget_bytes_,
-                                 nullptr, executor_, clock_});
+      ModelManagerOptions options;
+      options.repository = repository_.get();
+      options.factory = &factory_;
+      options.memory_budget_bytes = budget_bytes_;
+      options.executor = executor_;
+      options.clock = clock_;
+      options.max_wait_for_memory = max_wait_for_memory_;
+      options.on_accounted_bytes = [this](int64_t bytes) {
+        absl::MutexLock lock(&accounted_mu_);
+        most_accounted_bytes_ = std::max(most_accounted_bytes_, bytes);
+        ++accounting_notes_;
+      };
+      manager_ = *ModelManager::Create(std::move(options));
     }
     return *manager_;
   }
@@ -156,7 +73,29 @@ class Fixture {
   void set_executor(platform::Executor* executor) { executor_ = executor; }
   // Before manager(): the clock last-use times and deadlines read.
   void set_clock(platform::Clock* clock) { clock_ = clock; }
-  FakeFactory& factory() { return factory_; }
+  // Before manager(): how long explicit loads wait for memory.
+  void set_max_wait_for_memory(absl::Duration wait) {
+    max_wait_for_memory_ = wait;
+  }
+  SizedModelFactory& factory() { return factory_; }
+  // The most the manager counted against the budget at any change.
+  int64_t most_accounted_bytes() {
+    absl::MutexLock lock(&accounted_mu_);
+    return most_accounted_bytes_;
+  }
+  int accounting_notes() {
+    absl::MutexLock lock(&accounted_mu_);
+    return accounting_notes_;
+  }
+  // Returns once `name`'s reason contains `text` (false after 10 s).
+  bool AwaitReason(const std::string& name, const std::string& text) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (ReasonOf(name).find(text) == std::string::npos) {
+      if (absl::Now() > give_up) return false;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return true;
+  }
 
   ModelState StateOf(const std::string& name) {
     absl::StatusOr<ModelStatus> status = manager().Status(name);
@@ -173,16 +112,22 @@ class Fixture {
   int64_t budget_bytes_ = 0;
   platform::Executor* executor_ = nullptr;
   platform::Clock* clock_ = &platform::Clock::Real();
-  FakeFactory factory_;
+  absl::Duration max_wait_for_memory_ = absl::Minutes(1);
+  SizedModelFactory factory_;
+  absl::Mutex accounted_mu_;
+  int64_t most_accounted_bytes_ ABSL_GUARDED_BY(accounted_mu_) = 0;
+  int accounting_notes_ ABSL_GUARDED_BY(accounted_mu_) = 0;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<ModelManager> manager_;
 };
 
-std::string Config(int64_t bytes, bool first_request = false) {
+std::string Config(int64_t bytes, bool first_request = false,
+                   bool grow = false) {
   return absl::StrCat(
       first_request ? "load_policy: LOAD_POLICY_FIRST_REQUEST\n" : "",
-      "parameters { key: \"bytes\" value { string_value: \"", bytes,
-      "\" } }\n");
+      "parameters { key: \"bytes\" value { string_value: \"", bytes, "\" } }\n",
+      grow ? "parameters { key: \"grow\" value { string_value: \"\" } }\n"
+           : "");
 }
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
@@ -388,7 +333,7 @@ TEST(ModelManagerTest, UnloadWaitsForInFlightRequestsAndFreesTheModel) {
   fixture.manager().LoadStartupModels();
   std::shared_ptr<ServedModel> model =
       *fixture.manager().GetReady("m", "", Soon());
-  auto* fake = static_cast<FakeServedModel*>(model.get());
+  auto* fake = static_cast<SizedServedModel*>(model.get());
   fake->set_pending(1);
   std::weak_ptr<ServedModel> watch = model;
   model.reset();
@@ -472,29 +417,186 @@ TEST(ModelManagerTest, EvictsTheLeastRecentlyUsedIdleModelOverBudget) {
   EXPECT_EQ(fixture.StateOf("c"), ModelState::kReady);
 }
 
-TEST(ModelManagerTest, BusyModelsAreNotEvictedAndTheLoadFails) {
+TEST(ModelManagerTest, ExplicitLoadWaitsForABusyModelUntilItsDeadline) {
   Fixture fixture(/*budget_bytes=*/150);
+  fixture.set_max_wait_for_memory(absl::Milliseconds(50));
   fixture.AddModel("a", Config(100));
   fixture.AddModel("b", Config(100));
   ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
   std::shared_ptr<ServedModel> a = *fixture.manager().GetReady("a", "", Soon());
-  static_cast<FakeServedModel*>(a.get())->set_pending(1);
+  static_cast<SizedServedModel*>(a.get())->set_pending(1);
 
   const absl::Status loaded = fixture.manager().Load("b", std::nullopt);
   EXPECT_EQ(loaded.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(loaded.message(),
+            "memory budget exceeded: model b needs 100 bytes, budget 150 "
+            "bytes, 100 bytes held: a 100 bytes (1 request in flight); none "
+            "became idle before the deadline");
   EXPECT_EQ(fixture.StateOf("a"), ModelState::kReady);
   EXPECT_EQ(fixture.StateOf("b"), ModelState::kUnavailable);
   EXPECT_NE(fixture.ReasonOf("b").find("memory budget"), std::string::npos);
-  a.reset();
-  EXPECT_EQ(fixture.factory().live_models(), 1);  // b was freed.
+  EXPECT_EQ(fixture.factory().creates(), 1) << "b was never built";
+  EXPECT_LE(fixture.most_accounted_bytes(), 150);
 }
 
-TEST(ModelManagerTest, ModelLargerThanTheBudgetFailsAlone) {
+TEST(ModelManagerTest, ModelLargerThanTheBudgetFailsAtOnceBeforeItIsBuilt) {
   Fixture fixture(/*budget_bytes=*/250);
-  fixture.AddModel("huge", Config(1000));
-  EXPECT_EQ(fixture.manager().Load("huge", std::nullopt).code(),
-            absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(fixture.factory().live_models(), 0);
+  fixture.AddModel("a", Config(100));
+  fixture.AddModel("huge", Config(1000, /*first_request=*/true));
+  ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
+  std::shared_ptr<ServedModel> a = *fixture.manager().GetReady("a", "", Soon());
+  static_cast<SizedServedModel*>(a.get())->set_pending(1);  // Busy: no wait.
+
+  const absl::Time start = absl::Now();
+  const absl::Status status =
+      fixture.manager().GetReady("huge", "", Soon()).status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "failed without waiting";
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("model huge alone needs 1000 bytes"),
+            std::string::npos)
+      << status;
+  EXPECT_NE(status.message().find("budget 250 bytes"), std::string::npos)
+      << status;
+  EXPECT_EQ(fixture.factory().creates(), 1) << "huge was never built";
+  EXPECT_EQ(fixture.StateOf("a"), ModelState::kReady) << "a was not evicted";
+  // An explicit load says the same.
+  const absl::Status loaded = fixture.manager().Load("huge", std::nullopt);
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(loaded.message().find("alone needs"), std::string::npos) << loaded;
+}
+
+TEST(ModelManagerTest, NoRequestIsLostWhenABusyModelGoingIdleMakesRoom) {
+  Fixture fixture(/*budget_bytes=*/150);
+  fixture.AddModel("a", Config(100));
+  fixture.AddModel("b", Config(100, /*first_request=*/true, /*grow=*/true));
+  ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
+  std::shared_ptr<ServedModel> a = *fixture.manager().GetReady("a", "", Soon());
+  auto* busy = static_cast<SizedServedModel*>(a.get());
+  busy->set_pending(1);
+  a.reset();
+
+  absl::Notification answered;
+  absl::StatusOr<std::shared_ptr<ServedModel>> b;
+  std::thread request([&] {
+    b = fixture.manager().GetReady("b", "", Soon());
+    answered.Notify();
+  });
+  EXPECT_TRUE(fixture.AwaitReason("b", "waiting for memory"));
+  EXPECT_NE(fixture.ReasonOf("b").find("a 100 bytes (1 request in flight)"),
+            std::string::npos)
+      << fixture.ReasonOf("b");
+  EXPECT_EQ(fixture.StateOf("b"), ModelState::kLoading);
+  EXPECT_FALSE(answered.HasBeenNotified());
+  EXPECT_EQ(fixture.factory().creates(), 1) << "b waits before it is built";
+  busy->set_pending(0);
+  request.join();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(fixture.StateOf("a"), ModelState::kUnavailable);
+  EXPECT_NE(fixture.ReasonOf("a").find("evicted"), std::string::npos);
+  EXPECT_EQ(fixture.StateOf("b"), ModelState::kReady);
+  EXPECT_LE(fixture.factory().held().most(), 150);
+  EXPECT_LE(fixture.most_accounted_bytes(), 150);
+}
+
+TEST(ModelManagerTest,
+     RequestWaitingForMemoryFailsAtItsDeadlineWithTheHolders) {
+  Fixture fixture(/*budget_bytes=*/150);
+  fixture.AddModel("a", Config(100));
+  fixture.AddModel("b", Config(100, /*first_request=*/true));
+  ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
+  std::shared_ptr<ServedModel> a = *fixture.manager().GetReady("a", "", Soon());
+  auto* busy = static_cast<SizedServedModel*>(a.get());
+  busy->set_pending(2);
+  a.reset();  // Requests in flight hold it, not the test.
+
+  const absl::Status status =
+      fixture.manager()
+          .GetReady("b", "", absl::Now() + absl::Milliseconds(100))
+          .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  for (const char* part : {"model b needs 100 bytes", "budget 150 bytes",
+                           "a 100 bytes (2 requests in flight)"}) {
+    EXPECT_NE(status.message().find(part), std::string::npos)
+        << part << " in " << status;
+  }
+  EXPECT_EQ(fixture.StateOf("a"), ModelState::kReady);
+  EXPECT_EQ(fixture.factory().creates(), 1) << "b was never built";
+
+  // Memory is not a lasting failure: b loads on a later request.
+  busy->set_pending(0);
+  absl::StatusOr<std::shared_ptr<ServedModel>> b =
+      fixture.manager().GetReady("b", "", Soon());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(fixture.StateOf("a"), ModelState::kUnavailable);
+  EXPECT_LE(fixture.most_accounted_bytes(), 150);
+}
+
+TEST(ModelManagerTest, UnloadAndShutdownCancelALoadWaitingForMemory) {
+  Fixture fixture(/*budget_bytes=*/150);
+  fixture.AddModel("a", Config(100));
+  fixture.AddModel("b", Config(100));
+  fixture.AddModel("c", Config(100));
+  ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
+  std::shared_ptr<ServedModel> a = *fixture.manager().GetReady("a", "", Soon());
+  static_cast<SizedServedModel*>(a.get())->set_pending(1);
+
+  absl::Status loaded_b;
+  std::thread load_b(
+      [&] { loaded_b = fixture.manager().Load("b", std::nullopt); });
+  EXPECT_TRUE(fixture.AwaitReason("b", "waiting for memory"));
+  EXPECT_TRUE(fixture.manager().Unload("b").ok());
+  load_b.join();
+  EXPECT_EQ(loaded_b.code(), absl::StatusCode::kCancelled) << loaded_b;
+  EXPECT_EQ(fixture.ReasonOf("b"), "unloaded");
+
+  absl::Status loaded_c;
+  std::thread load_c(
+      [&] { loaded_c = fixture.manager().Load("c", std::nullopt); });
+  EXPECT_TRUE(fixture.AwaitReason("c", "waiting for memory"));
+  fixture.manager().CancelAll("the daemon is shutting down");
+  load_c.join();
+  EXPECT_EQ(loaded_c.code(), absl::StatusCode::kCancelled) << loaded_c;
+  EXPECT_EQ(fixture.factory().creates(), 1);
+}
+
+TEST(ModelManagerTest, ConcurrentFirstRequestsToManyGrowingModelsStayInBudget) {
+  constexpr int kModels = 24, kThreads = 8, kRequestsPerThread = 60;
+  constexpr int64_t kModelBytes = 100, kBudgetBytes = 6 * kModelBytes;
+  Fixture fixture(kBudgetBytes);
+  for (int i = 0; i < kModels; ++i) {
+    fixture.AddModel(absl::StrCat("m", i),
+                     Config(kModelBytes, /*first_request=*/true,
+                            /*grow=*/true));
+  }
+  ModelManager& manager = fixture.manager();
+  std::atomic<int> failures{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < kThreads; ++t) {
+    clients.emplace_back([&, t] {
+      for (int k = 0; k < kRequestsPerThread; ++k) {
+        const std::string name = absl::StrCat("m", (t * 7 + k * 5) % kModels);
+        absl::StatusOr<std::shared_ptr<ServedModel>> model =
+            manager.GetReady(name, "", absl::Now() + absl::Seconds(60));
+        if (!model.ok()) {
+          ADD_FAILURE() << name << ": " << model.status();
+          ++failures;
+          continue;
+        }
+        absl::Status answered;
+        (*model)->Infer({}, [&](absl::Status status) { answered = status; });
+        if (!answered.ok()) ++failures;
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  EXPECT_EQ(failures, 0);
+  // What the models really held, summed at each change, and what the
+  // manager counted, at each change of its own accounting.
+  EXPECT_GT(fixture.factory().held().most(), 0);
+  EXPECT_LE(fixture.factory().held().most(), kBudgetBytes);
+  EXPECT_GT(fixture.accounting_notes(), kModels);
+  EXPECT_LE(fixture.most_accounted_bytes(), kBudgetBytes);
+  EXPECT_GT(fixture.factory().creates(), kModels) << "models were evicted";
 }
 
 TEST(ModelManagerTest, ModelThatCannotFitAloneEvictsNothing) {

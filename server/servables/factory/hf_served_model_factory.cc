@@ -10,7 +10,9 @@
 #include "casting/device_memory.h"
 #include "casting/device_probe.h"
 #include "casting/tracking_allocator.h"
+#include "models/configured_footprint.h"
 #include "models/model_loader.h"
+#include "server/lifecycle/model_config_loader.h"
 #include "server/log.h"
 #include "server/servables/batching/batching_served_model.h"
 #include "server/servables/generation/generation_model_loader.h"
@@ -73,9 +75,9 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Create(
       [&] { return Load(model_directory, config, std::move(cancellation)); });
 }
 
-absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
-    const std::string& model_directory, const inference::ModelConfig& config,
-    std::shared_ptr<const models::Cancellation> cancellation) {
+absl::StatusOr<HfServedModelFactory::LoadPlan> HfServedModelFactory::PlanLoad(
+    const std::string& model_directory,
+    const inference::ModelConfig& config) const {
   absl::StatusOr<casting::Device> device = DeviceFromConfig(config);
   if (!device.ok()) return device.status();
   if (absl::Status available = casting::CheckDeviceAvailable(*device);
@@ -85,15 +87,18 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
   if (absl::Status valid = CheckConfigLimits(config, options_); !valid.ok()) {
     return valid;
   }
+  LoadPlan plan;
   absl::StatusOr<int> intra_op_threads = IntraOpThreadsFor(
       config, options_.intra_op_threads,
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   if (!intra_op_threads.ok()) return intra_op_threads.status();
+  plan.intra_op_threads = *intra_op_threads;
   absl::StatusOr<std::string> folder =
       CheckpointFolder(model_directory, config.checkpoint().path());
   if (!folder.ok()) return folder.status();
+  plan.folder = *std::move(folder);
   if (absl::Status inside =
-          CheckInsideRepository(model_directory, *folder, config,
+          CheckInsideRepository(model_directory, plan.folder, config,
                                 options_.allow_symlinks_outside_repository);
       !inside.ok()) {
     return inside;
@@ -101,25 +106,76 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
   absl::StatusOr<models::WeightPolicyOptions> options =
       WeightPolicyFromConfig(config.weights());
   if (!options.ok()) return options.status();
-  options->device = *device;
-  std::unique_ptr<TrackedModelId> tracked_id =
-      TrackedModelId::Register(config.name());
+  plan.weights = *std::move(options);
+  plan.weights.device = *device;
+  return plan;
+}
+
+absl::StatusOr<std::unique_ptr<models::Model>> HfServedModelFactory::BuildModel(
+    const LoadPlan& plan, const models::WeightPolicyOptions& weights,
+    const inference::ModelConfig& config, const TrackedModelId& tracked_id) {
   absl::StatusOr<std::unique_ptr<models::Model>> model;
   {
-    casting::ScopedModelTag tag(tracked_id->id());
-    model = models::LoadHfModel(*folder, *options, config.architecture());
+    casting::ScopedModelTag tag(tracked_id.id());
+    model = models::LoadHfModel(plan.folder, weights, config.architecture());
   }
   if (!model.ok()) {
     return absl::Status(model.status().code(),
-                        absl::StrCat(*folder, ": ", model.status().message()));
+                        absl::StrCat(plan.folder, ": ", model.status().message()));
   }
+  return model;
+}
+
+absl::StatusOr<int64_t> HfServedModelFactory::ProjectedBytes(
+    const std::string& model_directory, const inference::ModelConfig& config) {
+  return models::CatchExceptions([&]() -> absl::StatusOr<int64_t> {
+    return Project(model_directory, config);
+  });
+}
+
+absl::StatusOr<int64_t> HfServedModelFactory::Project(
+    const std::string& model_directory, const inference::ModelConfig& config) {
+  absl::StatusOr<LoadPlan> plan = PlanLoad(model_directory, config);
+  if (!plan.ok()) return plan.status();
+  // Built lazily whatever the policy says (eager would read every weight):
+  // the module tree and its weights' headers are what the projection needs.
+  models::WeightPolicyOptions lazy = plan->weights;
+  lazy.eager = false;
+  std::unique_ptr<TrackedModelId> tracked_id =
+      TrackedModelId::Register(config.name());
+  absl::StatusOr<std::unique_ptr<models::Model>> model =
+      BuildModel(*plan, lazy, config, *tracked_id);
+  if (!model.ok()) return model.status();
+  // What the lazy build allocated is buffers beside the weights (position
+  // ids, rotary tables): the served model holds them too.
+  int64_t bytes = tracked_id->live_bytes() +
+                  models::ConfiguredFootprint((*model)->root(), plan->weights,
+                                              InstanceCount(config))
+                      .owned_bytes();
+  if (config.has_generation()) {
+    bytes += WithGenerationDefaults(config.generation()).kv_cache_bytes();
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
+    const std::string& model_directory, const inference::ModelConfig& config,
+    std::shared_ptr<const models::Cancellation> cancellation) {
+  absl::StatusOr<LoadPlan> plan = PlanLoad(model_directory, config);
+  if (!plan.ok()) return plan.status();
+  std::unique_ptr<TrackedModelId> tracked_id =
+      TrackedModelId::Register(config.name());
+  absl::StatusOr<std::unique_ptr<models::Model>> model =
+      BuildModel(*plan, plan->weights, config, *tracked_id);
+  if (!model.ok()) return model.status();
+  const std::string& folder = plan->folder;
   const inference::ModelConfig noted = WithStorageNote(config, **model);
   if (config.has_generation()) {
-    return LoadGenerationModel(*folder, noted, *std::move(model),
+    return LoadGenerationModel(folder, noted, *std::move(model),
                                std::move(tracked_id), std::move(cancellation));
   }
   std::shared_ptr<const TextInput> text =
-      TextInputFor(*folder, **model, config.name());
+      TextInputFor(folder, **model, config.name());
   inference::ModelConfig effective = noted;
   if (effective.platform().empty()) effective.set_platform(kDefaultPlatform);
   if (effective.backend().empty()) effective.set_backend(kDefaultBackend);
@@ -131,8 +187,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
       BatchingServedModel::Create(
           std::move(effective),
           std::shared_ptr<models::Model>(*std::move(model)),
-          std::move(tracked_id), *intra_op_threads, std::move(cancellation),
-          std::move(text));
+          std::move(tracked_id), plan->intra_op_threads,
+          std::move(cancellation), std::move(text));
   if (!served.ok()) return served.status();
   if (absl::Status warm =
           RunWarmups(**served, (*served)->config(), model_directory, options_);

@@ -34,6 +34,7 @@
 #include "server/servables/factory/text_input_loader.h"
 #include "server/servables/factory/warmup_requests.h"
 #include "server/servables/text_input.h"
+#include "server/servables/tracked_model_id.h"
 
 namespace castserve {
 
@@ -57,7 +58,32 @@ class HfServedModelFactory final : public ServedModelFactory {
       const std::string& model_directory, const inference::ModelConfig& config,
       std::shared_ptr<const models::Cancellation> cancellation) override;
 
+  // Builds the model lazily (eager or not: no tensor data is read) and
+  // returns the owned bytes of its configured footprint
+  // (models/configured_footprint.h) for the config's instance count, plus
+  // the buffers the build allocated (the tracking allocator's bytes) and,
+  // for a generation model, its KV-cache pool (generation.kv_cache_bytes).
+  // Create's errors for a bad config or checkpoint.
+  absl::StatusOr<int64_t> ProjectedBytes(
+      const std::string& model_directory,
+      const inference::ModelConfig& config) override;
+
  private:
+  // What Create and ProjectedBytes check and derive from a config first.
+  struct LoadPlan {
+    std::string folder;                   // The checkpoint folder.
+    models::WeightPolicyOptions weights;  // With the device set.
+    int intra_op_threads = 1;
+  };
+  absl::StatusOr<LoadPlan> PlanLoad(const std::string& model_directory,
+                                    const inference::ModelConfig& config) const;
+  // LoadHfModel of the plan's folder under `weights`, attributed to
+  // `tracked_id`; errors prefixed with the folder.
+  static absl::StatusOr<std::unique_ptr<models::Model>> BuildModel(
+      const LoadPlan& plan, const models::WeightPolicyOptions& weights,
+      const inference::ModelConfig& config, const TrackedModelId& tracked_id);
+  absl::StatusOr<int64_t> Project(const std::string& model_directory,
+                                  const inference::ModelConfig& config);
   absl::StatusOr<std::shared_ptr<ServedModel>> Load(
       const std::string& model_directory, const inference::ModelConfig& config,
       std::shared_ptr<const models::Cancellation> cancellation);

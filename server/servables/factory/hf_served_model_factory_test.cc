@@ -92,6 +92,47 @@ TEST(HfServedModelFactoryTest, ServesTheBertFixtureWithReferenceOutputs) {
   }
 }
 
+TEST(HfServedModelFactoryTest,
+     ProjectionIsWhatTheServedModelHoldsBeforeAnyRead) {
+  HfServedModelFactory factory(RunfilesOptions());
+  inference::ModelConfig config = BertConfig();
+  // Eager: the projection must not read what the load reads.
+  config.mutable_weights()->set_materialization(
+      inference::MATERIALIZATION_EAGER);
+  absl::StatusOr<int64_t> projected =
+      factory.ProjectedBytes(kBertDirectory, config);
+  ASSERT_TRUE(projected.ok()) << projected.status();
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      factory.Create(kBertDirectory, config, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int64_t weight_bytes = (*model)->footprint().owned_bytes();
+  EXPECT_GT(weight_bytes, 100000) << "the fixture's f32 weights, resident";
+  EXPECT_GE(*projected, weight_bytes);
+  // Beyond the weights only buffers the build made (a few KiB here).
+  EXPECT_LT(*projected, weight_bytes + weight_bytes / 10);
+  InferNow(**model, ReferenceRequest(Reference()));
+  EXPECT_LE((*model)->footprint().owned_bytes(), *projected);
+
+  // Two instances: the transient copies two forwards hold at once.
+  inference::ModelConfig casting = BertConfig();
+  casting.mutable_weights()->set_compute_copy(
+      inference::COMPUTE_COPY_TRANSIENT);
+  casting.mutable_weights()->mutable_casting()->set_storage_dtype(
+      inference::STORAGE_DTYPE_BF16);
+  const int64_t one = *factory.ProjectedBytes(kBertDirectory, casting);
+  auto* group = casting.add_instance_group();
+  group->set_kind(inference::ModelInstanceGroup::KIND_CPU);
+  group->set_count(2);
+  const int64_t two = *factory.ProjectedBytes(kBertDirectory, casting);
+  EXPECT_GT(two, one);
+  EXPECT_LT(one, *projected) << "bf16 storage is smaller than f32";
+
+  // A config Create refuses, the projection refuses alike.
+  EXPECT_EQ(
+      factory.ProjectedBytes("/no/such/model", BertConfig()).status().code(),
+      factory.Create("/no/such/model", BertConfig(), nullptr).status().code());
+}
+
 TEST(HfServedModelFactoryTest, FillsTheSignatureWithoutTheBatchDimension) {
   HfServedModelFactory factory(RunfilesOptions());
   absl::StatusOr<std::shared_ptr<ServedModel>> model =

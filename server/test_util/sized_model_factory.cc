@@ -1,0 +1,123 @@
+#include "server/test_util/sized_model_factory.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/time/time.h"
+
+namespace castserve::testing {
+namespace {
+
+int64_t BytesOf(const inference::ModelConfig& config) {
+  const auto bytes = config.parameters().find("bytes");
+  return bytes == config.parameters().end()
+             ? 100
+             : std::atoll(bytes->second.string_value().c_str());
+}
+
+}  // namespace
+
+void HeldBytes::Add(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  now_ += bytes;
+  most_ = std::max(most_, now_);
+}
+
+int64_t HeldBytes::now() const {
+  absl::MutexLock lock(&mu_);
+  return now_;
+}
+
+int64_t HeldBytes::most() const {
+  absl::MutexLock lock(&mu_);
+  return most_;
+}
+
+SizedServedModel::SizedServedModel(inference::ModelConfig config, int64_t bytes,
+                                   bool grow, HeldBytes* held,
+                                   std::atomic<int>* live)
+    : config_(std::move(config)),
+      bytes_(bytes),
+      held_(held),
+      live_(live),
+      grown_(!grow) {
+  ++*live_;
+  if (!grow) held_->Add(bytes_);
+}
+
+SizedServedModel::~SizedServedModel() {
+  held_->Add(-held_bytes());
+  --*live_;
+}
+
+void SizedServedModel::Grow() {
+  if (!grown_.exchange(true)) held_->Add(bytes_);
+}
+
+void SizedServedModel::Infer(InferenceCall,
+                             std::function<void(absl::Status)> done) {
+  ++pending_;
+  Grow();
+  --pending_;
+  done(absl::OkStatus());
+}
+
+casting::Footprint SizedServedModel::footprint() const {
+  casting::Footprint footprint;
+  footprint.AddResident("f32", held_bytes());
+  return footprint;
+}
+
+absl::StatusOr<std::shared_ptr<ServedModel>> SizedModelFactory::Create(
+    const std::string& model_directory, const inference::ModelConfig& config,
+    std::shared_ptr<const models::Cancellation> cancellation) {
+  ++creates_;
+  {
+    absl::MutexLock lock(&mu_);
+    ++waiting_;
+    while (!mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](bool* gated) { return !*gated; }, &gated_),
+        absl::Milliseconds(1))) {
+      if (cancellation != nullptr && cancellation->cancelled()) {
+        --waiting_;
+        return absl::CancelledError(cancellation->reason());
+      }
+    }
+    --waiting_;
+  }
+  if (config.parameters().count("fail") > 0) {
+    return absl::FailedPreconditionError(
+        config.parameters().at("fail").string_value());
+  }
+  return std::make_shared<SizedServedModel>(
+      config, BytesOf(config), config.parameters().count("grow") > 0, &held_,
+      &live_models_);
+}
+
+absl::StatusOr<int64_t> SizedModelFactory::ProjectedBytes(
+    const std::string& model_directory, const inference::ModelConfig& config) {
+  ++projections_;
+  return BytesOf(config);
+}
+
+void SizedModelFactory::Gate() {
+  absl::MutexLock lock(&mu_);
+  gated_ = true;
+}
+
+void SizedModelFactory::Open() {
+  absl::MutexLock lock(&mu_);
+  gated_ = false;
+}
+
+void SizedModelFactory::AwaitWaiting(int count) {
+  absl::MutexLock lock(&mu_);
+  auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return waiting_ >= count;
+  };
+  mu_.Await(absl::Condition(&reached));
+}
+
+}  // namespace castserve::testing

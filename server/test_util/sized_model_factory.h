@@ -1,0 +1,112 @@
+// A ServedModelFactory whose models only hold bytes, for tests of the
+// ModelManager's lifecycle and memory budget: no checkpoints, no LibTorch.
+//
+// A model's config says what it is, in string parameters:
+//   "bytes": what it holds once it serves, and its projection (default 100);
+//   "grow":  present: it holds nothing until its first request, then "bytes"
+//            (a lazily loaded model that fills up on first use);
+//   "fail":  present: Create fails FAILED_PRECONDITION with the value.
+// Every live model's bytes are summed in the factory's HeldBytes, sampled at
+// each change, so a test sees the most that was ever held at once.
+//
+// Thread-safe.
+#ifndef CASTSERVE_SERVER_TEST_UTIL_SIZED_MODEL_FACTORY_H_
+#define CASTSERVE_SERVER_TEST_UTIL_SIZED_MODEL_FACTORY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/lifecycle/model_manager.h"
+#include "server/lifecycle/served_model.h"
+
+namespace castserve::testing {
+
+// The bytes all live SizedServedModels of one factory hold, and the most
+// they held at once.
+class HeldBytes {
+ public:
+  void Add(int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t now() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t most() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  int64_t now_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t most_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// footprint() reports its bytes resident, tracked_bytes() half of them.
+// Infer counts as pending while it runs; a test may hold more pending
+// requests itself (set_pending).
+class SizedServedModel : public ServedModel {
+ public:
+  // Holds `bytes` now, or from its first request when `grow`.
+  SizedServedModel(inference::ModelConfig config, int64_t bytes, bool grow,
+                   HeldBytes* held, std::atomic<int>* live);
+  ~SizedServedModel() override;
+
+  const inference::ModelConfig& config() const override { return config_; }
+  const std::vector<TensorSpec>& inputs() const override { return specs_; }
+  const std::vector<TensorSpec>& outputs() const override { return specs_; }
+  // Grows on the first call, then answers OK inline.
+  void Infer(InferenceCall call,
+             std::function<void(absl::Status)> done) override;
+  int64_t pending_requests() const override { return pending_; }
+  ServedModelStatistics statistics() const override { return {}; }
+  casting::Footprint footprint() const override;
+  int64_t tracked_bytes() const override { return held_bytes() / 2; }
+
+  void set_pending(int pending) { pending_ = pending; }
+  int64_t held_bytes() const { return grown_ ? bytes_ : 0; }
+
+ private:
+  void Grow();
+
+  const inference::ModelConfig config_;
+  const std::vector<TensorSpec> specs_;
+  const int64_t bytes_;
+  HeldBytes* const held_;
+  std::atomic<int>* const live_;
+  std::atomic<bool> grown_;
+  std::atomic<int> pending_{0};
+};
+
+// Makes SizedServedModels. While gated, Create blocks (polling its
+// cancellation, as a real load does between steps).
+class SizedModelFactory : public ServedModelFactory {
+ public:
+  absl::StatusOr<std::shared_ptr<ServedModel>> Create(
+      const std::string& model_directory, const inference::ModelConfig& config,
+      std::shared_ptr<const models::Cancellation> cancellation) override;
+  // The config's "bytes".
+  absl::StatusOr<int64_t> ProjectedBytes(
+      const std::string& model_directory,
+      const inference::ModelConfig& config) override;
+
+  void Gate() ABSL_LOCKS_EXCLUDED(mu_);
+  void Open() ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns once `count` Creates are blocked by the gate.
+  void AwaitWaiting(int count) ABSL_LOCKS_EXCLUDED(mu_);
+  int creates() const { return creates_; }
+  int projections() const { return projections_; }
+  int live_models() const { return live_models_; }
+  const HeldBytes& held() const { return held_; }
+
+ private:
+  absl::Mutex mu_;
+  bool gated_ ABSL_GUARDED_BY(mu_) = false;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int> creates_{0};
+  std::atomic<int> projections_{0};
+  std::atomic<int> live_models_{0};
+  HeldBytes held_;
+};
+
+}  // namespace castserve::testing
+
+#endif  // CASTSERVE_SERVER_TEST_UTIL_SIZED_MODEL_FACTORY_H_
