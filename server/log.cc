@@ -38,7 +38,7 @@ bool NeedsQuoting(absl::string_view value) {
 // "(N bytes)" when cut from a longer value (as Abbreviated).
 void AppendBoundedValue(std::string& out, absl::string_view value) {
   if (!NeedsQuoting(value) && value.size() <= kMaxLogValueBytes &&
-      casting::IsSanitized(value)) {
+      platform::IsSanitized(value)) {
     out.append(value.data(), value.size());
     return;
   }

@@ -50,7 +50,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   // they are.
   return grpc::Status(
       static_cast<grpc::StatusCode>(status.code()),
-      casting::IsSanitized(status.message())
+      platform::IsSanitized(status.message())
           ? std::string(status.message())
           : platform::SanitizeText(status.message(), kMaxGrpcMessageBytes));
 }

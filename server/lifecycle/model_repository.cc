@@ -47,7 +47,7 @@ absl::StatusOr<std::vector<ModelEntry>> ModelRepository::Scan() const {
         entry.type != platform::FileSystem::FileType::kDirectory) {
       continue;
     }
-    if (!casting::IsSanitized(entry.name)) {
+    if (!platform::IsSanitized(entry.name)) {
       // Its name could not travel in a response (protobuf strings are
       // UTF-8) nor be asked for: listed under a quotable name, refused.
       const std::string shown = platform::SanitizeText(entry.name);
