@@ -65,6 +65,7 @@ WeightActivity& WeightActivity::operator+=(const WeightActivity& other) {
   compute_bytes += other.compute_bytes;
   compute_time += other.compute_time;
   transient_compute_bytes += other.transient_compute_bytes;
+  storage_reads += other.storage_reads;
   return *this;
 }
 
@@ -501,6 +502,45 @@ void Weight::Release() {
     Recycle(std::move(compute_));
     compute_.reset();
   }
+}
+
+std::optional<StorageFormat> Weight::storage_format() const {
+  if (passthrough_) return std::nullopt;
+  if (options_.residency == Residency::kMapped) {
+    return StorageFormat::Plain(*RowOf(entry_.dtype).element);
+  }
+  return options_.storage;
+}
+
+absl::StatusOr<StorageView> Weight::ReadStorage() {
+  if (passthrough_ || !options_.device.is_cpu()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "weight '", entry_.name,
+        "': only floating weights on the CPU have a storage view"));
+  }
+  StorageView view;
+  view.format = *storage_format();
+  view.rows = num_rows();
+  view.cols = view.rows == 0 ? 0 : entry_.numel() / view.rows;
+  absl::MutexLock lock(&mu_);
+  if (options_.residency == Residency::kMapped) {
+    view.data = checkpoint_->Bytes(entry_).data();
+    view.mapped = true;
+  } else {
+    if (absl::Status status = MaterializeLocked(); !status.ok()) return status;
+    view.data_owner = storage_;
+    view.data = static_cast<const uint8_t*>(storage_.data_ptr());
+    if (view.format.is_scaled()) {
+      view.scales_owner = scales_;
+      view.scales.data = scales_.data_ptr<float>();
+      const bool per_row = view.format.scaling == Scaling::kPerRow;
+      view.scales.block_rows = per_row ? 1 : std::max<int64_t>(view.rows, 1);
+      view.scales.block_cols = std::max<int64_t>(view.cols, 1);
+      view.scales.grid_rows = per_row ? view.rows : 1;
+    }
+  }
+  ++activity_.storage_reads;
+  return view;
 }
 
 absl::Status Weight::Materialize() {
