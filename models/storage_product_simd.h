@@ -73,9 +73,8 @@ inline int64_t ColumnBlock(const KernelWeight& w) {
 // kRows rows of x from `x` times kFeatures features whose rows start at
 // `rows[f]`; adds nothing, writes y[r * y_stride + f] for f < num_features.
 template <class V, ElementType kW, int kRows, int kFeatures>
-void Tile(const float* x, const KernelWeight& w,
-          const uint8_t* const (&rows)[kFeatures], int64_t f0, int num_features,
-          float* y) {
+void Tile(const float* x, const KernelWeight& w, const uint8_t* const* rows,
+          int64_t f0, int num_features, float* y) {
   using Vec = typename V::Vec;
   constexpr int64_t kBytes = casting::ElementSizeBytes(kW);
   const int64_t k = w.in_features;
