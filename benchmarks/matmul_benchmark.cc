@@ -157,19 +157,13 @@ void StorageProducts(int rounds) {
                         {"F8_E5M2:per_tensor", at::kFloat}};
   const Shape shapes[] = {{"Llama-1B gate", 0, 2048, 8192},
                           {"Llama-1B down", 0, 8192, 2048}};
-  std::printf("
-              compute from storage
-              : fused product vs decode - to - compute - copy +
-                    "
-                    "product, and the product on a resident weight of the "
-                    "compute dtype "
-                    "(median us of %d; GB/s = stored weight bytes / fused time)
-                    "
-                    "%-15s %-20s %-5s %4s %10s %10s %10s %8s %8s
-                    ",
-                    rounds,
-                "shape", "storage", "comp", "rows", "fused us", "copy us",
-                "resident", "copy/fu", "GB/s");
+  std::printf(
+      "\ncompute from storage: fused product vs decode-to-compute-copy + "
+      "product, and the product on a resident weight of the compute dtype "
+      "(median us of %d; GB/s = stored weight bytes / fused time)\n"
+      "%-15s %-20s %-5s %4s %10s %10s %10s %8s %8s\n",
+      rounds, "shape", "storage", "comp", "rows", "fused us", "copy us",
+      "resident", "copy/fu", "GB/s");
   for (const Shape& shape : shapes) {
     const at::Tensor w = at::randn({shape.out, shape.in}) * 0.02;
     for (const Case& c : cases) {
@@ -199,10 +193,8 @@ void StorageProducts(int rounds) {
             Compare([&] { models::LinearProduct(x, resident, at::Tensor()); },
                     [] {}, rounds);
         std::printf(
-            "%-15s %-20s %-5s %4ld %10.0f %10.0f %10.0f %8.2f %8.1f
-            ",
-            shape.what,
-            c.storage, c.compute == at::kFloat ? "f32" : "bf16",
+            "%-15s %-20s %-5s %4ld %10.0f %10.0f %10.0f %8.2f %8.1f\n",
+            shape.what, c.storage, c.compute == at::kFloat ? "f32" : "bf16",
             static_cast<long>(rows), fused_us, copy_us, resident_us,
             copy_us / fused_us, stored.view.size_bytes() / (fused_us * 1e3));
       }

@@ -191,8 +191,13 @@ TEST_F(ComputeFromStorageTest, ReadsStorageOnlyForFewRowsWithoutAKeptCopy) {
   // A cached copy is made once and then read; f32 storage is the copy.
   EXPECT_FALSE(ReadsStorageFor(*first_linear_weight(*cached), 1));
   EXPECT_FALSE(ReadsStorageFor(*first_linear_weight(*f32), 1));
-  // bf16 storage that is the bf16 compute copy: read by the fused kernel.
+  // bf16 storage that is the bf16 compute copy: read by the fused kernel
+  // for the fewest rows only, LibTorch's bf16 product reads it from there.
   EXPECT_TRUE(ReadsStorageFor(*first_linear_weight(*bf16), 1));
+  EXPECT_TRUE(
+      ReadsStorageFor(*first_linear_weight(*bf16), kStorageIsComputeMaxRows));
+  EXPECT_FALSE(ReadsStorageFor(*first_linear_weight(*bf16),
+                               kStorageIsComputeMaxRows + 1));
 }
 
 }  // namespace

@@ -102,8 +102,8 @@ bool ReadsStorageFor(const casting::Weight& weight, int64_t rows) {
   const bool storage_is_compute =
       options.residency == casting::Residency::kResident &&
       *format == casting::StorageFormat::Plain(options.compute_dtype);
-  return storage_is_compute ||
-         options.compute_copy == casting::ComputeCopyPolicy::kTransient;
+  if (storage_is_compute) return rows <= kStorageIsComputeMaxRows;
+  return options.compute_copy == casting::ComputeCopyPolicy::kTransient;
 }
 
 absl::StatusOr<at::Tensor> StorageProduct(

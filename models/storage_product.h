@@ -10,13 +10,14 @@
 // bytes and writes nothing.
 //
 // When: on the CPU, for products with at most StorageProductMaxRows()
-// activation rows (decode steps and small batches), and only for weights
-// whose compute copy would be transient or is the storage itself
-// (ReadsStorageFor). Larger products (prefill) keep the compute copy and
-// LinearProduct's GEMM, which is faster there: the fused kernel converts
-// every weight once per group of 4 rows, a GEMM amortises one conversion
-// over all rows. The default limit comes from matmul_benchmark's
-// "storage_product" table (BENCHMARKS.md, "Compute from storage").
+// activation rows (decode steps and small batches; fewer where the storage
+// is the compute copy), and only for weights whose compute copy would be
+// transient or is the storage itself (ReadsStorageFor). Larger products
+// (prefill) keep the compute copy and LinearProduct's GEMM, which is faster
+// there: the fused kernel converts every weight once per group of 4 rows, a
+// GEMM amortises one conversion over all rows. The default limit comes from
+// matmul_benchmark's "storage_product" table (BENCHMARKS.md, "Compute from
+// storage").
 //
 // Kernels: AVX-512, AVX2 (+FMA, F16C) and a scalar reference, chosen by the
 // CPU's features as the codec chooses (casting::BestCodecIsa); fp8 codes
@@ -43,7 +44,14 @@
 namespace castserve::models {
 
 // Products with at most this many rows read storage unless set otherwise.
-inline constexpr int64_t kDefaultStorageProductMaxRows = 16;
+// From matmul_benchmark's storage table (BENCHMARKS.md, "Compute from
+// storage"): on the Llama-1B shapes the fused product beat decode-then-GEMM
+// by 1.7-2.4x at 8 rows and broke even or lost (0.6-1.0x) at 16.
+inline constexpr int64_t kDefaultStorageProductMaxRows = 8;
+// Where the storage is the compute copy (bf16 stored and computed in), the
+// other path makes no copy either: LibTorch's bf16 product on the storage
+// was as fast at 1 row, slower at 2 and faster from 4 (same table).
+inline constexpr int64_t kStorageIsComputeMaxRows = 2;
 
 // Process-wide, before serving (main, benchmarks, tests); a later call
 // applies to later products. 0 turns reading storage off: every product
@@ -54,9 +62,9 @@ int64_t StorageProductMaxRows();
 // True when a product of `rows` activation rows (negative: not known yet,
 // counted as few) with `weight` reads its storage: on the CPU, rank 2,
 // stored in a format narrower than F32 (resident or mapped), with a compute
-// copy that would be transient or is the storage itself (never a cached
-// copy, which is made once and then read), and rows <=
-// StorageProductMaxRows().
+// copy that would be transient (rows <= StorageProductMaxRows()) or is the
+// storage itself (rows <= min(that, kStorageIsComputeMaxRows)); never with
+// a cached copy, which is made once and then read.
 bool ReadsStorageFor(const casting::Weight& weight, int64_t rows);
 
 // y = x W^T + b for `x` [..., in] (f32, bf16 or f16: the compute dtype),
