@@ -45,13 +45,14 @@ namespace castserve::models {
 
 // Products with at most this many rows read storage unless set otherwise.
 // From matmul_benchmark's storage table (BENCHMARKS.md, "Compute from
-// storage"): on the Llama-1B shapes the fused product beat decode-then-GEMM
-// by 1.7-2.4x at 8 rows and broke even or lost (0.6-1.0x) at 16.
-inline constexpr int64_t kDefaultStorageProductMaxRows = 8;
+// storage"): on the Llama-1B shapes with f32 compute, the fused product beat
+// decoding a copy then the f32 GEMM by 1.1-2.4x at 16 rows and was even
+// (0.7-1.2x) at 32.
+inline constexpr int64_t kDefaultStorageProductMaxRows = 16;
 // Where the storage is the compute copy (bf16 stored and computed in), the
 // other path makes no copy either: LibTorch's bf16 product on the storage
-// was as fast at 1 row, slower at 2 and faster from 4 (same table).
-inline constexpr int64_t kStorageIsComputeMaxRows = 2;
+// was about as fast up to 4 rows and faster from 8 (same table).
+inline constexpr int64_t kStorageIsComputeMaxRows = 4;
 
 // Process-wide, before serving (main, benchmarks, tests); a later call
 // applies to later products. 0 turns reading storage off: every product

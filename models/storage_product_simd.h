@@ -14,6 +14,9 @@
 // LoadWeight may return the weights divided by WeightFactor (a power of
 // two, exact), which the loop multiplies back once per dot product.
 //
+// The loops over rows and features of a tile are unrolled (pragmas, and
+// -O3 on the kernel files), so that the accumulators stay in registers.
+//
 // Tiling: up to 4 activation rows by 4 (8 for one row) output features
 // keep their accumulators in registers; each weight vector is converted once
 // per row group and used for every row of it. Columns split at the scale
@@ -83,17 +86,22 @@ void Tile(const float* x, const KernelWeight& w, const uint8_t* const* rows,
   for (int64_t c0 = 0, b = 0; c0 < k; c0 += block, ++b) {
     const int64_t c1 = std::min(k, c0 + block);
     Vec acc[kRows][kFeatures];
+#pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 8
       for (int f = 0; f < kFeatures; ++f) acc[r][f] = V::Zero();
     }
     int64_t c = c0;
     for (; c + V::kLanes <= c1; c += V::kLanes) {
       Vec weights[kFeatures];
+#pragma GCC unroll 8
       for (int f = 0; f < kFeatures; ++f) {
         weights[f] = V::template LoadWeight<kW>(rows[f] + c * kBytes);
       }
+#pragma GCC unroll 4
       for (int r = 0; r < kRows; ++r) {
         const Vec xv = V::LoadX(x + r * k + c);
+#pragma GCC unroll 8
         for (int f = 0; f < kFeatures; ++f) {
           acc[r][f] = V::Fma(xv, weights[f], acc[r][f]);
         }
