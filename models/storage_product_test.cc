@@ -1,6 +1,7 @@
 #include "models/storage_product.h"
 
 #include <ATen/ATen.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -8,7 +9,10 @@
 #include <vector>
 
 #include "casting/codec.h"
+#include "casting/safetensors_reader.h"
 #include "casting/storage_format.h"
+#include "casting/test_util/safetensors_writer.h"
+#include "casting/weight.h"
 #include "gtest/gtest.h"
 
 namespace castserve::models {
@@ -203,6 +207,43 @@ TEST(StorageProductTest, ReducedPrecisionBiasActivationAndBatchDims) {
     EXPECT_TRUE(at::allclose(y->to(at::kFloat), expected, tolerance, tolerance))
         << (y->to(at::kFloat) - expected).abs().max().item<float>();
   }
+}
+
+// A mapped bf16 weight is read straight from the file's pages, under the
+// SIGBUS guard: the product equals decode-then-matmul, and once the file is
+// truncated under it the product is DATA_LOSS, not a crash.
+TEST(StorageProductTest, ReadsAMappedWeightUnderTheGuard) {
+  at::manual_seed(11);
+  constexpr int64_t kOut = 512, kIn = 40;  // 40 KiB: several pages.
+  const at::Tensor w = (at::randn({kOut, kIn}) * 0.1).to(at::kBFloat16);
+  const std::string data(static_cast<const char*>(w.data_ptr()), w.nbytes());
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      std::string(dir ? dir : "/tmp") + "/mapped_product.safetensors";
+  const std::string header = casting::test_util::MakeHeaderJson(
+      {{"w", "BF16", {kOut, kIn}, 0, static_cast<uint64_t>(w.nbytes())}});
+  ASSERT_TRUE(
+      casting::test_util::WriteSafetensorsFile(path, header, data).ok());
+  absl::StatusOr<std::unique_ptr<casting::Checkpoint>> checkpoint =
+      casting::OpenSafetensors(path);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  casting::WeightOptions options;
+  options.residency = casting::Residency::kMapped;
+  options.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  absl::StatusOr<std::unique_ptr<casting::Weight>> weight =
+      casting::Weight::Create(std::move(*checkpoint), "w", options);
+  ASSERT_TRUE(weight.ok()) << weight.status();
+  absl::StatusOr<casting::StorageView> view = (*weight)->ReadStorage();
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_TRUE(view->mapped);
+  const at::Tensor x = at::randn({2, kIn});
+  absl::StatusOr<at::Tensor> y = StorageProduct(x, *view, at::Tensor());
+  ASSERT_TRUE(y.ok()) << y.status();
+  ExpectNearReference(*y, x, w.to(at::kFloat), "mapped");
+  ASSERT_EQ(truncate(path.c_str(), 0), 0);
+  absl::StatusOr<at::Tensor> cut = StorageProduct(x, *view, at::Tensor());
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss) << cut.status();
 }
 
 }  // namespace
