@@ -28,15 +28,29 @@
 // casting, compute copies kept), cast/<storage>/<compute> (transient compute
 // copies, prefetch on), cached/<storage>/<compute> (copies kept after first
 // use). Default: resident/F32,cast/BF16/F32,cast/F8_E4M3FN:per_row/F32.
+//
+// --compare_paths: instead of the above, single-stream decode with and
+// without compute from storage (models/storage_product.h), interleaved in
+// one run: the --baseline model (default resident/F32) stays loaded, and for
+// each config, --rounds times, in rotating order: the baseline, the config
+// with every product on a compute copy (SetStorageProductMaxRows(0): the
+// path before compute from storage; "copy"), and the config with decode
+// products reading storage ("storage"). Per run: decode tokens/s (the
+// new tokens after the first over the time after a one-token Generate of the
+// same prompt) and CPU seconds (user + system, all threads) per decoded
+// token; the table gives medians over the rounds and whether the greedy
+// tokens of both paths are the same.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +69,7 @@
 #include "models/generation.h"
 #include "models/generation_scheduler.h"
 #include "models/model_loader.h"
+#include "models/storage_product.h"
 
 namespace castserve::models {
 namespace {
@@ -70,6 +85,9 @@ struct Flags {
   int64_t prompt_tokens = 16;
   int64_t block_tokens = 16;
   int threads = 0;
+  bool compare_paths = false;
+  int rounds = 3;
+  std::string baseline = "resident/F32";
 };
 
 bool ParseList(const std::string& text, std::vector<int64_t>* out) {
@@ -106,6 +124,12 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
            flags.block_tokens > 0;
     } else if (key == "--threads") {
       ok = absl::SimpleAtoi(value, &flags.threads) && flags.threads >= 0;
+    } else if (key == "--compare_paths") {
+      flags.compare_paths = true;
+    } else if (key == "--rounds") {
+      ok = absl::SimpleAtoi(value, &flags.rounds) && flags.rounds > 0;
+    } else if (key == "--baseline") {
+      flags.baseline = value;
     } else {
       ok = false;
     }
@@ -330,6 +354,142 @@ absl::Status RunConfig(const Flags& flags, const std::string& name) {
   return allocator->UnregisterModel(name);
 }
 
+// User + system CPU seconds of the process so far (every thread).
+double CpuSeconds() {
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+struct DecodeRun {
+  double tokens_per_second = 0;
+  double cpu_seconds_per_token = 0;
+  std::vector<int64_t> tokens;
+};
+
+// One prompt's decode: a one-token Generate (prefill) then the full one;
+// the difference is the decode of new_tokens - 1 tokens.
+absl::StatusOr<DecodeRun> RunDecode(const Model& model,
+                                    const std::vector<int64_t>& prompt,
+                                    int64_t new_tokens, bool read_storage) {
+  SetStorageProductMaxRows(read_storage ? kDefaultStorageProductMaxRows : 0);
+  const absl::Time start_one = absl::Now();
+  const double cpu_one = CpuSeconds();
+  if (auto one = Generate(model, prompt, Greedy(1)); !one.ok()) {
+    return one.status();
+  }
+  const double one_seconds = absl::ToDoubleSeconds(absl::Now() - start_one);
+  const double one_cpu = CpuSeconds() - cpu_one;
+  const absl::Time start = absl::Now();
+  const double cpu = CpuSeconds();
+  auto generated = Generate(model, prompt, Greedy(new_tokens));
+  if (!generated.ok()) return generated.status();
+  const double seconds =
+      absl::ToDoubleSeconds(absl::Now() - start) - one_seconds;
+  const double decoded = static_cast<double>(new_tokens - 1);
+  DecodeRun run;
+  run.tokens_per_second = decoded / seconds;
+  run.cpu_seconds_per_token = (CpuSeconds() - cpu - one_cpu) / decoded;
+  run.tokens = generated->tokens;
+  SetStorageProductMaxRows(kDefaultStorageProductMaxRows);
+  return run;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+struct LoadedModel {
+  std::string name;
+  std::unique_ptr<Model> model;
+};
+
+absl::StatusOr<LoadedModel> LoadConfig(const Flags& flags,
+                                       const std::string& name) {
+  absl::StatusOr<WeightPolicyOptions> options = ParseConfig(name);
+  if (!options.ok()) return options.status();
+  if (absl::Status status =
+          casting::TrackingAllocator::Installed()->RegisterModel(name);
+      !status.ok()) {
+    return status;
+  }
+  casting::ScopedModelTag tag(name);
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      LoadHfModel(flags.model_dir, *options);
+  if (!model.ok()) return model.status();
+  if ((*model)->incremental_decoder() == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flags.model_dir, " holds no decoder"));
+  }
+  return LoadedModel{name, *std::move(model)};
+}
+
+// One row of the --compare_paths table from its rounds.
+void PrintPathRow(const std::string& config, const char* path,
+                  const std::vector<DecodeRun>& runs, const char* same) {
+  std::vector<double> rate, cpu;
+  for (const DecodeRun& run : runs) {
+    rate.push_back(run.tokens_per_second);
+    cpu.push_back(run.cpu_seconds_per_token);
+  }
+  std::printf("%-28s %-8s %12.2f %12.3f  %s\n", config.c_str(), path,
+              Median(rate), Median(cpu), same);
+}
+
+absl::Status ComparePaths(const Flags& flags) {
+  std::optional<LoadedModel> baseline;
+  if (!flags.baseline.empty()) {
+    absl::StatusOr<LoadedModel> loaded = LoadConfig(flags, flags.baseline);
+    if (!loaded.ok()) return loaded.status();
+    baseline = *std::move(loaded);
+  }
+  std::printf("%-28s %-8s %12s %12s  %s\n", "config", "path", "decode tok/s",
+              "cpu s/token", "same tokens");
+  for (const std::string& name : flags.configs) {
+    absl::StatusOr<LoadedModel> loaded = LoadConfig(flags, name);
+    if (!loaded.ok()) return loaded.status();
+    const Model& model = *loaded->model;
+    const auto prompt = Prompts(1, flags.prompt_tokens,
+                                model.incremental_decoder()->vocab_size())[0];
+    // Untimed: teaches prefetch the module order.
+    if (auto warm = Generate(model, prompt, Greedy(2)); !warm.ok()) {
+      return warm.status();
+    }
+    std::vector<DecodeRun> base_runs, copy_runs, storage_runs;
+    for (int round = 0; round < flags.rounds; ++round) {
+      for (int slot = 0; slot < 3; ++slot) {
+        const int which = (slot + round) % 3;
+        if (which == 0 && !baseline.has_value()) continue;
+        const Model& run_model = which == 0 ? *baseline->model : model;
+        casting::ScopedModelTag tag(which == 0 ? baseline->name : name);
+        absl::StatusOr<DecodeRun> run =
+            RunDecode(run_model, prompt, flags.new_tokens, which == 2);
+        if (!run.ok()) return run.status();
+        (which == 0   ? base_runs
+         : which == 1 ? copy_runs
+                      : storage_runs)
+            .push_back(*std::move(run));
+      }
+    }
+    if (baseline.has_value()) {
+      PrintPathRow(baseline->name + " (baseline)", "-", base_runs, "");
+    }
+    PrintPathRow(name, "copy", copy_runs, "");
+    PrintPathRow(name, "storage", storage_runs,
+                 copy_runs[0].tokens == storage_runs[0].tokens ? "yes" : "no");
+    std::fflush(stdout);
+    loaded->model.reset();
+    if (absl::Status status =
+            casting::TrackingAllocator::Installed()->UnregisterModel(name);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
   if (!flags.ok()) {
@@ -344,6 +504,14 @@ int Main(int argc, char** argv) {
   std::printf("model %s, prompts of %ld tokens, %ld new tokens, %d threads\n",
               flags->model_dir.c_str(), static_cast<long>(flags->prompt_tokens),
               static_cast<long>(flags->new_tokens), at::get_num_threads());
+  if (flags->compare_paths) {
+    absl::Status status = ComparePaths(*flags);
+    if (!status.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+      return 1;
+    }
+    return 0;
+  }
   std::printf("%-28s %4s  %-10s %10s %9s %11s %10s  %s\n", "config", "seqs",
               "mode", "tokens/s", "ttft_ms", "tracked_MB", "vmhwm_MB",
               "cont/seq  same");

@@ -5,11 +5,17 @@
 //  - f32 and bf16 with an activation: the product then the activation
 //    (two passes) against oneDNN with the activation fused into the
 //    product (Linear::ForwardActivated).
+//  - compute from storage (models/storage_product.h): the fused product that
+//    reads bf16 / fp8 weights against decoding an f32 copy then the f32
+//    product (layerwise casting before it), and the f32 product on an f32
+//    weight (resident f32), at decode-sized rows, with the GB/s of weight
+//    bytes the fused kernel reads; the crossover in rows is where
+//    kDefaultStorageProductMaxRows comes from.
 // Shapes: rows (batch x tokens) x in -> out of MiniLM, SigLIP-base and the
 // Llama-1B shape, prefill- and decode-sized.
 //
 //   bazel run -c opt //benchmarks:matmul_benchmark -- [--threads=1]
-//       [--rounds=15]
+//       [--rounds=15] [--only=storage]
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -23,7 +29,10 @@
 #include <string>
 #include <vector>
 
+#include "casting/codec.h"
+#include "casting/storage_format.h"
 #include "models/matmul.h"
+#include "models/storage_product.h"
 
 namespace castserve {
 namespace {
@@ -109,7 +118,91 @@ void FusedActivation(at::ScalarType dtype, const char* name, int rounds) {
   }
 }
 
-int Run(int threads, int rounds) {
+// A weight in a storage format, as Weight::ReadStorage would view it.
+struct StoredWeight {
+  at::Tensor bytes;
+  at::Tensor scales;
+  casting::StorageView view;
+};
+
+StoredWeight Store(const at::Tensor& w, casting::StorageFormat format) {
+  StoredWeight s;
+  const int64_t out = w.size(0), in = w.size(1);
+  s.bytes = at::empty({w.numel() * format.element_size_bytes()}, at::kByte);
+  s.scales = at::ones({format.scaling == casting::Scaling::kPerRow ? out : 1},
+                      at::kFloat);
+  (void)casting::Encode(casting::ElementType::kF32, w.data_ptr(), w.numel(),
+                        out, format, s.bytes.data_ptr(),
+                        s.scales.data_ptr<float>());
+  s.view.data = s.bytes.data_ptr<uint8_t>();
+  s.view.format = format;
+  s.view.rows = out;
+  s.view.cols = in;
+  if (format.is_scaled()) {
+    const bool per_row = format.scaling == casting::Scaling::kPerRow;
+    s.view.scales = {s.scales.data_ptr<float>(), per_row ? 1 : out, in,
+                     per_row ? out : 1, 1};
+  }
+  return s;
+}
+
+void StorageProducts(int rounds) {
+  struct Case {
+    const char* storage;
+    at::ScalarType compute;
+  };
+  const Case cases[] = {{"BF16", at::kBFloat16},
+                        {"BF16", at::kFloat},
+                        {"F8_E4M3FN:per_row", at::kFloat},
+                        {"F8_E5M2:per_tensor", at::kFloat}};
+  const Shape shapes[] = {{"Llama-1B gate", 0, 2048, 8192},
+                          {"Llama-1B down", 0, 8192, 2048}};
+  std::printf(
+      "\ncompute from storage: fused product vs decode-to-compute-copy + "
+      "product, and the product on a resident weight of the compute dtype "
+      "(median us of %d; GB/s = stored weight bytes / fused time)\n"
+      "%-15s %-20s %-5s %4s %10s %10s %10s %8s %8s\n",
+      rounds, "shape", "storage", "comp", "rows", "fused us", "copy us",
+      "resident", "copy/fu", "GB/s");
+  for (const Shape& shape : shapes) {
+    const at::Tensor w = at::randn({shape.out, shape.in}) * 0.02;
+    for (const Case& c : cases) {
+      const casting::StorageFormat format =
+          *casting::StorageFormat::Parse(c.storage);
+      const StoredWeight stored = Store(w, format);
+      const at::Tensor resident = w.to(c.compute);
+      const casting::ElementType compute = c.compute == at::kFloat
+                                               ? casting::ElementType::kF32
+                                               : casting::ElementType::kBF16;
+      at::Tensor copy = at::empty({shape.out, shape.in}, c.compute);
+      casting::CodecOptions codec;
+      codec.max_threads = at::get_num_threads();
+      for (int64_t rows : {1, 2, 4, 8, 16, 32, 64}) {
+        const at::Tensor x = at::randn({rows, shape.in}).to(c.compute);
+        auto fused = [&] {
+          (void)models::StorageProduct(x, stored.view, at::Tensor());
+        };
+        auto decoded = [&] {
+          (void)casting::Decode(format, stored.bytes.data_ptr(),
+                                stored.scales.data_ptr<float>(), w.numel(),
+                                shape.out, compute, copy.data_ptr(), codec);
+          models::LinearProduct(x, copy, at::Tensor());
+        };
+        auto [fused_us, copy_us] = Compare(fused, decoded, rounds);
+        auto [resident_us, unused] =
+            Compare([&] { models::LinearProduct(x, resident, at::Tensor()); },
+                    [] {}, rounds);
+        std::printf(
+            "%-15s %-20s %-5s %4ld %10.0f %10.0f %10.0f %8.2f %8.1f\n",
+            shape.what, c.storage, c.compute == at::kFloat ? "f32" : "bf16",
+            static_cast<long>(rows), fused_us, copy_us, resident_us,
+            copy_us / fused_us, stored.view.size_bytes() / (fused_us * 1e3));
+      }
+    }
+  }
+}
+
+int Run(int threads, int rounds, bool only_storage) {
   at::set_num_threads(threads);
   c10::InferenceMode inference;
   models::SetF32MatmulKernel(models::F32MatmulKernel::kAuto);
@@ -120,9 +213,15 @@ int Run(int threads, int rounds) {
       threads, models::F32MatmulKernelName(choice.kernel).c_str(),
       choice.blas_us, choice.onednn_us,
       models::OneDnnRunsReducedPrecision() ? "yes" : "no");
-  F32Kernels(rounds);
-  FusedActivation(at::kFloat, "f32 (oneDNN)", rounds);
-  FusedActivation(at::kBFloat16, "bf16", rounds);
+  std::printf(
+      "product kernels: %s\n",
+      std::string(casting::CodecIsaName(casting::BestCodecIsa())).c_str());
+  if (!only_storage) {
+    F32Kernels(rounds);
+    FusedActivation(at::kFloat, "f32 (oneDNN)", rounds);
+    FusedActivation(at::kBFloat16, "bf16", rounds);
+  }
+  StorageProducts(rounds);
   return 0;
 }
 
@@ -131,15 +230,20 @@ int Run(int threads, int rounds) {
 
 int main(int argc, char** argv) {
   int threads = 1, rounds = 15;
+  bool only_storage = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--threads=", 10) == 0) {
       threads = std::max(1, std::atoi(argv[i] + 10));
     } else if (std::strncmp(argv[i], "--rounds=", 9) == 0) {
       rounds = std::max(1, std::atoi(argv[i] + 9));
+    } else if (std::strcmp(argv[i], "--only=storage") == 0) {
+      only_storage = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--threads=N] [--rounds=N]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--threads=N] [--rounds=N] [--only=storage]\n",
+                   argv[0]);
       return 2;
     }
   }
-  return castserve::Run(threads, rounds);
+  return castserve::Run(threads, rounds, only_storage);
 }

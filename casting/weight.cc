@@ -101,6 +101,7 @@ WeightActivity& WeightActivity::operator+=(const WeightActivity& other) {
   compute_bytes += other.compute_bytes;
   compute_time += other.compute_time;
   transient_compute_bytes += other.transient_compute_bytes;
+  storage_reads += other.storage_reads;
   return *this;
 }
 
@@ -605,6 +606,84 @@ void Weight::Release() {
     Recycle(std::move(compute_));
     compute_.reset();
   }
+}
+
+std::optional<StorageFormat> Weight::storage_format() const {
+  if (passthrough_) return std::nullopt;
+  // A mapped weight's storage is the file's elements: unscaled, unless the
+  // checkpoint is pre-quantized (the file's fp8 with its scales).
+  if (options_.residency == Residency::kMapped && !prequantized()) {
+    return StorageFormat::Plain(*RowOf(entry_.dtype).element);
+  }
+  return options_.storage;
+}
+
+absl::StatusOr<StorageView> Weight::ReadStorage() {
+  if (passthrough_ || !options_.device.is_cpu()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "weight '", entry_.name,
+        "': only floating weights on the CPU have a storage view"));
+  }
+  StorageView view;
+  view.format = *storage_format();
+  view.rows = num_rows();
+  view.cols = view.rows == 0 ? 0 : entry_.numel() / view.rows;
+  absl::MutexLock lock(&mu_);
+  if (options_.residency == Residency::kMapped) {
+    // A pre-quantized mapped weight's scales are read once, as f32.
+    if (absl::Status status = LoadSourceScalesLocked(); !status.ok()) {
+      return status;
+    }
+    view.data = checkpoint_->Bytes(entry_).data();
+    view.mapped = true;
+  } else {
+    if (absl::Status status = MaterializeLocked(); !status.ok()) return status;
+    view.data_owner = storage_;
+    view.data = static_cast<const uint8_t*>(storage_.data_ptr());
+  }
+  if (view.format.is_scaled()) {
+    TORCH_INTERNAL_ASSERT(scales_.defined() && scales_.is_contiguous() &&
+                              scales_.scalar_type() == at::kFloat,
+                          "weight '", entry_.name, "': no f32 scales");
+    view.scales_owner = scales_;
+    view.scales = ScaleGridOf(view.format, view.rows, view.cols,
+                              scales_.data_ptr<float>());
+    TORCH_INTERNAL_ASSERT(
+        view.scales.grid_rows * view.scales.grid_cols == scales_.numel(),
+        "weight '", entry_.name, "': ", scales_.numel(), " scales for a ",
+        view.scales.grid_rows, "x", view.scales.grid_cols, " grid");
+  }
+  ++activity_.storage_reads;
+  return view;
+}
+
+ScaleGrid ScaleGridOf(const StorageFormat& format, int64_t rows, int64_t cols,
+                      const float* scales) {
+  ScaleGrid grid;
+  grid.data = scales;
+  const int64_t all_rows = std::max<int64_t>(rows, 1);
+  const int64_t all_cols = std::max<int64_t>(cols, 1);
+  switch (format.scaling) {
+    case Scaling::kNone:
+      grid.data = nullptr;
+      break;
+    case Scaling::kPerTensor:
+      grid.block_rows = all_rows;
+      grid.block_cols = all_cols;
+      break;
+    case Scaling::kPerRow:
+      grid.block_rows = 1;
+      grid.block_cols = all_cols;
+      grid.grid_rows = rows;
+      break;
+    case Scaling::kPerBlock:
+      grid.block_rows = format.block_rows;
+      grid.block_cols = format.block_cols;
+      grid.grid_rows = (rows + format.block_rows - 1) / format.block_rows;
+      grid.grid_cols = (cols + format.block_cols - 1) / format.block_cols;
+      break;
+  }
+  return grid;
 }
 
 absl::Status Weight::Materialize() {

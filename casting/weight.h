@@ -38,8 +38,12 @@
 // not used (the caching allocator reuses freed copies) and WeightActivity's
 // times are those of enqueueing the work, not of the device running it.
 //
+// Products may also read the storage itself instead of a compute copy
+// (ReadStorage, used by models/storage_product.h): no copy is made, and the
+// view names the bytes, the format and the scales a kernel needs.
+//
 // Thread safety: all methods are safe to call concurrently. The Weight must
-// outlive every ComputeHandle it handed out.
+// outlive every ComputeHandle and StorageView it handed out.
 #ifndef CASTSERVE_CASTING_WEIGHT_H_
 #define CASTSERVE_CASTING_WEIGHT_H_
 
@@ -47,6 +51,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,8 +127,61 @@ struct WeightActivity {
   absl::Duration compute_time;
   // The part of compute_bytes made as transient copies (freed after use).
   int64_t transient_compute_bytes = 0;
+  // Views of the storage handed out (ReadStorage): products that read the
+  // stored elements instead of a compute copy.
+  int64_t storage_reads = 0;
 
   WeightActivity& operator+=(const WeightActivity& other);
+};
+
+// Where a scaled format's scales sit. Seen as a matrix of `rows` (dim 0) by
+// `cols` (the product of the other dims), element (row, col) is multiplied
+// by data[(row / block_rows) * grid_cols + col / block_cols], and the grid
+// has grid_rows x grid_cols scales. Per tensor: one block of rows x cols;
+// per row: blocks of 1 x cols. A per-block format (e.g. 128 x 128 blocks)
+// is the same lookup with a grid of ceil(rows / 128) x ceil(cols / 128), so
+// a kernel that reads ScaleGrid reads it too.
+struct ScaleGrid {
+  const float* data = nullptr;  // Null: unscaled (every scale is 1).
+  int64_t block_rows = 1;
+  int64_t block_cols = 1;
+  int64_t grid_rows = 1;
+  int64_t grid_cols = 1;
+
+  float At(int64_t row, int64_t col) const {
+    return data == nullptr
+               ? 1.0f
+               : data[(row / block_rows) * grid_cols + col / block_cols];
+  }
+};
+
+// The grid of `scales` (f32, row-major, StorageFormat's layout) for a rows x
+// cols weight stored in `format`: one scale per tensor, row or 2-D block
+// (ragged last blocks included); unscaled (null data) for Scaling::kNone.
+ScaleGrid ScaleGridOf(const StorageFormat& format, int64_t rows, int64_t cols,
+                      const float* scales);
+
+// A weight's stored elements as a product kernel reads them, without a
+// compute copy (Weight::ReadStorage). Host memory only.
+struct StorageView {
+  // rows x cols elements of format.element, row-major and contiguous, at
+  // any alignment (a mapped tensor sits where the file put it).
+  const uint8_t* data = nullptr;
+  StorageFormat format;
+  int64_t rows = 0;  // Dim 0 (1 for a scalar).
+  int64_t cols = 0;  // The product of the other dims.
+  ScaleGrid scales;  // Unscaled unless format.is_scaled().
+  // True when `data` is inside a file mapping: read it only under
+  // casting::ReadFromMapping (safe_copy.h), since a file truncated under the
+  // daemon raises SIGBUS there.
+  bool mapped = false;
+  // Keep resident storage and scales alive while the view is in use.
+  at::Tensor data_owner;
+  at::Tensor scales_owner;
+
+  int64_t size_bytes() const {
+    return rows * cols * format.element_size_bytes();
+  }
 };
 
 class Weight;
@@ -187,6 +245,19 @@ class Weight {
   // of the gathered bytes. OutOfRange for an id outside the rows.
   absl::StatusOr<at::Tensor> GatherRows(const at::Tensor& row_ids)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The stored elements themselves, for a product that reads them instead of
+  // a compute copy (models/storage_product.h): the mapping (kMapped) or the
+  // resident storage, made first if missing (kResident). Counts a
+  // storage_read; makes no compute copy. FailedPrecondition on a device
+  // other than the CPU or with storage_on_host, or for integer tensors
+  // passed through; DATA_LOSS as Acquire.
+  absl::StatusOr<StorageView> ReadStorage() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The format the elements are stored in between forwards:
+  // options().storage when resident, the checkpoint's dtype (plain) when
+  // mapped; nullopt for integer tensors passed through.
+  std::optional<StorageFormat> storage_format() const;
 
   // Makes the resident storage copy now (eager load). No-op when mapped or
   // already resident.

@@ -264,6 +264,7 @@ TEST(WeightActivityTest, SumsFieldByField) {
   one.compute_bytes = 40;
   one.compute_time = absl::Milliseconds(5);
   one.transient_compute_bytes = 20;
+  one.storage_reads = 7;
   total += one;
   total += one;
   EXPECT_EQ(total.storage_materializations, 2);
@@ -273,6 +274,7 @@ TEST(WeightActivityTest, SumsFieldByField) {
   EXPECT_EQ(total.compute_bytes, 80);
   EXPECT_EQ(total.compute_time, absl::Milliseconds(10));
   EXPECT_EQ(total.transient_compute_bytes, 40);
+  EXPECT_EQ(total.storage_reads, 14);
 }
 
 TEST_F(WeightTest, ConcurrentUsersShareOneDecodedCopy) {
@@ -533,6 +535,67 @@ TEST_F(WeightTest, TruncatedFileIsAnErrorForThisWeightOnly) {
   EXPECT_THAT(std::string(decoded_handle.status().message()),
               HasSubstr("tensor 'big'"));
   EXPECT_TRUE(first->Acquire().ok());
+}
+
+TEST_F(WeightTest, ReadStorageViewsTheMappingWithoutACopy) {
+  WeightOptions options;
+  options.residency = Residency::kMapped;
+  options.compute_copy = ComputeCopyPolicy::kTransient;
+  std::unique_ptr<Weight> weight = MakeWeight("w_bf16", options);
+  EXPECT_EQ(weight->storage_format(), StorageFormat::Plain(ElementType::kBF16));
+  absl::StatusOr<StorageView> view = weight->ReadStorage();
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_TRUE(view->mapped);
+  EXPECT_EQ(view->data,
+            checkpoint_->Bytes(*checkpoint_->Find("w_bf16")).data());
+  EXPECT_EQ(view->format, StorageFormat::Plain(ElementType::kBF16));
+  EXPECT_EQ(view->rows, 4);
+  EXPECT_EQ(view->cols, 8);
+  EXPECT_EQ(view->size_bytes(), 64);
+  EXPECT_EQ(view->scales.data, nullptr);
+  const WeightActivity activity = weight->activity();
+  EXPECT_EQ(activity.storage_reads, 1);
+  EXPECT_EQ(activity.compute_materializations, 0);
+  EXPECT_FALSE(weight->has_compute_copy());
+}
+
+TEST_F(WeightTest, ReadStorageViewsResidentFp8AndItsScaleGrid) {
+  for (Scaling scaling : {Scaling::kPerRow, Scaling::kPerTensor}) {
+    WeightOptions options;
+    options.storage = {ElementType::kF8E4M3FN, scaling};
+    options.compute_copy = ComputeCopyPolicy::kTransient;
+    std::unique_ptr<Weight> weight = MakeWeight("w_f32", options);
+    absl::StatusOr<StorageView> view = weight->ReadStorage();
+    ASSERT_TRUE(view.ok()) << view.status();
+    EXPECT_FALSE(view->mapped);
+    EXPECT_EQ(view->format, options.storage);
+    EXPECT_EQ(view->rows, 3);
+    EXPECT_EQ(view->cols, 5);
+    ASSERT_NE(view->scales.data, nullptr);
+    EXPECT_EQ(view->scales.grid_rows, scaling == Scaling::kPerRow ? 3 : 1);
+    EXPECT_EQ(view->scales.grid_cols, 1);
+    // Element by element, the view's codes times its grid's scales are the
+    // transient compute copy.
+    absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    const at::Tensor compute = handle->tensor();
+    for (int64_t r = 0; r < 3; ++r) {
+      for (int64_t c = 0; c < 5; ++c) {
+        const float value =
+            ElementBitsToF32(ElementType::kF8E4M3FN, view->data[r * 5 + c]) *
+            view->scales.At(r, c);
+        EXPECT_EQ(value, compute[r][c].item<float>()) << r << "," << c;
+      }
+    }
+    EXPECT_EQ(weight->activity().storage_materializations, 1);
+  }
+}
+
+TEST_F(WeightTest, ReadStorageRefusesIntegerTensors) {
+  std::unique_ptr<Weight> ids = MakeWeight("ids", WeightOptions());
+  EXPECT_EQ(ids->storage_format(), std::nullopt);
+  EXPECT_EQ(ids->ReadStorage().status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(WeightTest, CreateRejectsBadOptionsAndNames) {

@@ -8,9 +8,14 @@
 namespace castserve::models {
 namespace {
 
-bool AllComputeCopiesExist(const Module& module) {
+// True when every weight of `module` has a compute copy or is read from its
+// storage by this forward (Module::ComputesFromStorage).
+bool NothingToBuild(const Module& module, const ForwardContext& context) {
   for (const auto& [name, weight] : module.weights()) {
-    if (!weight->has_compute_copy()) return false;
+    if (!weight->has_compute_copy() &&
+        !module.ComputesFromStorage(name, context)) {
+      return false;
+    }
   }
   return true;
 }
@@ -86,17 +91,19 @@ void CastingHooks::PreForward(const Module& module, ForwardContext& context) {
     // before this module's compute.
     side_stream_->WaitOnCurrentStream();
     bool order_learned = false;
-    const Module* next = LearnOrderAndGetNext(module, &order_learned);
+    const Module* next = LearnOrderAndGetNext(module, context, &order_learned);
     if (order_learned) DropStalePrefetches();
-    if (next != nullptr) {
-      for (const auto& [name, weight] : next->weights()) {
-        weight->AdviseWillNeed();
-      }
-      SchedulePrefetch(*next);
-    }
+    if (next != nullptr) SchedulePrefetch(*next, context);
   }
   if (module.ReadsOwnWeights()) return;
   for (const auto& [name, weight] : module.weights()) {
+    // A weight read from its storage needs no compute copy, unless one
+    // exists (prefetched before the rows were known): held, it is used and
+    // then released, not left behind.
+    if (module.ComputesFromStorage(name, context) &&
+        !weight->has_compute_copy()) {
+      continue;
+    }
     context.Hold(&module, name, AcquireOrThrow(*weight));
   }
 }
@@ -114,6 +121,7 @@ void CastingHooks::SetOrder(
 }
 
 const Module* CastingHooks::LearnOrderAndGetNext(const Module& module,
+                                                 const ForwardContext& context,
                                                  bool* order_learned) {
   absl::MutexLock lock(&order_mu_);
   if (!order_learned_ &&
@@ -133,12 +141,13 @@ const Module* CastingHooks::LearnOrderAndGetNext(const Module& module,
   // passed over, so the next decode starts as early as it can: when the
   // module before a norm begins, not when the norm does.
   for (size_t next = it->second + 1; next < order_.size(); ++next) {
-    if (!PassOver(*order_[next])) return order_[next];
+    if (!PassOver(*order_[next], context)) return order_[next];
   }
   return nullptr;
 }
 
-bool CastingHooks::PassOver(const Module& module) const {
+bool CastingHooks::PassOver(const Module& module,
+                            const ForwardContext& context) const {
   if (module.ReadsOwnWeights()) return true;
   {
     // Copies that exist because of a prefetch are what this module waits
@@ -149,10 +158,19 @@ bool CastingHooks::PassOver(const Module& module) const {
       if (pending.module == &module) return false;
     }
   }
-  return AllComputeCopiesExist(module);
+  return NothingToBuild(module, context);
 }
 
-void CastingHooks::SchedulePrefetch(const Module& module) {
+void CastingHooks::SchedulePrefetch(const Module& module,
+                                    const ForwardContext& context) {
+  std::vector<casting::Weight*> weights;
+  for (const auto& [name, weight] : module.weights()) {
+    // A mapped weight is read soon either way: by the decode or the product.
+    weight->AdviseWillNeed();
+    if (!module.ComputesFromStorage(name, context)) {
+      weights.push_back(weight.get());
+    }
+  }
   absl::MutexLock lock(&prefetch_mu_);
   if (stopping_ || in_flight_ == &module || unclaimed_.count(&module) > 0) {
     return;
@@ -160,7 +178,8 @@ void CastingHooks::SchedulePrefetch(const Module& module) {
   for (const PendingPrefetch& pending : pending_) {
     if (pending.module == &module) return;
   }
-  pending_.push_back({&module, casting::ScopedModelTag::CurrentModelId()});
+  pending_.push_back(
+      {&module, std::move(weights), casting::ScopedModelTag::CurrentModelId()});
 }
 
 void CastingHooks::ClaimPrefetch(const Module& module) {
@@ -199,13 +218,14 @@ void CastingHooks::PrefetchLoop() {
       ++prefetches_started_;
     }
     const Module* module = work.module;
+    const std::vector<casting::Weight*> weights = std::move(work.weights);
     {
       // The copies count for the model whose forward asked for them.
       std::optional<casting::ScopedModelTag> tag;
       if (!work.model_id.empty()) tag.emplace(work.model_id);
       // Errors are not lost: the module's own Acquire reports them.
-      side_stream_->Run([module] {
-        for (const auto& [name, weight] : module->weights()) {
+      side_stream_->Run([&weights] {
+        for (casting::Weight* weight : weights) {
           (void)weight->PrefetchCompute();
         }
       });
@@ -235,8 +255,10 @@ void CastingHooks::DropUnclaimedPrefetches() {
     unclaimed.swap(unclaimed_);
   }
   // Acquiring finds the prefetched copy; releasing it frees a transient one.
+  // Weights without a copy were not prefetched (read from storage).
   for (const Module* module : unclaimed) {
     for (const auto& [name, weight] : module->weights()) {
+      if (!weight->has_compute_copy()) continue;
       absl::StatusOr<casting::ComputeHandle> handle = weight->Acquire();
       if (handle.ok()) handle->Reset();
     }

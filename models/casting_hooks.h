@@ -19,6 +19,14 @@
 // (cached copies after their first use) is not prefetched, nor one that reads
 // its own weights (Module::ReadsOwnWeights: an embedding gathering rows).
 //
+// Compute from storage: a weight whose product reads its storage at the
+// forward's rows (Module::ComputesFromStorage, asked with the rows the
+// ForwardContext noted: a decode step's few rows) gets no compute copy: the
+// pre-hook does not acquire it (unless a copy exists, made by a prefetch
+// before the rows were known: then it is held and released as usual), and
+// prefetch neither decodes it nor stops at a module that has nothing else to
+// build. Decode steps then build no compute copies at all.
+//
 // On CUDA (Options::device) the prefetch runs on its own stream
 // (casting/side_stream.h): the decodes and host-to-device copies of module
 // i+1 are enqueued there while module i computes on the forward's stream;
@@ -90,17 +98,21 @@ class CastingHooks {
   // Records `module` in the learned order; returns the first module after
   // it not to pass over, if the order knows one. Sets `*order_learned` when
   // this call completed the learned order.
-  const Module* LearnOrderAndGetNext(const Module& module, bool* order_learned);
+  const Module* LearnOrderAndGetNext(const Module& module,
+                                     const ForwardContext& context,
+                                     bool* order_learned);
   // Sets `order` and `position` to `modules`.
   static void SetOrder(std::vector<const Module*> modules,
                        std::vector<const Module*>& order,
                        std::unordered_map<const Module*, size_t>& position);
   // True for a module with nothing for a prefetch to build: it reads its own
-  // weights, or its compute copies exist without a prefetch having made
-  // them (a norm read in place, cached copies).
-  bool PassOver(const Module& module) const;
-  // Queues the prefetch of `module`'s weights.
-  void SchedulePrefetch(const Module& module);
+  // weights, or each weight's compute copy exists without a prefetch having
+  // made it (a norm read in place, cached copies) or is not needed (read
+  // from storage at `context`'s rows).
+  bool PassOver(const Module& module, const ForwardContext& context) const;
+  // Hints and queues the prefetch of those of `module`'s weights that
+  // `context`'s rows do not read from storage.
+  void SchedulePrefetch(const Module& module, const ForwardContext& context);
   // Called before `module` acquires: it no longer wants a prefetch, and
   // waits for one in flight.
   void ClaimPrefetch(const Module& module);
@@ -130,6 +142,7 @@ class CastingHooks {
   // attributes its allocations to (casting::ScopedModelTag).
   struct PendingPrefetch {
     const Module* module;
+    std::vector<casting::Weight*> weights;  // Those to build.
     std::string model_id;
   };
 

@@ -7,9 +7,15 @@
 #include "absl/status/status.h"
 #include "c10/util/Exception.h"
 #include "models/matmul.h"
+#include "models/storage_product.h"
 
 namespace castserve::models {
 namespace {
+
+// Rows of activations `x` [..., features] holds.
+int64_t RowsOf(const at::Tensor& x) {
+  return x.dim() == 0 || x.size(-1) == 0 ? 0 : x.numel() / x.size(-1);
+}
 
 // Adds weight `local_name` of `shape` to `module` when the checkpoint has
 // it; a module without it has none.
@@ -45,18 +51,48 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(
   return linear;
 }
 
-at::Tensor Linear::Forward(ForwardContext& context, const at::Tensor& x) const {
+at::Tensor ProductWithWeight(const Module& owner, ForwardContext& context,
+                             absl::string_view weight_name, const at::Tensor& x,
+                             const at::Tensor& bias,
+                             std::optional<Activation> activation) {
+  const int64_t rows = RowsOf(x);
+  context.NoteActivationRows(rows);
+  casting::Weight& weight = *owner.weight(weight_name);
+  if (context.Find(&owner, weight_name) != nullptr ||
+      !ReadsStorageFor(weight, rows)) {
+    return LinearProduct(x, owner.Param(context, weight_name), bias,
+                         activation);
+  }
+  absl::StatusOr<casting::StorageView> view = weight.ReadStorage();
+  if (!view.ok()) throw WeightUnavailableError(weight.name(), view.status());
+  absl::StatusOr<at::Tensor> y = StorageProduct(x, *view, bias, activation);
+  if (!y.ok()) throw WeightUnavailableError(weight.name(), y.status());
+  return *std::move(y);
+}
+
+at::Tensor Linear::Product(ForwardContext& context, const at::Tensor& x,
+                           std::optional<Activation> activation) const {
+  // Before the hooks run: they ask ComputesFromStorage with these rows.
+  context.NoteActivationRows(RowsOf(x));
   ModuleCall call(*this, context);
-  return LinearProduct(x, Param(context, "weight"),
-                       OptionalParam(context, "bias"));
+  return ProductWithWeight(*this, context, "weight", x,
+                           OptionalParam(context, "bias"), activation);
+}
+
+at::Tensor Linear::Forward(ForwardContext& context, const at::Tensor& x) const {
+  return Product(context, x, std::nullopt);
 }
 
 at::Tensor Linear::ForwardActivated(ForwardContext& context,
                                     const at::Tensor& x,
                                     Activation activation) const {
-  ModuleCall call(*this, context);
-  return LinearProduct(x, Param(context, "weight"),
-                       OptionalParam(context, "bias"), activation);
+  return Product(context, x, activation);
+}
+
+bool Linear::ComputesFromStorage(absl::string_view local_name,
+                                 const ForwardContext& context) const {
+  return local_name == "weight" &&
+         ReadsStorageFor(*weight("weight"), context.activation_rows());
 }
 
 absl::StatusOr<std::unique_ptr<Embedding>> Embedding::Create(
@@ -81,6 +117,7 @@ bool Embedding::ReadsOwnWeights() const {
 
 at::Tensor Embedding::Forward(ForwardContext& context,
                               const at::Tensor& ids) const {
+  context.NoteActivationRows(ids.numel());
   ModuleCall call(*this, context);
   TORCH_CHECK_TYPE(
       ids.scalar_type() == at::kLong || ids.scalar_type() == at::kInt,

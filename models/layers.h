@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -28,8 +29,22 @@
 
 namespace castserve::models {
 
+// y = x W^T + b with W own weight `weight_name` of `owner` (a Linear's, or
+// the embedding table a tied head multiplies by), inside owner's hooks.
+// Reads W's storage (models/storage_product.h) when ReadsStorageFor(W,
+// rows of x) and this forward holds no compute copy of W (a hook that found
+// one prefetched holds it); else multiplies by the compute copy (Param)
+// with LinearProduct. Notes x's rows in `context` first. Throws c10::Error
+// (WeightUnavailableError) if W cannot be read.
+at::Tensor ProductWithWeight(
+    const Module& owner, ForwardContext& context, absl::string_view weight_name,
+    const at::Tensor& x, const at::Tensor& bias,
+    std::optional<Activation> activation = std::nullopt);
+
 // y = x W^T + b. Kind "Linear"; weights "weight" [out_features,
-// in_features] and, with `bias`, "bias" [out_features].
+// in_features] and, with `bias`, "bias" [out_features]. With few rows, the
+// product reads the weight's storage instead of a compute copy
+// (ProductWithWeight); the bias is always a compute copy (small).
 class Linear : public Module {
  public:
   static absl::StatusOr<std::unique_ptr<Linear>> Create(
@@ -40,9 +55,14 @@ class Linear : public Module {
   // product where the kernel can (models/matmul.h).
   at::Tensor ForwardActivated(ForwardContext& context, const at::Tensor& x,
                               Activation activation) const;
+  // "weight" when ReadsStorageFor(it, context.activation_rows()).
+  bool ComputesFromStorage(absl::string_view local_name,
+                           const ForwardContext& context) const override;
 
  private:
   using Module::Module;
+  at::Tensor Product(ForwardContext& context, const at::Tensor& x,
+                     std::optional<Activation> activation) const;
 };
 
 // Row lookup. Kind "Embedding"; weight "weight" [num_embeddings,

@@ -14,6 +14,7 @@
 #include "casting/safetensors_reader.h"
 #include "casting/test_util/safetensors_writer.h"
 #include "casting/tracking_allocator.h"
+#include "models/storage_product.h"
 #include "models/test_util/tensor_files.h"
 #include "platform/test_util/fake_file_system.h"
 
@@ -295,12 +296,19 @@ TEST_F(ModelLoaderTest, TransientCastingHoldsOneModuleAtATime) {
   ASSERT_TRUE(model.ok()) << model.status();
   std::vector<int> holding;
   ProbeHolding(**model, &holding);
+  // The small inputs' products would read the fp8 storage without any
+  // compute copy (models/storage_product.h): force the compute-copy path
+  // this test is about.
+  SetStorageProductMaxRows(0);
   ForwardPeakIncrease(**model);  // Makes the resident fp8 copies.
   const int64_t peak = ForwardPeakIncrease(**model);
   EXPECT_GE(peak, kBiggestModuleBytes);
   EXPECT_LT(peak, kBiggestModuleBytes + kBiggestModuleBytes / 2);
   ASSERT_FALSE(holding.empty());
   EXPECT_EQ(*std::max_element(holding.begin(), holding.end()), 1);
+  // Reading storage instead, the forward holds no module's compute copy.
+  SetStorageProductMaxRows(kDefaultStorageProductMaxRows);
+  EXPECT_LT(ForwardPeakIncrease(**model), kBiggestModuleBytes);
 }
 
 TEST_F(ModelLoaderTest, PooledTransientCopiesAllocateNothingAfterTheFirst) {

@@ -87,8 +87,17 @@ class ForwardContext {
   // cancellation is set.
   void ThrowIfCancelled(const Module& module) const;
 
+  // The rows of activations the forward computes with, as the last layer
+  // that saw them noted (an embedding its ids, a Linear its input rows);
+  // -1 before any did. Read by Module::ComputesFromStorage through the
+  // casting hooks, which must decide before a layer runs whether it needs a
+  // compute copy (and the next layer a prefetch).
+  void NoteActivationRows(int64_t rows) { activation_rows_ = rows; }
+  int64_t activation_rows() const { return activation_rows_; }
+
  private:
   const Cancellation* const cancellation_;
+  int64_t activation_rows_ = -1;
   std::map<const Module*, std::map<std::string, casting::ComputeHandle>> held_;
 };
 
@@ -120,6 +129,14 @@ class Module {
   // embedding gathering rows of a transient table) instead of using whole
   // compute copies: the casting hooks neither acquire nor prefetch them.
   virtual bool ReadsOwnWeights() const { return false; }
+  // True when this forward's use of own weight `local_name` reads its
+  // storage instead of a compute copy (models/storage_product.h), given the
+  // rows `context` noted: the casting hooks then neither acquire nor
+  // prefetch a compute copy of it.
+  virtual bool ComputesFromStorage(absl::string_view local_name,
+                                   const ForwardContext& context) const {
+    return false;
+  }
   const std::map<std::string, std::unique_ptr<casting::Weight>>& weights()
       const {
     return weights_;

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "models/model_loader.h"
 #include "models/module.h"
+#include "models/storage_product.h"
 #include "models/test_util/tensor_files.h"
 
 namespace castserve::models {
@@ -171,6 +172,49 @@ TEST_P(PrequantizedLlamaTest, StorageIsTheFilesBytesAndTheModelSaysSo) {
   EXPECT_EQ(absl::StrContains(model->storage_note(), "not applied"),
             GetParam() != "ct_tensor")
       << model->storage_note();
+}
+
+// A forward of few rows reads the pre-quantized weights in place
+// (models/storage_product.h) with their scales — per tensor, row or block —
+// and gives what decoding a compute copy gives.
+TEST_P(PrequantizedLlamaTest, FewRowsReadTheStoredFp8WithItsScales) {
+  const NamedTensors few = {
+      {"input_ids", inputs_.at("input_ids").slice(0, 0, 1).slice(1, 0, 4)},
+      {"attention_mask",
+       inputs_.at("attention_mask").slice(0, 0, 1).slice(1, 0, 4)}};
+  WeightPolicyOptions mapped;
+  mapped.residency = casting::Residency::kMapped;
+  mapped.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  WeightPolicyOptions resident;
+  resident.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  const int64_t default_rows = StorageProductMaxRows();
+  ASSERT_GE(default_rows, 4);
+  for (const auto& [name, options] : std::map<std::string, WeightPolicyOptions>{
+           {"mapped", mapped}, {"resident", resident}}) {
+    auto logits_with_max_rows = [&](int64_t max_rows, int64_t* reads) {
+      SetStorageProductMaxRows(max_rows);
+      auto model = LoadHfModel(folder_, options);
+      EXPECT_TRUE(model.ok()) << model.status();
+      if (!model.ok()) return at::zeros({1});
+      auto outputs = (*model)->Forward(few);
+      EXPECT_TRUE(outputs.ok()) << outputs.status();
+      *reads = 0;
+      (*model)->root().Visit([&](Module& module) {
+        for (const auto& [weight_name, weight] : module.weights()) {
+          *reads += weight->activity().storage_reads;
+        }
+      });
+      return outputs.ok() ? outputs->at("logits") : at::zeros({1});
+    };
+    int64_t copy_reads = 0, storage_reads = 0;
+    const at::Tensor copied = logits_with_max_rows(0, &copy_reads);
+    const at::Tensor stored =
+        logits_with_max_rows(default_rows, &storage_reads);
+    SetStorageProductMaxRows(default_rows);
+    EXPECT_EQ(copy_reads, 0) << name;
+    EXPECT_GE(storage_reads, 14) << name << ": the fp8 projections";
+    EXPECT_LE(test_util::RelativeMaxError(stored, copied), 1e-4) << name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, PrequantizedLlamaTest,

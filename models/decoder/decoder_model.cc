@@ -36,7 +36,7 @@ class TiedLmHead : public Module {
   at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x) const {
     ModuleCall call(*this, ctx);
     ModuleCall tied_call(*embedding_, ctx);
-    return LinearProduct(x, embedding_->Param(ctx, "weight"), at::Tensor());
+    return ProductWithWeight(*embedding_, ctx, "weight", x, at::Tensor());
   }
 
  private:
