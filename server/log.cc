@@ -13,8 +13,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "platform/sanitized_text.h"
 #include "grpc/support/log.h"
+#include "platform/sanitized_text.h"
 
 namespace castserve {
 namespace {

@@ -16,7 +16,7 @@ reports every difference:
 Refusals of unsupported constructs are counted, not reported. Seeded.
 
   bazel build //text/jinja:render_chat_template
-  /root/.venv-ref/bin/python tools/diff_chat_templates.py --count 3000 --seed 1
+  .venv-ref/bin/python tools/diff_chat_templates.py --count 3000 --seed 1
 """
 import argparse
 import copy

@@ -26,7 +26,7 @@ values, tojson options, undefined), into text/jinja/testdata/features.json:
 Seeded: a rerun writes the same files. CI does not run this; the C++ test
 compares with the committed files.
 
-  /root/.venv-ref/bin/python tools/gen_chat_template_references.py
+  .venv-ref/bin/python tools/gen_chat_template_references.py
 """
 import datetime as datetime_module
 import json

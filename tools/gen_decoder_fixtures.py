@@ -26,7 +26,7 @@ tools/gen_model_fixtures.py and tools/gen_generation_references.py, so the
 C++ tests read these fixtures exactly as the llama/mistral/qwen2 ones.
 
 Run with the reference venv (torch 2.11, transformers 5.x, ml_dtypes):
-  /root/.venv-ref/bin/python tools/gen_decoder_fixtures.py [--only NAME ...]
+  .venv-ref/bin/python tools/gen_decoder_fixtures.py [--only NAME ...]
 """
 import argparse
 import json

@@ -36,7 +36,7 @@ convention (fp8 * weight_scale per row) — the same numbers, stated.
 Each reference is checked against the dequantized f32 model here
 (max relative error < 1e-5) before it is written.
 
-Usage: /root/.venv-ref/bin/python tools/gen_prequantized_fixtures.py
+Usage: .venv-ref/bin/python tools/gen_prequantized_fixtures.py
        [--out models/testdata/prequantized]
 """
 

@@ -7,7 +7,7 @@ embeddings and norms stay as they are; config.json gains the
 quantization_config. For BENCHMARKS.md's FP8 entry:
 
     python3 benchmarks/drivers/gen_llama_checkpoint.py --shape 1b --out /tmp/castserve-bench/llama-1b
-    /root/.venv-ref/bin/python benchmarks/drivers/quantize_fp8_block.py \\
+    .venv-ref/bin/python benchmarks/drivers/quantize_fp8_block.py \\
         /tmp/castserve-bench/llama-1b /tmp/castserve-bench/llama-1b-fp8
 
 With a third argument "channel", the compressed-tensors float-quantized

@@ -3,7 +3,7 @@
 process per measurement, for BENCHMARKS.md's FP8 entry beside
 //benchmarks:lazy_load_benchmark:
 
-    /root/.venv-ref/bin/python benchmarks/drivers/transformers_forward.py DIR \\
+    .venv-ref/bin/python benchmarks/drivers/transformers_forward.py DIR \\
         [--dtype=bfloat16] [--tokens=16] [--threads=2]
 
 An FP8 folder (quantization_config quant_method "fp8") is dequantized by

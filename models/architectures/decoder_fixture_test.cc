@@ -21,7 +21,6 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "casting/casting_policy.h"
-#include "platform/json_parser.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/decoder/decoder_model.h"
@@ -30,6 +29,7 @@
 #include "models/incremental_decoder.h"
 #include "models/model_loader.h"
 #include "models/test_util/tensor_files.h"
+#include "platform/json_parser.h"
 
 namespace castserve::models {
 namespace {

@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "platform/test_util/fake_file_system.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "platform/test_util/fake_file_system.h"
 #include "text/jinja/chat_template.h"
 
 namespace castserve::text::jinja {

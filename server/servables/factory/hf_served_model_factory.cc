@@ -120,8 +120,9 @@ absl::StatusOr<std::unique_ptr<models::Model>> HfServedModelFactory::BuildModel(
     model = models::LoadHfModel(plan.folder, weights, config.architecture());
   }
   if (!model.ok()) {
-    return absl::Status(model.status().code(),
-                        absl::StrCat(plan.folder, ": ", model.status().message()));
+    return absl::Status(
+        model.status().code(),
+        absl::StrCat(plan.folder, ": ", model.status().message()));
   }
   return model;
 }

@@ -8,10 +8,10 @@
 #include "casting/tracking_allocator.h"
 #include "models/generation.h"
 #include "models/incremental_decoder.h"
+#include "models/model_loader.h"
 #include "server/lifecycle/model_config_loader.h"
 #include "server/servables/generation/generation_served_model.h"
 #include "server/servables/generation/scheduler_generation_engine.h"
-#include "models/model_loader.h"
 #include "text/tokenizer.h"
 
 namespace castserve {
