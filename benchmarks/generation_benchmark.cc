@@ -310,37 +310,54 @@ std::vector<std::vector<int64_t>> Prompts(int64_t count, int64_t length,
   return prompts;
 }
 
-absl::Status RunConfig(const Flags& flags, const std::string& name) {
+struct LoadedModel {
+  std::string name;
+  std::unique_ptr<Model> model;
+};
+
+absl::StatusOr<LoadedModel> LoadConfig(const Flags& flags,
+                                       const std::string& name) {
   absl::StatusOr<WeightPolicyOptions> options = ParseConfig(name);
   if (!options.ok()) return options.status();
-  casting::TrackingAllocator* allocator =
-      casting::TrackingAllocator::Installed();
-  absl::Status registered = allocator->RegisterModel(name);
-  if (!registered.ok()) return registered;
+  if (absl::Status status =
+          casting::TrackingAllocator::Installed()->RegisterModel(name);
+      !status.ok()) {
+    return status;
+  }
   casting::ScopedModelTag tag(name);
   absl::StatusOr<std::unique_ptr<Model>> model =
       LoadHfModel(flags.model_dir, *options);
   if (!model.ok()) return model.status();
-  const IncrementalDecoder* decoder = (*model)->incremental_decoder();
-  if (decoder == nullptr) {
+  if ((*model)->incremental_decoder() == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(flags.model_dir, " holds no decoder"));
   }
+  return LoadedModel{name, *std::move(model)};
+}
+
+absl::Status RunConfig(const Flags& flags, const std::string& name) {
+  absl::StatusOr<LoadedModel> loaded = LoadConfig(flags, name);
+  if (!loaded.ok()) return loaded.status();
+  casting::TrackingAllocator* allocator =
+      casting::TrackingAllocator::Installed();
+  casting::ScopedModelTag tag(name);
+  std::unique_ptr<Model>& model = loaded->model;
+  const IncrementalDecoder* decoder = model->incremental_decoder();
   const int64_t max_sequences =
       *std::max_element(flags.sequences.begin(), flags.sequences.end());
   const auto all =
       Prompts(max_sequences, flags.prompt_tokens, decoder->vocab_size());
   // Untimed: teaches prefetch the module order.
-  if (auto warm = Generate(**model, all[0], Greedy(2)); !warm.ok()) {
+  if (auto warm = Generate(*model, all[0], Greedy(2)); !warm.ok()) {
     return warm.status();
   }
   for (int64_t count : flags.sequences) {
     const std::vector<std::vector<int64_t>> prompts(all.begin(),
                                                     all.begin() + count);
-    auto sequential = RunSequential(**model, prompts, flags.new_tokens);
+    auto sequential = RunSequential(*model, prompts, flags.new_tokens);
     if (!sequential.ok()) return sequential.status();
     auto continuous =
-        RunContinuous(**model, prompts, flags.new_tokens, flags.block_tokens);
+        RunContinuous(*model, prompts, flags.new_tokens, flags.block_tokens);
     if (!continuous.ok()) return continuous.status();
     PrintRow(name, prompts.size(), "sequential", *sequential, flags.new_tokens,
              "");
@@ -350,7 +367,7 @@ absl::Status RunConfig(const Flags& flags, const std::string& name) {
         absl::StrCat(absl::StrFormat("%.2f", ratio), "  ",
                      continuous->tokens == sequential->tokens ? "yes" : "no"));
   }
-  model->reset();
+  model.reset();
   return allocator->UnregisterModel(name);
 }
 
@@ -399,31 +416,6 @@ absl::StatusOr<DecodeRun> RunDecode(const Model& model,
 double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
-}
-
-struct LoadedModel {
-  std::string name;
-  std::unique_ptr<Model> model;
-};
-
-absl::StatusOr<LoadedModel> LoadConfig(const Flags& flags,
-                                       const std::string& name) {
-  absl::StatusOr<WeightPolicyOptions> options = ParseConfig(name);
-  if (!options.ok()) return options.status();
-  if (absl::Status status =
-          casting::TrackingAllocator::Installed()->RegisterModel(name);
-      !status.ok()) {
-    return status;
-  }
-  casting::ScopedModelTag tag(name);
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      LoadHfModel(flags.model_dir, *options);
-  if (!model.ok()) return model.status();
-  if ((*model)->incremental_decoder() == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flags.model_dir, " holds no decoder"));
-  }
-  return LoadedModel{name, *std::move(model)};
 }
 
 // One row of the --compare_paths table from its rounds.

@@ -111,9 +111,12 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     } else if (kv.first == "prefetch") {
       ok = ok && absl::SimpleAtob(kv.second, &flags.prefetch);
     } else if (kv.first == "compute") {
-      ok = ok && (kv.second == "f32" || kv.second == "bf16");
-      flags.compute = kv.second == "bf16" ? casting::ElementType::kBF16
-                                          : casting::ElementType::kF32;
+      absl::StatusOr<casting::ElementType> compute =
+          casting::ParseElementType(kv.second);
+      ok = ok && compute.ok() &&
+           (*compute == casting::ElementType::kF32 ||
+            *compute == casting::ElementType::kBF16);
+      if (ok) flags.compute = *compute;
     } else {
       ok = false;
     }

@@ -13,7 +13,7 @@ read by our own protobuf stubs, by tritonclient over gRPC and over HTTP
 curl; the daemon's log stays valid UTF-8; the good model keeps serving.
 
 Run by Bazel as:
-  broken_checkpoints_integration_test.py CASTSERVE BERT_FILE
+  broken_checkpoints_integration_test.py CASTSERVE BERT_FILE FP8_FILE
 (Debian's python3 with python3-grpcio, python3-protobuf and python3-numpy;
 curl; tritonclient[grpc,http] for the tritonclient case.)
 """

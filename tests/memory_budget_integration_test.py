@@ -16,7 +16,7 @@ fixture's reference within 1e-4 every time); models were evicted; and the
 models' weights never pass the budget in any sample.
 
 Which counters: admission reserves each model's configured footprint, what
-its weights will hold (server/model_manager.h), and counts a READY model as
+its weights will hold (server/lifecycle/model_manager.h), and counts a READY model as
 the largest of that reservation, the bytes the tracking allocator attributes
 to it and its weights' owned footprint (MeasuredBytes). The daemon exports
 the last two per model: castserve_model_weight_bytes (owned = the resident,

@@ -151,7 +151,7 @@ def compressed_tensors_config(strategy, dynamic_inputs):
     return dumped
 
 
-def quantized_state(model, layout, quantize, scale_name):
+def quantized_state(model, quantize, scale_name):
     state = {}
     for name, tensor in model.state_dict().items():
         module = name.rsplit(".", 1)[0]
@@ -214,7 +214,7 @@ def write_folder(out, layout, base, ids, mask):
     if os.path.isdir(folder):
         shutil.rmtree(folder)
     os.makedirs(folder)
-    state = quantized_state(base, layout, quantize, scale_name)
+    state = quantized_state(base, quantize, scale_name)
     save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
     config = llama_config().to_dict()
     config["architectures"] = ["LlamaForCausalLM"]

@@ -5,6 +5,11 @@
 # packages that are missing.
 set -euo pipefail
 
+if (($# > 1)) || [[ $# == 1 && "$1" != "--cpu-only" ]]; then
+  echo "usage: tools/install_deps.sh [--cpu-only]" >&2
+  exit 2
+fi
+
 packages=(
   # Build: Bazel and the C++ libraries the daemon links.
   bazel-bootstrap g++ libgrpc++-dev protobuf-compiler protobuf-compiler-grpc

@@ -120,9 +120,9 @@ compile() {
         -c "$src" -o "$obj" || { rm -f "$obj"; return 1; }
       echo "$obj"
       return ;;
-    casting/codec_avx2.cc | models/storage_product_avx2.cc)
+    *_avx2.cc)
       flags+=" -mavx2 -mf16c -mfma $SANITIZE" ;;
-    casting/codec_avx512.cc | models/storage_product_avx512.cc)
+    *_avx512.cc)
       flags+=" -mavx512f -mavx512bw -mavx512vl -mavx2 -mf16c -mfma $SANITIZE" ;;
     */fuzz/*_fuzzer.cc) flags+=" -fsanitize=fuzzer $SANITIZE" ;;
     *) flags+=" -fsanitize=fuzzer-no-link $SANITIZE" ;;

@@ -59,6 +59,8 @@ CHANNEL_CONFIG = {
 
 
 def main(source, out, layout="block"):
+    if layout not in ("block", "channel"):
+        sys.exit(f"quantize_fp8_block: layout must be block or channel, not {layout!r}")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(source, "model.safetensors.index.json")) as f:
         index = json.load(f)
