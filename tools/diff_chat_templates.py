@@ -4,7 +4,7 @@ r"""Differential check of castserve's chat template interpreter against jinja2.
 Generates random templates from a small Jinja grammar (expressions over a
 fixed context with filters, tests, methods and operators; if/for/set/
 namespace/macro statements; whitespace control), renders each with jinja2 as
-transformers configures it and with //text/jinja:render_chat_template, and
+transformers configures it and with //text/jinja/tests:render_chat_template, and
 reports every difference:
 
   - both rendered, different text                     (a wrong prompt)
@@ -15,7 +15,7 @@ reports every difference:
 
 Refusals of unsupported constructs are counted, not reported. Seeded.
 
-  bazel build //text/jinja:render_chat_template
+  bazel build //text/jinja/tests:render_chat_template
   .venv-ref/bin/python tools/diff_chat_templates.py --count 3000 --seed 1
 """
 import argparse
@@ -31,7 +31,7 @@ import jinja2
 from transformers.utils import chat_template_utils
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-BINARY = os.path.join(ROOT, "bazel-bin/text/jinja/render_chat_template")
+BINARY = os.path.join(ROOT, "bazel-bin/text/jinja/tests/render_chat_template")
 
 CONTEXT = {
     "messages": [

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-r"""Writes the chat template parity references for //text/jinja:parity_test.
+r"""Writes the chat template parity references for //text/jinja/tests:parity_test.
 
-For every template under text/jinja/testdata/templates/ (<name>.jinja) this
+For every template under text/jinja/tests/testdata/templates/ (<name>.jinja) this
 renders a seeded set of conversations with transformers' own renderer
 (transformers.utils.chat_template_utils.render_jinja_template: jinja2's
 ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks, loopcontrols,
 transformers' tojson, raise_exception, strftime_now, dict and namespace),
 passing the special tokens as apply_chat_template does, and writes
-text/jinja/testdata/references/<name>.json:
+text/jinja/tests/testdata/references/<name>.json:
 
   {"template": "<name>.jinja",
    "special_tokens": {"bos_token": ..., ...},
@@ -19,7 +19,7 @@ text/jinja/testdata/references/<name>.json:
 
 It also renders FEATURES, small templates that each exercise one construct
 (whitespace control, loops, filters, tests, methods, Python's str/repr of
-values, tojson options, undefined), into text/jinja/testdata/features.json:
+values, tojson options, undefined), into text/jinja/tests/testdata/features.json:
   [{"template": "...", "context": {...}, "expected": "..."} or
    {..., "error": "..."}]
 
@@ -38,8 +38,8 @@ import jinja2
 from transformers.utils import chat_template_utils
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-TEMPLATES = os.path.join(ROOT, "text/jinja/testdata/templates")
-REFERENCES = os.path.join(ROOT, "text/jinja/testdata/references")
+TEMPLATES = os.path.join(ROOT, "text/jinja/tests/testdata/templates")
+REFERENCES = os.path.join(ROOT, "text/jinja/tests/testdata/references")
 CASES_PER_TEMPLATE = 60
 NOW = datetime_module.datetime(2026, 7, 4, 15, 30, 0)
 
@@ -421,7 +421,7 @@ def render_features():
             feature["error"] = str(error)
             feature["raised"] = type(error) is jinja2.exceptions.TemplateError
         features.append(feature)
-    with open(os.path.join(ROOT, "text/jinja/testdata/features.json"), "w",
+    with open(os.path.join(ROOT, "text/jinja/tests/testdata/features.json"), "w",
               encoding="utf-8") as f:
         json.dump(features, f, ensure_ascii=False, indent=1)
         f.write("\n")

@@ -146,7 +146,7 @@ declare -A LINKS=(
   [config_json]="//server/servables/factory:hf_served_model_factory + //server/lifecycle:model_repository"
   [rest_infer]="//server/rest:rest_infer_codec"
   [tokenizer_encode]="//text:load_tokenizer"
-  [chat_template]="//text/jinja:chat_template + //text/jinja:chat_context"
+  [chat_template]="//text/jinja:chat_template + //text/jinja:chat_context + //platform:fake_clock_test_util"
 )
 # libFuzzer dictionaries (tokens the mutator splices in), where a target has
 # one: the safetensors header's JSON grammar, keys and dtype names; Jinja's

@@ -47,18 +47,12 @@ Value MissingAttribute(const Value& object, absl::string_view name) {
                                        "' has no attribute '", name, "'"));
 }
 
-Value MissingElement(const Value& object, const Value& key) {
+absl::StatusOr<Value> MissingElement(const Value& object, const Value& key,
+                                     const BuiltinContext& context) {
+  absl::StatusOr<std::string> key_repr = ToRepr(key, context.bounds);
+  if (!key_repr.ok()) return key_repr.status();
   return Value::Undefined(absl::StrCat("'", ObjectTypeRepr(object),
-                                       "' has no element ", ToRepr(key)));
-}
-
-absl::Status CheckSize(size_t bytes, const BuiltinContext& context) {
-  if (bytes > context.max_value_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("a value would exceed max_output_bytes (",
-                     context.max_value_bytes, ")"));
-  }
-  return absl::OkStatus();
+                                       "' has no element ", *key_repr));
 }
 
 Value StringList(std::vector<std::string> parts) {
@@ -144,8 +138,7 @@ absl::StatusOr<Value> Format(const std::string& text, const CallArgs& args,
       }
       value = &args.positional[index];
     }
-    out += ToStr(*value);
-    absl::Status status = CheckSize(out.size(), context);
+    absl::Status status = AppendStr(*value, context.bounds, &out);
     if (!status.ok()) return status;
     i = close;
   }
@@ -176,7 +169,8 @@ absl::StatusOr<Value> Strip(const std::string& text, absl::string_view name,
 }
 
 absl::StatusOr<Value> Split(const std::string& text, absl::string_view name,
-                            const CallArgs& args, const BuiltinContext&) {
+                            const CallArgs& args,
+                            const BuiltinContext& context) {
   absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {"sep", "maxsplit"});
   if (!bound.ok()) return bound.status();
   std::optional<std::string> sep;
@@ -187,6 +181,11 @@ absl::StatusOr<Value> Split(const std::string& text, absl::string_view name,
     sep = bound->Get(0).string_value();
   }
   int64_t maxsplit = bound->Has(1) ? bound->Get(1).int_value() : -1;
+  absl::Status status =
+      CheckValueBytes(absl::StrCat("str.", name, "()"),
+                      PythonSplitCount(text, sep, maxsplit) * kItemBytes,
+                      context.bounds.max_bytes);
+  if (!status.ok()) return status;
   absl::StatusOr<std::vector<std::string>> parts =
       name == "split" ? PythonSplit(text, sep, maxsplit)
                       : PythonRSplit(text, sep, maxsplit);
@@ -227,14 +226,11 @@ absl::StatusOr<Value> ReplaceMethod(const std::string& text,
   const std::string& old_text = bound->Get(0).string_value();
   const std::string& new_text = bound->Get(1).string_value();
   int64_t count = bound->Has(2) ? bound->Get(2).int_value() : -1;
-  // The size before building: text plus one new_text per match.
-  size_t matches = old_text.empty() ? CodePointCount(text) + 1 : 0;
-  for (size_t at = old_text.empty() ? std::string::npos : text.find(old_text);
-       at != std::string::npos; at = text.find(old_text, at + old_text.size()))
-    ++matches;
-  if (count >= 0) matches = std::min<size_t>(matches, count);
-  absl::Status status =
-      CheckSize(text.size() + matches * new_text.size(), context);
+  size_t matches = PythonReplaceCount(text, old_text, count);
+  absl::Status status = CheckValueBytes(
+      "str.replace()",
+      text.size() - matches * old_text.size() + matches * new_text.size(),
+      context.bounds.max_bytes);
   if (!status.ok()) return status;
   return Value::String(PythonReplace(text, old_text, new_text, count));
 }
@@ -267,19 +263,26 @@ absl::StatusOr<Value> JoinMethod(const std::string& text,
                                  const BuiltinContext& context) {
   absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {"iterable"}, 1);
   if (!bound.ok()) return bound.status();
-  absl::StatusOr<std::vector<Value>> items = Iterate(bound->Get(0));
+  absl::StatusOr<std::vector<Value>> items =
+      Iterate(bound->Get(0), context.bounds.max_bytes);
   if (!items.ok()) return items.status();
-  std::string out;
+  size_t projected = 0;
   for (size_t i = 0; i < items->size(); ++i) {
     if (!(*items)[i].is_string()) {
       return absl::InvalidArgumentError(
           absl::StrCat("sequence item ", i, ": expected str instance, ",
                        TypeName((*items)[i]), " found"));
     }
+    projected += (i > 0 ? text.size() : 0) + (*items)[i].string_value().size();
+  }
+  absl::Status status =
+      CheckValueBytes("str.join()", projected, context.bounds.max_bytes);
+  if (!status.ok()) return status;
+  std::string out;
+  out.reserve(projected);
+  for (size_t i = 0; i < items->size(); ++i) {
     if (i > 0) out += text;
     out += (*items)[i].string_value();
-    absl::Status status = CheckSize(out.size(), context);
-    if (!status.ok()) return status;
   }
   return Value::String(std::move(out));
 }
@@ -363,10 +366,12 @@ absl::StatusOr<Value> GetAttribute(const Value& object, absl::string_view name,
           });
     case Value::Kind::kDict: {
       if (DictMethods().contains(method)) {
-        return Value::Function(absl::StrCat("dict.", name),
-                               [object, method](const CallArgs& args) {
-                                 return CallDictMethod(object, method, args);
-                               });
+        return Value::Function(
+            absl::StrCat("dict.", name),
+            [object, method](const CallArgs& args) {
+              return CallDictMethod(object, method, args);
+            },
+            object.depth() + 1);
       }
       if (OtherContainerAttributes().contains(method)) break;
       const Value* item = object.dict().Find(name);
@@ -394,7 +399,8 @@ absl::StatusOr<Value> GetItem(const Value& object, const Value& key,
                               const BuiltinContext& context) {
   if (object.is_undefined()) return UndefinedError(object);
   if (object.is_list() && !object.view_name().empty()) {
-    return MissingElement(object, key);  // Views are not subscriptable.
+    // Views are not subscriptable.
+    return MissingElement(object, key, context);
   }
   if ((object.is_list() || object.is_string()) &&
       (key.kind() == Value::Kind::kInt || key.kind() == Value::Kind::kBool)) {
@@ -402,13 +408,17 @@ absl::StatusOr<Value> GetItem(const Value& object, const Value& key,
     if (object.is_list()) {
       int64_t size = static_cast<int64_t>(object.list().size());
       if (index < 0) index += size;
-      if (index < 0 || index >= size) return MissingElement(object, key);
+      if (index < 0 || index >= size) {
+        return MissingElement(object, key, context);
+      }
       return object.list()[index];
     }
     std::u32string code_points = ToCodePoints(object.string_value());
     int64_t size = static_cast<int64_t>(code_points.size());
     if (index < 0) index += size;
-    if (index < 0 || index >= size) return MissingElement(object, key);
+    if (index < 0 || index >= size) {
+      return MissingElement(object, key, context);
+    }
     return Value::String(FromCodePoints(code_points.substr(index, 1)));
   }
   if (object.is_dict() && key.is_string()) {
@@ -416,7 +426,7 @@ absl::StatusOr<Value> GetItem(const Value& object, const Value& key,
     if (item != nullptr) return *item;
   }
   if (key.is_string()) return GetAttribute(object, key.string_value(), context);
-  return MissingElement(object, key);
+  return MissingElement(object, key, context);
 }
 
 absl::StatusOr<Value> Slice(const Value& object, const Value& start,
@@ -453,24 +463,31 @@ absl::StatusOr<Value> Slice(const Value& object, const Value& start,
   };
   int64_t from = clamp(start, by < 0 ? size - 1 : 0);
   int64_t to = clamp(stop, by < 0 ? -1 : size);
-  std::vector<int64_t> indices;
-  for (int64_t i = from; by > 0 ? i < to : i > to; i += by) {
-    indices.push_back(i);
-  }
+  // The count first, in 128 bits: `by` may be near the int64 bounds.
+  __int128 span = by > 0 ? static_cast<__int128>(to) - from
+                         : static_cast<__int128>(from) - to;
+  __int128 stride = by > 0 ? by : -static_cast<__int128>(by);
+  int64_t count =
+      span <= 0 ? 0 : static_cast<int64_t>((span + stride - 1) / stride);
   if (object.is_string()) {
     std::u32string out;
-    for (int64_t i : indices) out += code_points[i];
+    for (int64_t n = 0; n < count; ++n) {
+      out += code_points[static_cast<size_t>(from + n * by)];
+    }
     return Value::String(FromCodePoints(out));
   }
-  absl::Status status = CheckSize(indices.size() * 16, context);
+  absl::Status status =
+      CheckValueBytes("a slice", count * kItemBytes, context.bounds.max_bytes);
   if (!status.ok()) return status;
   std::vector<Value> out;
-  out.reserve(indices.size());
-  for (int64_t i : indices) out.push_back(object.list()[i]);
+  out.reserve(count);
+  for (int64_t n = 0; n < count; ++n)
+    out.push_back(object.list()[from + n * by]);
   return Value::List(std::move(out), object.is_tuple());
 }
 
-absl::StatusOr<std::vector<Value>> Iterate(const Value& value) {
+absl::StatusOr<std::vector<Value>> Iterate(const Value& value,
+                                           size_t max_bytes) {
   switch (value.kind()) {
     case Value::Kind::kUndefined:
       return std::vector<Value>();
@@ -479,7 +496,12 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& value) {
     case Value::Kind::kList:
       return value.list();
     case Value::Kind::kString: {
+      size_t count = CodePointCount(value.string_value());
+      absl::Status status =
+          CheckValueBytes("iterating a string", count * kItemBytes, max_bytes);
+      if (!status.ok()) return status;
       std::vector<Value> items;
+      items.reserve(count);
       for (char32_t c : ToCodePoints(value.string_value())) {
         std::string one;
         AppendUtf8(c, &one);
@@ -488,6 +510,9 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& value) {
       return items;
     }
     case Value::Kind::kDict: {
+      absl::Status status = CheckValueBytes(
+          "iterating a dict", value.dict().size() * kItemBytes, max_bytes);
+      if (!status.ok()) return status;
       std::vector<Value> keys;
       for (const auto& item : value.dict().items()) {
         keys.push_back(Value::String(item.first));

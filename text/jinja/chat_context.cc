@@ -102,6 +102,13 @@ absl::StatusOr<nlohmann::json> ReadJson(platform::FileSystem* files,
   return json;
 }
 
+absl::Status TemplateTooLong(const std::string& path, uint64_t bytes,
+                             size_t max_template_bytes) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      path, ": a chat template of ", bytes, " bytes, over max_template_bytes (",
+      max_template_bytes, ")"));
+}
+
 }  // namespace
 
 absl::StatusOr<Value> BuildChatContext(const ChatInputs& inputs) {
@@ -132,7 +139,7 @@ absl::StatusOr<Value> BuildChatContext(const ChatInputs& inputs) {
 
 absl::StatusOr<ModelChatTemplate> ReadModelChatTemplate(
     platform::FileSystem* files, const std::string& folder,
-    const std::string& template_name) {
+    const std::string& template_name, size_t max_template_bytes) {
   ModelChatTemplate result;
   std::string config_path = folder + "/tokenizer_config.json";
   nlohmann::json config = nlohmann::json::object();
@@ -155,8 +162,14 @@ absl::StatusOr<ModelChatTemplate> ReadModelChatTemplate(
   if (!status.ok()) return status;
   std::string jinja_path = folder + "/chat_template.jinja";
   if (template_name.empty() && files->IsRegularFile(jinja_path)) {
+    absl::StatusOr<platform::FileSystem::FileInfo> info =
+        files->Stat(jinja_path);
+    if (!info.ok()) return info.status();
+    if (info->size_bytes > max_template_bytes) {
+      return TemplateTooLong(jinja_path, info->size_bytes, max_template_bytes);
+    }
     absl::StatusOr<std::string> source =
-        files->ReadFile(jinja_path, kMaxConfigBytes);
+        files->ReadFile(jinja_path, max_template_bytes);
     if (!source.ok()) return source.status();
     result.source = *std::move(source);
     return result;
@@ -164,6 +177,9 @@ absl::StatusOr<ModelChatTemplate> ReadModelChatTemplate(
   absl::StatusOr<std::string> source =
       TemplateFromConfig(config, config_path, template_name);
   if (!source.ok()) return source.status();
+  if (source->size() > max_template_bytes) {
+    return TemplateTooLong(config_path, source->size(), max_template_bytes);
+  }
   result.source = *std::move(source);
   return result;
 }

@@ -11,6 +11,7 @@
 #ifndef CASTSERVE_TEXT_JINJA_CHAT_CONTEXT_H_
 #define CASTSERVE_TEXT_JINJA_CHAT_CONTEXT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -22,7 +23,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "platform/file_system.h"
+#include "text/jinja/limits.h"
 #include "text/jinja/value.h"
+#include "text/unicode.h"
 
 namespace castserve::text::jinja {
 
@@ -52,14 +55,19 @@ struct ModelChatTemplate {
 // the named special tokens of tokenizer_config.json (strings or
 // AddedToken dicts' "content"), merged with special_tokens_map.json where
 // transformers merges it (no added_tokens_decoder). NotFound when the folder
-// has no chat template; InvalidArgument for malformed files.
+// has no chat template; InvalidArgument for malformed files;
+// ResourceExhausted, naming the file, for a template longer than
+// `max_template_bytes` (chat_template.jinja is refused before it is read).
 absl::StatusOr<ModelChatTemplate> ReadModelChatTemplate(
     platform::FileSystem* files, const std::string& folder,
-    const std::string& template_name = "");
+    const std::string& template_name = "",
+    size_t max_template_bytes = Limits{}.max_template_bytes);
 
 // A JSON document as a Value (objects keep their member order when `Json`
 // does, e.g. nlohmann::ordered_json). InvalidArgument for an unsigned
-// integer beyond int64 or nesting deeper than `max_depth`.
+// integer beyond int64, nesting deeper than `max_depth`, or a string or
+// member name that is not valid UTF-8 (a JSON value built in memory, not
+// parsed, may hold any bytes).
 template <typename Json>
 absl::StatusOr<Value> ValueFromJson(const Json& json, int max_depth = 128) {
   if (max_depth < 0) return absl::InvalidArgumentError("JSON nests too deep");
@@ -80,8 +88,14 @@ absl::StatusOr<Value> ValueFromJson(const Json& json, int max_depth = 128) {
     }
     case nlohmann::json::value_t::number_float:
       return Value::Float(json.template get<double>());
-    case nlohmann::json::value_t::string:
-      return Value::String(json.template get<std::string>());
+    case nlohmann::json::value_t::string: {
+      std::string text = json.template get<std::string>();
+      if (!IsValidUtf8(text)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("JSON string is not valid UTF-8: ", Utf8Lossy(text)));
+      }
+      return Value::String(std::move(text));
+    }
     case nlohmann::json::value_t::array: {
       std::vector<Value> items;
       for (const auto& item : json) {
@@ -94,6 +108,10 @@ absl::StatusOr<Value> ValueFromJson(const Json& json, int max_depth = 128) {
     case nlohmann::json::value_t::object: {
       Dict dict;
       for (auto it = json.begin(); it != json.end(); ++it) {
+        if (!IsValidUtf8(it.key())) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "JSON member name is not valid UTF-8: ", Utf8Lossy(it.key())));
+        }
         absl::StatusOr<Value> value = ValueFromJson(it.value(), max_depth - 1);
         if (!value.ok()) return value;
         dict.Set(it.key(), *std::move(value));

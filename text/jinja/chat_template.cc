@@ -8,21 +8,26 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "text/jinja/ast.h"
 #include "text/jinja/builtins.h"
-#include "text/jinja/lexer.h"
-#include "text/jinja/parser.h"
 #include "text/jinja/renderer.h"
+#include "text/jinja/syntax/ast.h"
+#include "text/jinja/syntax/lexer.h"
+#include "text/jinja/syntax/parser.h"
 
 namespace castserve::text::jinja {
 
 ChatTemplate::ChatTemplate(std::shared_ptr<const Program> program,
-                           Limits limits, TemplateClock clock)
-    : program_(std::move(program)), limits_(limits), clock_(std::move(clock)) {}
+                           Limits limits, platform::Clock* clock,
+                           absl::TimeZone time_zone)
+    : program_(std::move(program)),
+      limits_(limits),
+      clock_(clock),
+      time_zone_(time_zone) {}
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Create(std::string source,
                                                   Limits limits,
-                                                  TemplateClock clock) {
+                                                  platform::Clock* clock,
+                                                  absl::TimeZone time_zone) {
   if (source.size() > limits.max_template_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "chat template of ", source.size(),
@@ -33,15 +38,15 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(std::string source,
   absl::StatusOr<std::unique_ptr<Program>> program =
       Parse(*tokens, limits.max_nesting_depth);
   if (!program.ok()) return program.status();
-  if (!clock.now) {
-    return absl::InvalidArgumentError("the template clock has no now()");
+  if (clock == nullptr) {
+    return absl::InvalidArgumentError("a chat template needs a clock");
   }
   return ChatTemplate(std::shared_ptr<const Program>(*std::move(program)),
-                      limits, std::move(clock));
+                      limits, clock, time_zone);
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const Value& context) const {
-  Renderer renderer(*program_, limits_, clock_.now, clock_.time_zone);
+  Renderer renderer(*program_, limits_, clock_, time_zone_);
   return renderer.Render(context);
 }
 

@@ -14,13 +14,13 @@
 #ifndef CASTSERVE_TEXT_JINJA_CHAT_TEMPLATE_H_
 #define CASTSERVE_TEXT_JINJA_CHAT_TEMPLATE_H_
 
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "platform/clock.h"
 #include "text/jinja/limits.h"
 #include "text/jinja/value.h"
 
@@ -28,22 +28,18 @@ namespace castserve::text::jinja {
 
 struct Program;
 
-// What strftime_now reads: Python's datetime.now(), local time by default.
-// Tests inject a fixed time.
-struct TemplateClock {
-  std::function<absl::Time()> now = [] { return absl::Now(); };
-  absl::TimeZone time_zone = absl::LocalTimeZone();
-};
-
 class ChatTemplate {
  public:
   // Parses `source`. InvalidArgument for a syntax error or a construct
   // castserve does not implement (the message names it and its line and
   // column); ResourceExhausted when the source is longer than
   // limits.max_template_bytes or nests deeper than max_nesting_depth.
-  static absl::StatusOr<ChatTemplate> Create(std::string source,
-                                             Limits limits = {},
-                                             TemplateClock clock = {});
+  // strftime_now reads `clock` (Python's datetime.now(): the real clock and
+  // local time by default; tests pass a fake), which outlives the template.
+  static absl::StatusOr<ChatTemplate> Create(
+      std::string source, Limits limits = {},
+      platform::Clock* clock = &platform::Clock::Real(),
+      absl::TimeZone time_zone = absl::LocalTimeZone());
 
   // Renders with `context`, a dict of the variables the template sees
   // (BuildChatContext in chat_context.h makes it from messages). Errors:
@@ -58,11 +54,12 @@ class ChatTemplate {
 
  private:
   ChatTemplate(std::shared_ptr<const Program> program, Limits limits,
-               TemplateClock clock);
+               platform::Clock* clock, absl::TimeZone time_zone);
 
   std::shared_ptr<const Program> program_;
   Limits limits_;
-  TemplateClock clock_;
+  platform::Clock* clock_;
+  absl::TimeZone time_zone_;
 };
 
 }  // namespace castserve::text::jinja

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,7 +17,6 @@
 #include "absl/strings/str_split.h"
 #include "text/jinja/bound_args.h"
 #include "text/jinja/builtins.h"
-#include "text/jinja/lexer.h"
 #include "text/jinja/operators.h"
 #include "text/jinja/python_string.h"
 #include "text/unicode.h"
@@ -28,80 +28,96 @@ using Filter = absl::StatusOr<Value> (*)(const Value& input,
                                          const CallArgs& args,
                                          const BuiltinContext& context);
 
-absl::Status SizeCheck(size_t bytes, const BuiltinContext& context) {
-  if (bytes > context.max_value_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("a value would exceed max_output_bytes (",
-                     context.max_value_bytes, ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<BoundArgs> Bind(const CallArgs& args, absl::string_view name,
-                               const std::vector<absl::string_view>& names,
-                               size_t required = 0) {
-  return BindArgs(args, name, names, required);
-}
-
 // For the string filters: the value as str(), Undefined as "".
+// For the string filters: the value as str(), Undefined as "". A case
+// mapping may lengthen the text (at most 3 times: "ΐ" upper-cases to three
+// code points), so its result is checked too.
 absl::StatusOr<Value> StringFilter(const Value& input, const CallArgs& args,
                                    absl::string_view name,
-                                   std::string (*apply)(absl::string_view)) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, name, {});
+                                   std::string (*apply)(absl::string_view),
+                                   const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, name, {});
   if (!bound.ok()) return bound.status();
-  return Value::String(apply(ToStr(input)));
+  absl::StatusOr<std::string> text = ToStr(input, context.bounds);
+  if (!text.ok()) return text.status();
+  std::string out = apply(*text);
+  absl::Status status = CheckValueBytes(absl::StrCat("'", name, "'"),
+                                        out.size(), context.bounds.max_bytes);
+  if (!status.ok()) return status;
+  return Value::String(std::move(out));
 }
 
 absl::StatusOr<Value> Upper(const Value& in, const CallArgs& a,
-                            const BuiltinContext&) {
-  return StringFilter(in, a, "upper", PythonUpper);
+                            const BuiltinContext& c) {
+  return StringFilter(in, a, "upper", PythonUpper, c);
 }
 absl::StatusOr<Value> Lower(const Value& in, const CallArgs& a,
-                            const BuiltinContext&) {
-  return StringFilter(in, a, "lower", PythonLower);
+                            const BuiltinContext& c) {
+  return StringFilter(in, a, "lower", PythonLower, c);
 }
 absl::StatusOr<Value> Capitalize(const Value& in, const CallArgs& a,
-                                 const BuiltinContext&) {
-  return StringFilter(in, a, "capitalize", PythonCapitalize);
+                                 const BuiltinContext& c) {
+  return StringFilter(in, a, "capitalize", PythonCapitalize, c);
 }
 absl::StatusOr<Value> Title(const Value& in, const CallArgs& a,
-                            const BuiltinContext&) {
-  return StringFilter(in, a, "title", JinjaTitle);
+                            const BuiltinContext& c) {
+  return StringFilter(in, a, "title", JinjaTitle, c);
 }
 
 absl::StatusOr<Value> Trim(const Value& in, const CallArgs& args,
-                           const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "trim", {"chars"});
+                           const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "trim", {"chars"});
   if (!bound.ok()) return bound.status();
   std::optional<std::string> chars;
-  if (bound->Has(0) && !bound->Get(0).is_none()) chars = ToStr(bound->Get(0));
-  return Value::String(PythonStrip(ToStr(in), chars, StripSide::kBoth));
+  if (bound->Has(0) && !bound->Get(0).is_none()) {
+    absl::StatusOr<std::string> text = ToStr(bound->Get(0), context.bounds);
+    if (!text.ok()) return text.status();
+    chars = *std::move(text);
+  }
+  absl::StatusOr<std::string> text = ToStr(in, context.bounds);
+  if (!text.ok()) return text.status();
+  return Value::String(PythonStrip(*text, chars, StripSide::kBoth));
 }
 
 // Markup(str(value)): a string.
 absl::StatusOr<Value> Safe(const Value& in, const CallArgs& args,
-                           const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "safe", {});
+                           const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "safe", {});
   if (!bound.ok()) return bound.status();
   if (in.is_string()) return in;
-  if (ContainsIterator(in)) return PrintingIteratorError();
-  return Value::String(ToStr(in));
+  absl::StatusOr<std::string> text = ToStr(in, context.bounds);
+  if (!text.ok()) return text.status();
+  return Value::String(*std::move(text));
 }
 
 absl::StatusOr<Value> String(const Value& in, const CallArgs& args,
-                             const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "string", {});
+                             const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "string", {});
   if (!bound.ok()) return bound.status();
-  if (ContainsIterator(in)) return PrintingIteratorError();
-  return Value::String(ToStr(in));
+  absl::StatusOr<std::string> text = ToStr(in, context.bounds);
+  if (!text.ok()) return text.status();
+  return Value::String(*std::move(text));
 }
 
 absl::StatusOr<Value> Escape(const Value& in, const CallArgs& args,
                              const BuiltinContext& context) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "escape", {});
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "escape", {});
   if (!bound.ok()) return bound.status();
+  absl::StatusOr<std::string> text = ToStr(in, context.bounds);
+  if (!text.ok()) return text.status();
+  // "&" becomes 5 bytes, "<" and ">" 4, quotes 5: the size first.
+  size_t projected = text->size();
+  for (char c : *text) {
+    projected += c == '&' || c == '"' || c == '\'' ? 4
+                 : c == '<' || c == '>'            ? 3
+                                                   : 0;
+  }
+  absl::Status status =
+      CheckValueBytes("'escape'", projected, context.bounds.max_bytes);
+  if (!status.ok()) return status;
   std::string out;
-  for (char c : ToStr(in)) {
+  out.reserve(projected);
+  for (char c : *text) {
     switch (c) {
       case '&':
         out += "&amp;";
@@ -122,14 +138,12 @@ absl::StatusOr<Value> Escape(const Value& in, const CallArgs& args,
         out += c;
     }
   }
-  absl::Status status = SizeCheck(out.size(), context);
-  if (!status.ok()) return status;
   return Value::String(std::move(out));
 }
 
 absl::StatusOr<Value> Length(const Value& in, const CallArgs& args,
-                             const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "length", {});
+                             const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "length", {});
   if (!bound.ok()) return bound.status();
   switch (in.kind()) {
     case Value::Kind::kUndefined:
@@ -147,9 +161,9 @@ absl::StatusOr<Value> Length(const Value& in, const CallArgs& args,
 }
 
 absl::StatusOr<Value> Default(const Value& in, const CallArgs& args,
-                              const BuiltinContext&) {
+                              const BuiltinContext& context) {
   absl::StatusOr<BoundArgs> bound =
-      Bind(args, "default", {"default_value", "boolean"});
+      BindArgs(args, "default", {"default_value", "boolean"});
   if (!bound.ok()) return bound.status();
   bool use_default = in.is_undefined() ||
                      (bound->Has(1) && Truthy(bound->Get(1)) && !Truthy(in));
@@ -160,35 +174,45 @@ absl::StatusOr<Value> Default(const Value& in, const CallArgs& args,
 absl::StatusOr<Value> Replace(const Value& in, const CallArgs& args,
                               const BuiltinContext& context) {
   absl::StatusOr<BoundArgs> bound =
-      Bind(args, "replace", {"old", "new", "count"}, 2);
+      BindArgs(args, "replace", {"old", "new", "count"}, 2);
   if (!bound.ok()) return bound.status();
   int64_t count = -1;
   if (bound->Has(2) && !bound->Get(2).is_none()) {
     count = bound->Get(2).int_value();
   }
-  std::string text = ToStr(in);
-  std::string old_text = ToStr(bound->Get(0));
-  std::string new_text = ToStr(bound->Get(1));
-  size_t worst = text.size() + (text.size() + 1) * new_text.size();
-  if (worst > context.max_value_bytes) {
-    std::string out = PythonReplace(text, old_text, "", count);
-    size_t hits = old_text.empty()
-                      ? CodePointCount(text) + 1
-                      : (text.size() - out.size()) / old_text.size();
-    absl::Status status =
-        SizeCheck(out.size() + hits * new_text.size(), context);
-    if (!status.ok()) return status;
+  std::string texts[3];
+  const Value* values[3] = {&in, &bound->Get(0), &bound->Get(1)};
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<std::string> text = ToStr(*values[i], context.bounds);
+    if (!text.ok()) return text.status();
+    texts[i] = *std::move(text);
   }
+  const std::string& text = texts[0];
+  const std::string& old_text = texts[1];
+  const std::string& new_text = texts[2];
+  size_t matches = PythonReplaceCount(text, old_text, count);
+  absl::Status status = CheckValueBytes(
+      "'replace'",
+      text.size() - matches * old_text.size() + matches * new_text.size(),
+      context.bounds.max_bytes);
+  if (!status.ok()) return status;
   return Value::String(PythonReplace(text, old_text, new_text, count));
 }
 
 absl::StatusOr<Value> Join(const Value& in, const CallArgs& args,
                            const BuiltinContext& context) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "join", {"d", "attribute"});
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "join", {"d", "attribute"});
   if (!bound.ok()) return bound.status();
-  absl::StatusOr<std::vector<Value>> items = Iterate(in);
+  absl::StatusOr<std::vector<Value>> items =
+      Iterate(in, context.bounds.max_bytes);
   if (!items.ok()) return items.status();
-  std::string separator = bound->Has(0) ? ToStr(bound->Get(0)) : "";
+  std::string separator;
+  if (bound->Has(0)) {
+    absl::StatusOr<std::string> text = ToStr(bound->Get(0), context.bounds);
+    if (!text.ok()) return text.status();
+    separator = *std::move(text);
+  }
+  // Printed into one string that never grows past the bound.
   std::string out;
   for (size_t i = 0; i < items->size(); ++i) {
     Value item = (*items)[i];
@@ -197,25 +221,29 @@ absl::StatusOr<Value> Join(const Value& in, const CallArgs& args,
       if (!attribute.ok()) return attribute.status();
       item = *std::move(attribute);
     }
-    if (ContainsIterator(item)) return PrintingIteratorError();
-    if (i > 0) out += separator;
-    out += ToStr(item);
-    absl::Status status = SizeCheck(out.size(), context);
+    if (i > 0) {
+      absl::Status status = CheckValueBytes(
+          "'join'", out.size() + separator.size(), context.bounds.max_bytes);
+      if (!status.ok()) return status;
+      out += separator;
+    }
+    absl::Status status = AppendStr(item, context.bounds, &out);
     if (!status.ok()) return status;
   }
   return Value::String(std::move(out));
 }
 
 absl::StatusOr<Value> First(const Value& in, const CallArgs& args,
-                            const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "first", {});
+                            const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "first", {});
   if (!bound.ok()) return bound.status();
   if (in.kind() == Value::Kind::kIterator) {
     std::optional<Value> next = in.ConsumeNext();
     if (next.has_value()) return *next;
     return Value::Undefined("No first item, sequence was empty.");
   }
-  absl::StatusOr<std::vector<Value>> items = Iterate(in);
+  absl::StatusOr<std::vector<Value>> items =
+      Iterate(in, context.bounds.max_bytes);
   if (!items.ok()) return items.status();
   if (items->empty()) {
     return Value::Undefined("No first item, sequence was empty.");
@@ -224,14 +252,15 @@ absl::StatusOr<Value> First(const Value& in, const CallArgs& args,
 }
 
 absl::StatusOr<Value> Last(const Value& in, const CallArgs& args,
-                           const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "last", {});
+                           const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "last", {});
   if (!bound.ok()) return bound.status();
   if (in.kind() == Value::Kind::kIterator) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", TypeName(in), "' object is not reversible"));
   }
-  absl::StatusOr<std::vector<Value>> items = Iterate(in);
+  absl::StatusOr<std::vector<Value>> items =
+      Iterate(in, context.bounds.max_bytes);
   if (!items.ok()) return items.status();
   if (items->empty()) {
     return Value::Undefined("No last item, sequence was empty.");
@@ -240,24 +269,26 @@ absl::StatusOr<Value> Last(const Value& in, const CallArgs& args,
 }
 
 absl::StatusOr<Value> List(const Value& in, const CallArgs& args,
-                           const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "list", {});
+                           const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "list", {});
   if (!bound.ok()) return bound.status();
-  absl::StatusOr<std::vector<Value>> items = Iterate(in);
+  absl::StatusOr<std::vector<Value>> items =
+      Iterate(in, context.bounds.max_bytes);
   if (!items.ok()) return items.status();
   return Value::List(*std::move(items));
 }
 
 absl::StatusOr<Value> Reverse(const Value& in, const CallArgs& args,
-                              const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "reverse", {});
+                              const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "reverse", {});
   if (!bound.ok()) return bound.status();
   if (in.is_string()) {
     std::u32string s = ToCodePoints(in.string_value());
     std::reverse(s.begin(), s.end());
     return Value::String(FromCodePoints(s));
   }
-  absl::StatusOr<std::vector<Value>> items = Iterate(in);
+  absl::StatusOr<std::vector<Value>> items =
+      Iterate(in, context.bounds.max_bytes);
   if (!items.ok()) return items.status();
   std::reverse(items->begin(), items->end());
   // Python's reversed() of a list or dict is an iterator; of anything else
@@ -273,8 +304,8 @@ absl::StatusOr<Value> Reverse(const Value& in, const CallArgs& args,
 }
 
 absl::StatusOr<Value> Items(const Value& in, const CallArgs& args,
-                            const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "items", {});
+                            const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "items", {});
   if (!bound.ok()) return bound.status();
   if (in.is_undefined()) return Value::Iterator({}, "generator");
   if (!in.is_dict()) {
@@ -319,8 +350,8 @@ std::optional<double> ParseFloat(std::string text) {
 }
 
 absl::StatusOr<Value> Int(const Value& in, const CallArgs& args,
-                          const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "int", {"default", "base"});
+                          const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "int", {"default", "base"});
   if (!bound.ok()) return bound.status();
   if (in.is_undefined()) return UndefinedError(in);
   Value fallback = bound->Has(0) ? bound->Get(0) : Value::Int(0);
@@ -346,8 +377,8 @@ absl::StatusOr<Value> Int(const Value& in, const CallArgs& args,
 }
 
 absl::StatusOr<Value> Float(const Value& in, const CallArgs& args,
-                            const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "float", {"default"});
+                            const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "float", {"default"});
   if (!bound.ok()) return bound.status();
   if (in.is_undefined()) return UndefinedError(in);
   if (in.is_number()) return Value::Float(in.AsDouble());
@@ -360,8 +391,8 @@ absl::StatusOr<Value> Float(const Value& in, const CallArgs& args,
 }
 
 absl::StatusOr<Value> Abs(const Value& in, const CallArgs& args,
-                          const BuiltinContext&) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "abs", {});
+                          const BuiltinContext& context) {
+  absl::StatusOr<BoundArgs> bound = BindArgs(args, "abs", {});
   if (!bound.ok()) return bound.status();
   if (in.kind() == Value::Kind::kFloat) {
     return Value::Float(std::fabs(in.float_value()));
@@ -375,11 +406,10 @@ absl::StatusOr<Value> Abs(const Value& in, const CallArgs& args,
 
 absl::StatusOr<Value> ToJsonFilter(const Value& in, const CallArgs& args,
                                    const BuiltinContext& context) {
-  absl::StatusOr<BoundArgs> bound = Bind(
+  absl::StatusOr<BoundArgs> bound = BindArgs(
       args, "tojson", {"ensure_ascii", "indent", "separators", "sort_keys"});
   if (!bound.ok()) return bound.status();
-  absl::StatusOr<std::string> json =
-      ToJsonWithOptions(in, *bound, context.max_value_bytes);
+  absl::StatusOr<std::string> json = ToJson(in, *bound, context.bounds);
   if (!json.ok()) return json.status();
   return Value::String(*std::move(json));
 }
@@ -409,24 +439,50 @@ std::vector<std::string> SplitLines(const std::string& text) {
 absl::StatusOr<Value> Indent(const Value& in, const CallArgs& args,
                              const BuiltinContext& context) {
   absl::StatusOr<BoundArgs> bound =
-      Bind(args, "indent", {"width", "first", "blank"});
+      BindArgs(args, "indent", {"width", "first", "blank"});
   if (!bound.ok()) return bound.status();
   if (in.is_undefined()) return UndefinedError(in);
   if (!in.is_string()) {
     return absl::InvalidArgumentError(
         absl::StrCat("indent needs a string, got ", TypeName(in)));
   }
+  // jinja2: the str itself, or " " * width (none for width <= 0).
   std::string indention;
-  if (bound->Get(0).is_string()) {
-    indention = bound->Get(0).string_value();
-  } else {
-    int64_t width = bound->Has(0) ? bound->Get(0).int_value() : 4;
-    indention =
-        std::string(std::max<int64_t>(0, std::min<int64_t>(width, 256)), ' ');
+  const Value& width = bound->Get(0);
+  if (width.is_string()) {
+    indention = width.string_value();
+  } else if (bound->Has(0) && width.kind() != Value::Kind::kInt &&
+             width.kind() != Value::Kind::kBool) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "can't multiply sequence by non-int of type '", TypeName(width), "'"));
   }
-  std::vector<std::string> lines = SplitLines(ToStr(in) + "\n");
+  int64_t spaces = width.is_string() ? 0
+                   : bound->Has(0)   ? width.int_value()
+                                     : 4;
+  std::vector<std::string> lines = SplitLines(in.string_value() + "\n");
+  // The exact size first (in 128 bits: the width may be near 2**63).
+  size_t indention_bytes =
+      width.is_string() ? indention.size()
+                        : static_cast<size_t>(std::max<int64_t>(spaces, 0));
+  bool blank = Truthy(bound->Get(2));
+  __int128 indentions = Truthy(bound->Get(1)) ? 1 : 0;
+  __int128 projected = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    projected += lines[i].size() + (i > 0 ? 1 : 0);
+    if (i > 0 && (blank || !lines[i].empty())) ++indentions;
+  }
+  projected += indentions * indention_bytes;
+  size_t max_bytes = context.bounds.max_bytes;
+  absl::Status status =
+      CheckValueBytes("'indent'",
+                      static_cast<size_t>(std::min<__int128>(
+                          projected, std::numeric_limits<size_t>::max())),
+                      max_bytes);
+  if (!status.ok()) return status;
+  if (!width.is_string()) indention.assign(indention_bytes, ' ');
   std::string out;
-  if (Truthy(bound->Get(2))) {
+  out.reserve(static_cast<size_t>(projected));
+  if (blank) {
     for (size_t i = 0; i < lines.size(); ++i) {
       if (i > 0) out += "\n" + indention;
       out += lines[i];
@@ -440,8 +496,6 @@ absl::StatusOr<Value> Indent(const Value& in, const CallArgs& args,
     }
   }
   if (Truthy(bound->Get(1))) out = indention + out;
-  absl::Status status = SizeCheck(out.size(), context);
-  if (!status.ok()) return status;
   return Value::String(std::move(out));
 }
 
@@ -486,7 +540,8 @@ absl::StatusOr<Value> SelectCommon(const Value& in, const CallArgs& args,
                                 args.positional.end());
   }
   test_args.keyword = args.keyword;
-  absl::StatusOr<std::vector<Value>> items = Iterate(in);
+  absl::StatusOr<std::vector<Value>> items =
+      Iterate(in, context.bounds.max_bytes);
   if (!items.ok()) return items.status();
   std::vector<Value> kept;
   for (const Value& item : *items) {
@@ -501,7 +556,8 @@ absl::StatusOr<Value> SelectCommon(const Value& in, const CallArgs& args,
     if (test.empty()) {
       matches = Truthy(subject);
     } else {
-      absl::StatusOr<bool> result = ApplyTest(test, subject, test_args);
+      absl::StatusOr<bool> result =
+          ApplyTest(test, subject, test_args, context);
       if (!result.ok()) return result.status();
       matches = *result;
     }
@@ -529,12 +585,13 @@ absl::StatusOr<Value> RejectAttr(const Value& in, const CallArgs& a,
 
 absl::StatusOr<Value> Map(const Value& in, const CallArgs& args,
                           const BuiltinContext& context) {
-  absl::StatusOr<std::vector<Value>> items = Iterate(in);
+  absl::StatusOr<std::vector<Value>> items =
+      Iterate(in, context.bounds.max_bytes);
   if (!items.ok()) return items.status();
   std::vector<Value> out;
   if (args.positional.empty()) {
     absl::StatusOr<BoundArgs> bound =
-        Bind(args, "map", {"attribute", "default"});
+        BindArgs(args, "map", {"attribute", "default"});
     if (!bound.ok()) return bound.status();
     if (!bound->Has(0))
       return absl::InvalidArgumentError("map needs a filter or attribute=");
@@ -548,8 +605,11 @@ absl::StatusOr<Value> Map(const Value& in, const CallArgs& args,
   }
   if (!args.positional[0].is_string() ||
       !IsSupportedFilter(args.positional[0].string_value())) {
-    return absl::UnimplementedError(absl::StrCat(
-        "unsupported construct: map with filter ", ToRepr(args.positional[0])));
+    absl::StatusOr<std::string> name =
+        ToRepr(args.positional[0], context.bounds);
+    if (!name.ok()) return name.status();
+    return absl::UnimplementedError(
+        absl::StrCat("unsupported construct: map with filter ", *name));
   }
   CallArgs filter_args;
   filter_args.positional.assign(args.positional.begin() + 1,
@@ -597,9 +657,10 @@ absl::StatusOr<std::vector<Value>> SortedItems(std::vector<Value> items,
 absl::StatusOr<Value> Sort(const Value& in, const CallArgs& args,
                            const BuiltinContext& context) {
   absl::StatusOr<BoundArgs> bound =
-      Bind(args, "sort", {"reverse", "case_sensitive", "attribute"});
+      BindArgs(args, "sort", {"reverse", "case_sensitive", "attribute"});
   if (!bound.ok()) return bound.status();
-  absl::StatusOr<std::vector<Value>> items = Iterate(in);
+  absl::StatusOr<std::vector<Value>> items =
+      Iterate(in, context.bounds.max_bytes);
   if (!items.ok()) return items.status();
   std::vector<Value> keys;
   for (const Value& item : *items) {
@@ -620,9 +681,10 @@ absl::StatusOr<Value> Sort(const Value& in, const CallArgs& args,
 absl::StatusOr<Value> Unique(const Value& in, const CallArgs& args,
                              const BuiltinContext& context) {
   absl::StatusOr<BoundArgs> bound =
-      Bind(args, "unique", {"case_sensitive", "attribute"});
+      BindArgs(args, "unique", {"case_sensitive", "attribute"});
   if (!bound.ok()) return bound.status();
-  absl::StatusOr<std::vector<Value>> items = Iterate(in);
+  absl::StatusOr<std::vector<Value>> items =
+      Iterate(in, context.bounds.max_bytes);
   if (!items.ok()) return items.status();
   std::vector<Value> out, seen;
   for (const Value& item : *items) {
@@ -647,7 +709,7 @@ absl::StatusOr<Value> Unique(const Value& in, const CallArgs& args,
 absl::StatusOr<Value> MinMax(const Value& in, const CallArgs& args,
                              const BuiltinContext& context, bool max) {
   absl::StatusOr<BoundArgs> bound =
-      Bind(args, max ? "max" : "min", {"case_sensitive", "attribute"});
+      BindArgs(args, max ? "max" : "min", {"case_sensitive", "attribute"});
   if (!bound.ok()) return bound.status();
   CallArgs sort_args;
   sort_args.keyword.emplace_back("reverse", Value::Bool(max));
@@ -673,9 +735,11 @@ absl::StatusOr<Value> Max(const Value& in, const CallArgs& a,
 
 absl::StatusOr<Value> Sum(const Value& in, const CallArgs& args,
                           const BuiltinContext& context) {
-  absl::StatusOr<BoundArgs> bound = Bind(args, "sum", {"attribute", "start"});
+  absl::StatusOr<BoundArgs> bound =
+      BindArgs(args, "sum", {"attribute", "start"});
   if (!bound.ok()) return bound.status();
-  absl::StatusOr<std::vector<Value>> items = Iterate(in);
+  absl::StatusOr<std::vector<Value>> items =
+      Iterate(in, context.bounds.max_bytes);
   if (!items.ok()) return items.status();
   Value total = bound->Has(1) ? bound->Get(1) : Value::Int(0);
   for (const Value& item : *items) {
@@ -686,7 +750,7 @@ absl::StatusOr<Value> Sum(const Value& in, const CallArgs& args,
       term = *std::move(a);
     }
     absl::StatusOr<Value> next =
-        BinaryOperation("+", total, term, context.max_value_bytes);
+        BinaryOperation("+", total, term, context.bounds);
     if (!next.ok()) return next;
     total = *std::move(next);
   }
@@ -694,17 +758,21 @@ absl::StatusOr<Value> Sum(const Value& in, const CallArgs& args,
 }
 
 absl::StatusOr<Value> Round(const Value& in, const CallArgs& args,
-                            const BuiltinContext&) {
+                            const BuiltinContext& context) {
   absl::StatusOr<BoundArgs> bound =
-      Bind(args, "round", {"precision", "method"});
+      BindArgs(args, "round", {"precision", "method"});
   if (!bound.ok()) return bound.status();
   if (!in.is_number()) {
     return absl::InvalidArgumentError(
         absl::StrCat("type ", TypeName(in), " doesn't define __round__"));
   }
   int64_t precision = bound->Has(0) ? bound->Get(0).int_value() : 0;
-  std::string method =
-      bound->Has(1) ? ToStr(bound->Get(1)) : std::string("common");
+  std::string method = "common";
+  if (bound->Has(1)) {
+    absl::StatusOr<std::string> text = ToStr(bound->Get(1), context.bounds);
+    if (!text.ok()) return text.status();
+    method = *std::move(text);
+  }
   if (precision < 0 || precision > 15) {
     return absl::UnimplementedError(
         "unsupported construct: round precision outside 0..15");
@@ -726,14 +794,19 @@ absl::StatusOr<Value> Round(const Value& in, const CallArgs& args,
 }
 
 absl::StatusOr<Value> DictSort(const Value& in, const CallArgs& args,
-                               const BuiltinContext&) {
+                               const BuiltinContext& context) {
   absl::StatusOr<BoundArgs> bound =
-      Bind(args, "dictsort", {"case_sensitive", "by", "reverse"});
+      BindArgs(args, "dictsort", {"case_sensitive", "by", "reverse"});
   if (!bound.ok()) return bound.status();
   if (!in.is_dict()) {
     return absl::InvalidArgumentError("dictsort needs a mapping");
   }
-  bool by_value = bound->Has(1) && ToStr(bound->Get(1)) == "value";
+  bool by_value = false;
+  if (bound->Has(1)) {
+    absl::StatusOr<std::string> by = ToStr(bound->Get(1), context.bounds);
+    if (!by.ok()) return by.status();
+    by_value = *by == "value";
+  }
   std::vector<Value> items, keys;
   for (const auto& [key, value] : in.dict().items()) {
     items.push_back(Value::List({Value::String(key), value}, true));
@@ -801,14 +874,6 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& input,
   if (it == Filters().end()) {
     return absl::UnimplementedError(
         absl::StrCat("unsupported construct: filter '", name, "'"));
-  }
-  // The filters that print their input as str() would print an iterator's
-  // memory address.
-  static const auto* const kPrinting = new absl::flat_hash_set<std::string>{
-      "capitalize", "e",     "escape", "lower",
-      "replace",    "title", "trim",   "upper"};
-  if (kPrinting->contains(std::string(name)) && ContainsIterator(input)) {
-    return PrintingIteratorError();
   }
   return it->second(input, args, context);
 }

@@ -16,9 +16,16 @@ struct Limits {
   size_t max_output_bytes = 4 * 1024 * 1024;
   // Loop iterations in one render, all loops together (range() included).
   int64_t max_loop_iterations = 1'000'000;
-  // Nesting of statements and expressions at parse time, and of macro
-  // calls and nested loops at render time.
+  // Nesting at parse time: of statements, and of each expression's tree
+  // (`1+1+1`, `x.a.a`, `x|f|f` and `a[0][0]` chains included).
   int max_nesting_depth = 64;
+  // A render's recursion: statements, expressions, loops and macro calls
+  // nested in one another, all together (a macro calling itself included).
+  int max_render_depth = 256;
+  // Lists, dicts and namespaces nested in one another, in the context and
+  // in any value a render builds or prints (ValueFromJson's default depth
+  // is 128).
+  int max_value_depth = 256;
   // Expression and statement evaluations in one render.
   int64_t max_steps = 20'000'000;
 };

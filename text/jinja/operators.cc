@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,26 +18,13 @@ absl::Status UndefinedError(const Value& undefined) {
                                         : undefined.undefined_hint());
 }
 
-absl::Status PrintingIteratorError() {
-  return absl::UnimplementedError(
-      "unsupported construct: printing a generator or iterator (jinja2 "
-      "prints its memory address; add '| list')");
-}
-
 namespace {
-
-constexpr size_t kListItemBytes = 16;
 
 absl::Status TypeError(absl::string_view op, const Value& left,
                        const Value& right) {
   return absl::InvalidArgumentError(
       absl::StrCat("unsupported operand type(s) for ", op, ": '",
                    TypeName(left), "' and '", TypeName(right), "'"));
-}
-
-absl::Status TooLarge(size_t max_value_bytes) {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "a value would exceed max_output_bytes (", max_value_bytes, ")"));
 }
 
 bool IsInteger(const Value& v) {
@@ -97,23 +85,34 @@ absl::StatusOr<Value> FloatOperation(absl::string_view op, double a, double b) {
   return Value::Float(std::floor((a - mod) / b + 0.5));  // //
 }
 
+// sequence * times; the size is checked before anything is built.
 absl::StatusOr<Value> Repeat(const Value& sequence, int64_t times,
-                             size_t max_value_bytes) {
+                             size_t max_bytes) {
   if (times < 0) times = 0;
+  size_t unit = sequence.is_string() ? sequence.string_value().size()
+                                     : sequence.list().size() * kItemBytes;
+  if (unit == 0 || times == 0) {
+    if (sequence.is_string()) return Value::String("");
+    return Value::List({}, sequence.is_tuple());
+  }
+  if (static_cast<uint64_t>(times) > max_bytes / unit) {
+    // unit * times, saturated: the product may not fit.
+    size_t projected =
+        static_cast<uint64_t>(times) > std::numeric_limits<size_t>::max() / unit
+            ? std::numeric_limits<size_t>::max()
+            : unit * static_cast<size_t>(times);
+    return CheckValueBytes("'*'", projected, max_bytes);
+  }
   if (sequence.is_string()) {
     const std::string& s = sequence.string_value();
-    if (!s.empty() && static_cast<uint64_t>(times) > max_value_bytes / s.size())
-      return TooLarge(max_value_bytes);
     std::string out;
     out.reserve(s.size() * times);
     for (int64_t i = 0; i < times; ++i) out += s;
     return Value::String(std::move(out));
   }
   const std::vector<Value>& items = sequence.list();
-  if (!items.empty() && static_cast<uint64_t>(times) >
-                            max_value_bytes / kListItemBytes / items.size())
-    return TooLarge(max_value_bytes);
   std::vector<Value> out;
+  out.reserve(items.size() * times);
   for (int64_t i = 0; i < times; ++i) {
     out.insert(out.end(), items.begin(), items.end());
   }
@@ -124,13 +123,12 @@ absl::StatusOr<Value> Repeat(const Value& sequence, int64_t times,
 
 absl::StatusOr<Value> BinaryOperation(absl::string_view op, const Value& left,
                                       const Value& right,
-                                      size_t max_value_bytes) {
+                                      const ValueBounds& bounds) {
   if (op == "~") {
-    if (ContainsIterator(left) || ContainsIterator(right)) {
-      return PrintingIteratorError();
-    }
-    std::string out = ToStr(left) + ToStr(right);
-    if (out.size() > max_value_bytes) return TooLarge(max_value_bytes);
+    std::string out;
+    absl::Status status = AppendStr(left, bounds, &out);
+    if (status.ok()) status = AppendStr(right, bounds, &out);
+    if (!status.ok()) return status;
     return Value::String(std::move(out));
   }
   if (left.is_undefined()) return UndefinedError(left);
@@ -147,24 +145,26 @@ absl::StatusOr<Value> BinaryOperation(absl::string_view op, const Value& left,
        (left.is_list() && left.is_tuple() == right.is_tuple() &&
         left.view_name().empty() && right.view_name().empty()))) {
     if (left.is_string()) {
-      if (left.string_value().size() + right.string_value().size() >
-          max_value_bytes)
-        return TooLarge(max_value_bytes);
+      absl::Status status = CheckValueBytes(
+          "'+'", left.string_value().size() + right.string_value().size(),
+          bounds.max_bytes);
+      if (!status.ok()) return status;
       return Value::String(left.string_value() + right.string_value());
     }
-    if ((left.list().size() + right.list().size()) * kListItemBytes >
-        max_value_bytes)
-      return TooLarge(max_value_bytes);
+    absl::Status status = CheckValueBytes(
+        "'+'", (left.list().size() + right.list().size()) * kItemBytes,
+        bounds.max_bytes);
+    if (!status.ok()) return status;
     std::vector<Value> items = left.list();
     items.insert(items.end(), right.list().begin(), right.list().end());
     return Value::List(std::move(items), left.is_tuple());
   }
   if (op == "*") {
     if ((left.is_string() || left.is_list()) && IsInteger(right)) {
-      return Repeat(left, right.int_value(), max_value_bytes);
+      return Repeat(left, right.int_value(), bounds.max_bytes);
     }
     if ((right.is_string() || right.is_list()) && IsInteger(left)) {
-      return Repeat(right, left.int_value(), max_value_bytes);
+      return Repeat(right, left.int_value(), bounds.max_bytes);
     }
   }
   if (op == "+" && left.is_string()) {

@@ -15,20 +15,17 @@
 
 namespace castserve::text::jinja {
 
-// + - * / // % ** ~. A string or list result longer than `max_value_bytes`
-// (a list item counting 16) is ResourceExhausted.
+// + - * / // % ** ~. A string or list result past `bounds` is refused
+// (ResourceExhausted naming the operator) before it is built.
 absl::StatusOr<Value> BinaryOperation(absl::string_view op, const Value& left,
                                       const Value& right,
-                                      size_t max_value_bytes);
+                                      const ValueBounds& bounds);
 // Unary minus and plus.
 absl::StatusOr<Value> Negate(const Value& operand);
 absl::StatusOr<Value> UnaryPlus(const Value& operand);
 // == != < <= > >= in notin.
 absl::StatusOr<bool> Compare(absl::string_view op, const Value& left,
                              const Value& right);
-
-// Printing a generator or iterator (jinja2 would print its address).
-absl::Status PrintingIteratorError();
 
 // The error jinja2 raises for using `undefined`.
 absl::Status UndefinedError(const Value& undefined);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "text/jinja/lexer.h"
+#include "text/jinja/syntax/lexer.h"
 #include "text/unicode.h"
 
 namespace castserve::text::jinja {
@@ -95,6 +95,32 @@ absl::StatusOr<std::vector<std::string>> PythonSplit(
   return parts;
 }
 
+size_t PythonSplitCount(absl::string_view text,
+                        const std::optional<std::string>& sep,
+                        int64_t maxsplit) {
+  size_t parts = 0;
+  if (sep.has_value()) {
+    if (sep->empty()) return 1;  // An error, reported by the split.
+    parts = 1;
+    for (size_t at = text.find(*sep); at != absl::string_view::npos;
+         at = text.find(*sep, at + sep->size())) {
+      ++parts;
+    }
+  } else {
+    bool in_word = false;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      bool space = IsPythonSpace(NextCodePoint(text, &pos));
+      if (!space && !in_word) ++parts;
+      in_word = !space;
+    }
+  }
+  if (maxsplit >= 0) {
+    parts = std::min<uint64_t>(parts, static_cast<uint64_t>(maxsplit) + 1);
+  }
+  return parts;
+}
+
 absl::StatusOr<std::vector<std::string>> PythonRSplit(
     absl::string_view text, const std::optional<std::string>& sep,
     int64_t maxsplit) {
@@ -118,6 +144,21 @@ absl::StatusOr<std::vector<std::string>> PythonRSplit(
   parts.emplace_back(text.substr(0, end));
   std::reverse(parts.begin(), parts.end());
   return parts;
+}
+
+size_t PythonReplaceCount(absl::string_view text, absl::string_view old_text,
+                          int64_t count) {
+  size_t matches = 0;
+  if (old_text.empty()) {
+    matches = CodePointCount(text) + 1;
+  } else {
+    for (size_t at = text.find(old_text); at != absl::string_view::npos;
+         at = text.find(old_text, at + old_text.size())) {
+      ++matches;
+    }
+  }
+  if (count >= 0) matches = std::min<uint64_t>(matches, count);
+  return matches;
 }
 
 std::string PythonReplace(absl::string_view text, absl::string_view old_text,

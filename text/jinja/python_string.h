@@ -8,6 +8,7 @@
 #ifndef CASTSERVE_TEXT_JINJA_PYTHON_STRING_H_
 #define CASTSERVE_TEXT_JINJA_PYTHON_STRING_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,10 +32,18 @@ std::string PythonStrip(absl::string_view text,
 absl::StatusOr<std::vector<std::string>> PythonSplit(
     absl::string_view text, const std::optional<std::string>& sep,
     int64_t maxsplit);
+// How many parts PythonSplit (or PythonRSplit) makes, found without
+// building them.
+size_t PythonSplitCount(absl::string_view text,
+                        const std::optional<std::string>& sep,
+                        int64_t maxsplit);
 // str.rsplit(sep, maxsplit).
 absl::StatusOr<std::vector<std::string>> PythonRSplit(
     absl::string_view text, const std::optional<std::string>& sep,
     int64_t maxsplit);
+// How many replacements PythonReplace makes, found without making them.
+size_t PythonReplaceCount(absl::string_view text, absl::string_view old_text,
+                          int64_t count);
 // str.replace(old, new, count) (count < 0: all).
 std::string PythonReplace(absl::string_view text, absl::string_view old_text,
                           absl::string_view new_text, int64_t count);

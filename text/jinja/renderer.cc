@@ -7,8 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "text/jinja/lexer.h"
 #include "text/jinja/operators.h"
+#include "text/jinja/syntax/lexer.h"
 
 namespace castserve::text::jinja {
 namespace {
@@ -27,16 +27,25 @@ absl::Status AtPosition(const absl::Status& status, int line, int column) {
 }  // namespace
 
 Renderer::Renderer(const Program& program, const Limits& limits,
-                   std::function<absl::Time()> now, absl::TimeZone time_zone)
+                   platform::Clock* clock, absl::TimeZone time_zone)
     : program_(program), limits_(limits) {
-  builtin_context_.max_value_bytes = limits_.max_output_bytes;
+  builtin_context_.bounds = {limits_.max_output_bytes, limits_.max_value_depth};
   builtin_context_.charge_iterations = [this](int64_t n) {
     return ChargeIterations(n);
   };
-  builtin_context_.call = [this](const Value& callee, const CallArgs& args) {
-    return Call(callee, args);
-  };
-  globals_ = MakeGlobals(std::move(now), time_zone, &builtin_context_);
+  builtin_context_.namespaces = &namespaces_;
+  globals_ = MakeGlobals(clock, time_zone, &builtin_context_);
+}
+
+absl::Status Renderer::Enter() {
+  if (++depth_ > limits_.max_render_depth) {
+    --depth_;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "statements, expressions, loops and macro calls nest deeper than "
+        "max_render_depth (",
+        limits_.max_render_depth, ")"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Renderer::Step() {
@@ -58,18 +67,18 @@ absl::Status Renderer::ChargeIterations(int64_t n) {
 }
 
 absl::Status Renderer::Append(absl::string_view text, std::string* out) {
-  if (out->size() + text.size() > limits_.max_output_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("render output exceeded max_output_bytes (",
-                     limits_.max_output_bytes, ")"));
-  }
-  out->append(text.data(), text.size());
-  return absl::OkStatus();
+  absl::Status status = CheckValueBytes("the output", out->size() + text.size(),
+                                        limits_.max_output_bytes);
+  if (status.ok()) out->append(text.data(), text.size());
+  return status;
 }
 
 absl::StatusOr<std::string> Renderer::Render(const Value& context) {
   if (!context.is_dict()) {
     return absl::InvalidArgumentError("the render context must be a dict");
+  }
+  if (context.depth() > limits_.max_value_depth) {
+    return ValueTooDeep(limits_.max_value_depth);
   }
   context_ = &context.dict();
   Frame root;
@@ -104,15 +113,24 @@ absl::Status Renderer::Execute(const Body& body, Frame* frame,
 absl::Status Renderer::ExecuteStatement(const Stmt& stmt, Frame* frame,
                                         std::string* out) {
   absl::Status status = Step();
+  if (status.ok()) status = Enter();
   if (!status.ok()) return status;
+  status = ExecuteKind(stmt, frame, out);
+  Leave();
+  return status;
+}
+
+absl::Status Renderer::ExecuteKind(const Stmt& stmt, Frame* frame,
+                                   std::string* out) {
   switch (stmt.kind) {
     case Stmt::Kind::kData:
       return Append(stmt.text, out);
     case Stmt::Kind::kOutput: {
       absl::StatusOr<Value> value = Evaluate(*stmt.expr, frame);
       if (!value.ok()) return value.status();
-      if (ContainsIterator(*value)) return PrintingIteratorError();
-      return Append(ToStr(*value), out);
+      // Printed straight into the output, which it may not grow past
+      // max_output_bytes.
+      return AppendStr(*value, builtin_context_.bounds, out);
     }
     case Stmt::Kind::kIf:
       for (size_t i = 0; i < stmt.conditions.size(); ++i) {
@@ -143,8 +161,11 @@ absl::Status Renderer::ExecuteStatement(const Stmt& stmt, Frame* frame,
 
 namespace {
 
-// jinja2's loop object. depth is 1: recursive loops are not supported.
-Value LoopObject(size_t index, const std::vector<Value>& items) {
+// jinja2's loop object (a namespace, so that `loop.index` finds the item
+// before dict's and list's own attributes). depth is 1: recursive loops are
+// not supported.
+Value LoopObject(size_t index, const std::vector<Value>& items,
+                 NamespaceOwner* namespaces) {
   size_t length = items.size();
   Dict loop;
   loop.Set("index", Value::Int(index + 1));
@@ -171,7 +192,7 @@ Value LoopObject(size_t index, const std::vector<Value>& items) {
             }
             return args.positional[index % args.positional.size()];
           }));
-  return Value::Namespace(std::move(loop));
+  return namespaces->Create(std::move(loop));
 }
 
 }  // namespace
@@ -180,7 +201,8 @@ absl::Status Renderer::ExecuteFor(const Stmt& stmt, Frame* frame,
                                   std::string* out) {
   absl::StatusOr<Value> iterable = Evaluate(*stmt.expr, frame);
   if (!iterable.ok()) return iterable.status();
-  absl::StatusOr<std::vector<Value>> all = Iterate(*iterable);
+  absl::StatusOr<std::vector<Value>> all =
+      Iterate(*iterable, limits_.max_output_bytes);
   if (!all.ok()) return all.status();
   std::vector<Value> items;
   if (stmt.condition == nullptr) {
@@ -197,11 +219,6 @@ absl::Status Renderer::ExecuteFor(const Stmt& stmt, Frame* frame,
       if (Truthy(*keep)) items.push_back(item);
     }
   }
-  if (++depth_ > limits_.max_nesting_depth) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "loops and macro calls nest deeper than max_nesting_depth (",
-        limits_.max_nesting_depth, ")"));
-  }
   // As jinja2 compiles for/else: the else branch runs unless an iteration
   // reached the end of the body (break and continue do not).
   bool completed_an_iteration = false;
@@ -212,14 +229,13 @@ absl::Status Renderer::ExecuteFor(const Stmt& stmt, Frame* frame,
     Frame scope{{}, frame};
     status = Assign(stmt.targets, items[i], &scope);
     if (!status.ok()) break;
-    scope.variables["loop"] = LoopObject(i, items);
+    scope.variables["loop"] = LoopObject(i, items, &namespaces_);
     status = Execute(stmt.bodies[0], &scope, out);
     Flow flow = flow_;
     flow_ = Flow::kNormal;
     if (flow == Flow::kNormal) completed_an_iteration = true;
     if (flow == Flow::kBreak) break;
   }
-  --depth_;
   if (!status.ok() || completed_an_iteration) return status;
   return Execute(stmt.else_body, frame, out);
 }
@@ -230,7 +246,8 @@ absl::Status Renderer::Assign(const std::vector<std::string>& targets,
     frame->variables[targets[0]] = value;
     return absl::OkStatus();
   }
-  absl::StatusOr<std::vector<Value>> items = Iterate(value);
+  absl::StatusOr<std::vector<Value>> items =
+      Iterate(value, limits_.max_output_bytes);
   if (!items.ok()) return items.status();
   if (value.is_undefined()) return UndefinedError(value);
   if (items->size() != targets.size()) {
@@ -315,18 +332,14 @@ absl::StatusOr<Value> Renderer::CallMacro(const Stmt& stmt,
     if (!value.ok()) return value.status();
     scope.variables[stmt.targets[i]] = *std::move(value);
   }
-  if (++depth_ > limits_.max_nesting_depth) {
-    --depth_;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "loops and macro calls nest deeper than max_nesting_depth (",
-        limits_.max_nesting_depth, ")"));
-  }
+  absl::Status status = Enter();
+  if (!status.ok()) return status;
   std::string text;
   Flow saved_flow = flow_;
   flow_ = Flow::kNormal;
-  absl::Status status = Execute(stmt.bodies[0], &scope, &text);
+  status = Execute(stmt.bodies[0], &scope, &text);
   flow_ = saved_flow;
-  --depth_;
+  Leave();
   if (!status.ok()) return status;
   return Value::String(std::move(text));
 }

@@ -3,29 +3,33 @@
 // its arguments and the template's top level), evaluates expressions and
 // writes the output, within the Limits.
 //
-// A Renderer is used once, by one thread; the Program and the globals'
-// source (clock, time zone) are only read.
+// A Renderer is used once, by one thread; the Program and the clock are
+// only read. Its recursion (statements, expressions, loops and macro calls
+// together) stays within max_render_depth, every value it builds within
+// max_value_depth, and it owns the namespaces the template makes.
 #ifndef CASTSERVE_TEXT_JINJA_RENDERER_H_
 #define CASTSERVE_TEXT_JINJA_RENDERER_H_
 
 #include <cstdint>
-#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "text/jinja/ast.h"
+#include "platform/clock.h"
 #include "text/jinja/builtins.h"
 #include "text/jinja/limits.h"
+#include "text/jinja/syntax/ast.h"
 #include "text/jinja/value.h"
 
 namespace castserve::text::jinja {
 
 class Renderer {
  public:
-  Renderer(const Program& program, const Limits& limits,
-           std::function<absl::Time()> now, absl::TimeZone time_zone);
+  // `program` and `clock` outlive the Renderer.
+  Renderer(const Program& program, const Limits& limits, platform::Clock* clock,
+           absl::TimeZone time_zone);
   Renderer(const Renderer&) = delete;
   Renderer& operator=(const Renderer&) = delete;
 
@@ -43,6 +47,9 @@ class Renderer {
   enum class Flow { kNormal, kBreak, kContinue };
 
   absl::Status Step();
+  // One level deeper into the render's recursion (Leave undoes it).
+  absl::Status Enter();
+  void Leave() { --depth_; }
   absl::Status ChargeIterations(int64_t n);
   absl::Status Append(absl::string_view text, std::string* out);
   Value Lookup(const std::string& name, const Frame* frame) const;
@@ -50,6 +57,7 @@ class Renderer {
   absl::Status Execute(const Body& body, Frame* frame, std::string* out);
   absl::Status ExecuteStatement(const Stmt& stmt, Frame* frame,
                                 std::string* out);
+  absl::Status ExecuteKind(const Stmt& stmt, Frame* frame, std::string* out);
   absl::Status ExecuteFor(const Stmt& stmt, Frame* frame, std::string* out);
   absl::Status ExecuteSet(const Stmt& stmt, Frame* frame, std::string* out);
   absl::Status Assign(const std::vector<std::string>& targets,
@@ -57,7 +65,10 @@ class Renderer {
   Value DefineMacro(const Stmt& stmt);
   absl::StatusOr<Value> CallMacro(const Stmt& stmt, const CallArgs& args);
 
+  // Evaluates within the recursion bound, and refuses a value nested past
+  // max_value_depth (EvaluateNode does the work).
   absl::StatusOr<Value> Evaluate(const Expr& expr, Frame* frame);
+  absl::StatusOr<Value> EvaluateNode(const Expr& expr, Frame* frame);
   absl::StatusOr<Value> EvaluateOperator(const Expr& expr, Frame* frame);
   absl::StatusOr<Value> EvaluateCall(const Expr& expr, Frame* frame);
   absl::StatusOr<Value> EvaluateFilter(const Expr& expr, const Value& input,
@@ -71,6 +82,7 @@ class Renderer {
 
   const Program& program_;
   const Limits limits_;
+  NamespaceOwner namespaces_;
   BuiltinContext builtin_context_;
   Dict globals_;
   const Dict* context_ = nullptr;

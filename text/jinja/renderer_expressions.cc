@@ -12,7 +12,19 @@ namespace castserve::text::jinja {
 
 absl::StatusOr<Value> Renderer::Evaluate(const Expr& expr, Frame* frame) {
   absl::Status status = Step();
+  if (status.ok()) status = Enter();
   if (!status.ok()) return status;
+  absl::StatusOr<Value> value = EvaluateNode(expr, frame);
+  Leave();
+  // Each node adds a level or two at most: checked at every node, no value
+  // grows far past the bound.
+  if (value.ok() && value->depth() > limits_.max_value_depth) {
+    return ValueTooDeep(limits_.max_value_depth);
+  }
+  return value;
+}
+
+absl::StatusOr<Value> Renderer::EvaluateNode(const Expr& expr, Frame* frame) {
   switch (expr.kind) {
     case Expr::Kind::kLiteral:
       return expr.value;
@@ -94,8 +106,7 @@ absl::StatusOr<Value> Renderer::EvaluateOperator(const Expr& expr,
     case Expr::Kind::kBinary: {
       absl::StatusOr<Value> right = Evaluate(*expr.items[1], frame);
       if (!right.ok()) return right;
-      return BinaryOperation(expr.name, *left, *right,
-                             limits_.max_output_bytes);
+      return BinaryOperation(expr.name, *left, *right, builtin_context_.bounds);
     }
     default:
       return absl::InternalError("unknown expression");
@@ -104,9 +115,9 @@ absl::StatusOr<Value> Renderer::EvaluateOperator(const Expr& expr,
 
 absl::StatusOr<Value> Renderer::EvaluateContainer(const Expr& expr,
                                                   Frame* frame) {
-  if (expr.items.size() * 16 > limits_.max_output_bytes) {
-    return absl::ResourceExhaustedError("a literal exceeds max_output_bytes");
-  }
+  absl::Status status = CheckValueBytes(
+      "a literal", expr.items.size() * kItemBytes, limits_.max_output_bytes);
+  if (!status.ok()) return status;
   if (expr.kind != Expr::Kind::kDict) {
     std::vector<Value> items;
     items.reserve(expr.items.size());
@@ -173,7 +184,8 @@ absl::StatusOr<Value> Renderer::EvaluateTest(const Expr& expr, Frame* frame) {
   CallArgs args;
   absl::Status status = EvaluateArgs(expr, 1, frame, &args);
   if (!status.ok()) return status;
-  absl::StatusOr<bool> result = ApplyTest(expr.name, *input, args);
+  absl::StatusOr<bool> result =
+      ApplyTest(expr.name, *input, args, builtin_context_);
   if (!result.ok()) return result.status();
   return Value::Bool(*result != expr.negated);
 }

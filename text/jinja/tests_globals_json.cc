@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,7 +41,8 @@ bool IsSupportedTest(absl::string_view name) {
 }
 
 absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& input,
-                               const CallArgs& args) {
+                               const CallArgs& args,
+                               const BuiltinContext& context) {
   using Kind = Value::Kind;
   Kind kind = input.kind();
   static const auto* const kUnary = new absl::flat_hash_set<std::string>{
@@ -73,7 +75,9 @@ absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& input,
   if (name == "callable") return kind == Kind::kCallable;
   if (name == "escaped") return false;
   if (name == "lower" || name == "upper") {
-    std::string text = ToStr(input);
+    absl::StatusOr<std::string> printed = ToStr(input, context.bounds);
+    if (!printed.ok()) return printed.status();
+    const std::string& text = *printed;
     bool cased = PythonLower(text) != PythonUpper(text);
     return cased && (name == "lower" ? PythonLower(text) == text
                                      : PythonUpper(text) == text);
@@ -93,6 +97,8 @@ absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& input,
     if (other.kind() != Kind::kInt || other.int_value() == 0) {
       return absl::InvalidArgumentError("divisibleby needs a non-zero integer");
     }
+    // INT64_MIN % -1 overflows in C++; every integer is divisible by -1.
+    if (other.int_value() == -1) return true;
     return input.int_value() % other.int_value() == 0;
   }
   if (name == "sameas") {
@@ -141,23 +147,28 @@ absl::StatusOr<Value> Range(const CallArgs& args,
   if (bounds[2] == 0) {
     return absl::InvalidArgumentError("range() arg 3 must not be zero");
   }
-  int64_t length = 0;
-  if (bounds[2] > 0 && bounds[0] < bounds[1]) {
-    length = (bounds[1] - bounds[0] - 1) / bounds[2] + 1;
-  } else if (bounds[2] < 0 && bounds[0] > bounds[1]) {
-    length = (bounds[0] - bounds[1] - 1) / -bounds[2] + 1;
+  // In 128 bits: start, stop and step may span all of int64.
+  __int128 start = bounds[0], stop = bounds[1], step = bounds[2];
+  __int128 length = 0;
+  if (step > 0 && start < stop) {
+    length = (stop - start - 1) / step + 1;
+  } else if (step < 0 && start > stop) {
+    length = (start - stop - 1) / -step + 1;
   }
   if (length > kMaxRange) {
     return absl::InvalidArgumentError(
         "Range too big. The sandbox blocks ranges larger than MAX_RANGE "
         "(100000).");
   }
-  absl::Status status = context->charge_iterations(length);
+  absl::Status status =
+      CheckValueBytes("range()", static_cast<size_t>(length) * kItemBytes,
+                      context->bounds.max_bytes);
+  if (status.ok()) status = context->charge_iterations(length);
   if (!status.ok()) return status;
   std::vector<Value> items;
-  items.reserve(length);
-  for (int64_t i = 0; i < length; ++i) {
-    items.push_back(Value::Int(bounds[0] + i * bounds[2]));
+  items.reserve(static_cast<size_t>(length));
+  for (__int128 i = 0; i < length; ++i) {
+    items.push_back(Value::Int(static_cast<int64_t>(start + i * step)));
   }
   return Value::List(std::move(items));
 }
@@ -180,8 +191,7 @@ absl::StatusOr<Dict> DictFromArgs(const CallArgs& args, absl::string_view fn) {
   return dict;
 }
 
-absl::StatusOr<Value> StrftimeNow(const CallArgs& args,
-                                  const std::function<absl::Time()>& now,
+absl::StatusOr<Value> StrftimeNow(const CallArgs& args, platform::Clock* clock,
                                   absl::TimeZone time_zone) {
   absl::StatusOr<BoundArgs> bound =
       BindArgs(args, "strftime_now", {"format"}, 1);
@@ -193,7 +203,7 @@ absl::StatusOr<Value> StrftimeNow(const CallArgs& args,
   if (format.size() > 1024) {
     return absl::InvalidArgumentError("strftime_now: format over 1024 bytes");
   }
-  std::tm tm = absl::ToTM(now(), time_zone);
+  std::tm tm = absl::ToTM(clock->Now(), time_zone);
   std::string out(format.size() * 64 + 64, '\0');
   size_t length = format.empty() ? 0
                                  : std::strftime(out.data(), out.size(),
@@ -204,27 +214,28 @@ absl::StatusOr<Value> StrftimeNow(const CallArgs& args,
 
 }  // namespace
 
-Dict MakeGlobals(std::function<absl::Time()> now, absl::TimeZone time_zone,
+Dict MakeGlobals(platform::Clock* clock, absl::TimeZone time_zone,
                  const BuiltinContext* context) {
   Dict globals;
   globals.Set("range", Value::Function("range", [context](const CallArgs& a) {
                 return Range(a, context);
               }));
-  globals.Set("namespace",
-              Value::Function(
-                  "namespace", [](const CallArgs& a) -> absl::StatusOr<Value> {
-                    absl::StatusOr<Dict> d = DictFromArgs(a, "namespace");
-                    if (!d.ok()) return d.status();
-                    for (const auto& item : d->items()) {
-                      if (absl::StartsWith(item.first, "_")) {
-                        return absl::InvalidArgumentError(
-                            "Chat templates cannot store "
-                            "underscore-prefixed attributes on "
-                            "a namespace");
-                      }
-                    }
-                    return Value::Namespace(*std::move(d));
-                  }));
+  globals.Set(
+      "namespace",
+      Value::Function("namespace",
+                      [context](const CallArgs& a) -> absl::StatusOr<Value> {
+                        absl::StatusOr<Dict> d = DictFromArgs(a, "namespace");
+                        if (!d.ok()) return d.status();
+                        for (const auto& item : d->items()) {
+                          if (absl::StartsWith(item.first, "_")) {
+                            return absl::InvalidArgumentError(
+                                "Chat templates cannot store "
+                                "underscore-prefixed attributes on "
+                                "a namespace");
+                          }
+                        }
+                        return context->namespaces->Create(*std::move(d));
+                      }));
   globals.Set(
       "dict",
       Value::Function("dict", [](const CallArgs& a) -> absl::StatusOr<Value> {
@@ -235,17 +246,21 @@ Dict MakeGlobals(std::function<absl::Time()> now, absl::TimeZone time_zone,
   globals.Set(
       "raise_exception",
       Value::Function("raise_exception",
-                      [](const CallArgs& a) -> absl::StatusOr<Value> {
-                        std::string message =
-                            a.positional.empty() ? "" : ToStr(a.positional[0]);
+                      [context](const CallArgs& a) -> absl::StatusOr<Value> {
+                        std::string message;
+                        if (!a.positional.empty()) {
+                          absl::Status status = AppendStr(
+                              a.positional[0], context->bounds, &message);
+                          if (!status.ok()) return status;
+                        }
                         return absl::InvalidArgumentError(
                             absl::StrCat(kRaisedPrefix, message));
                       }));
-  globals.Set("strftime_now",
-              Value::Function("strftime_now", [now = std::move(now),
-                                               time_zone](const CallArgs& a) {
-                return StrftimeNow(a, now, time_zone);
-              }));
+  globals.Set(
+      "strftime_now",
+      Value::Function("strftime_now", [clock, time_zone](const CallArgs& a) {
+        return StrftimeNow(a, clock, time_zone);
+      }));
   return globals;
 }
 
@@ -253,158 +268,199 @@ namespace {
 
 struct JsonStyle {
   bool indented = false;
-  std::string indent;
+  // The indent is `indent_text`, or `indent_spaces` spaces when an int gave
+  // it (kept as a count: only a newline that is written needs them).
+  std::string indent_text;
+  size_t indent_spaces = 0;
   std::string item_separator = ", ";
   std::string key_separator = ": ";
   bool sort_keys = false;
   bool ensure_ascii = false;
 };
 
-void AppendJsonString(const std::string& s, bool ensure_ascii,
-                      std::string* out) {
-  *out += '"';
+// json.dumps into `out_`, refusing before it would grow past the bounds.
+class JsonWriter {
+ public:
+  JsonWriter(const JsonStyle& style, const ValueBounds& bounds,
+             std::string* out)
+      : style_(style), bounds_(bounds), out_(out) {}
+
+  absl::Status Write(const Value& value, int level);
+
+ private:
+  absl::Status Append(absl::string_view text) {
+    if (out_->size() + text.size() > bounds_.max_bytes) {
+      return CheckValueBytes("'tojson'", out_->size() + text.size(),
+                             bounds_.max_bytes);
+    }
+    out_->append(text.data(), text.size());
+    return absl::OkStatus();
+  }
+  absl::Status Newline(int level) {
+    if (!style_.indented) return absl::OkStatus();
+    size_t unit = style_.indent_text.size() + style_.indent_spaces;
+    __int128 projected = static_cast<__int128>(out_->size()) + 1 +
+                         static_cast<__int128>(unit) * level;
+    if (projected > bounds_.max_bytes) {
+      return CheckValueBytes(
+          "'tojson'",
+          static_cast<size_t>(std::min<__int128>(
+              projected, std::numeric_limits<size_t>::max())),
+          bounds_.max_bytes);
+    }
+    *out_ += '\n';
+    for (int i = 0; i < level; ++i) {
+      *out_ += style_.indent_text;
+      out_->append(style_.indent_spaces, ' ');
+    }
+    return absl::OkStatus();
+  }
+  absl::Status String(const std::string& s);
+  absl::Status Items(const Value& value, int level);
+
+  const JsonStyle& style_;
+  const ValueBounds& bounds_;
+  std::string* out_;
+};
+
+absl::Status JsonWriter::String(const std::string& s) {
+  absl::Status status = Append("\"");
   size_t pos = 0;
-  while (pos < s.size()) {
+  while (pos < s.size() && status.ok()) {
+    // A run that needs no escape goes in whole.
+    size_t run = pos;
+    while (run < s.size()) {
+      unsigned char byte = static_cast<unsigned char>(s[run]);
+      if (byte < 0x20 || byte == '"' || byte == '\\' ||
+          (style_.ensure_ascii && byte >= 0x7F)) {
+        break;
+      }
+      ++run;
+    }
+    if (run > pos) {
+      status = Append(absl::string_view(s).substr(pos, run - pos));
+      pos = run;
+      continue;
+    }
     char32_t c = NextCodePoint(s, &pos);
     char escape[16];
     switch (c) {
       case '"':
-        *out += "\\\"";
+        status = Append("\\\"");
         break;
       case '\\':
-        *out += "\\\\";
+        status = Append("\\\\");
         break;
       case '\n':
-        *out += "\\n";
+        status = Append("\\n");
         break;
       case '\r':
-        *out += "\\r";
+        status = Append("\\r");
         break;
       case '\t':
-        *out += "\\t";
+        status = Append("\\t");
         break;
       case '\b':
-        *out += "\\b";
+        status = Append("\\b");
         break;
       case '\f':
-        *out += "\\f";
+        status = Append("\\f");
         break;
       default:
-        if (c < 0x20 || (ensure_ascii && c >= 0x7F)) {
-          if (c >= 0x10000) {
-            std::snprintf(escape, sizeof(escape), "\\u%04x\\u%04x",
-                          0xD800 + ((c - 0x10000) >> 10),
-                          0xDC00 + ((c - 0x10000) & 0x3FF));
-          } else {
-            std::snprintf(escape, sizeof(escape), "\\u%04x", c);
-          }
-          *out += escape;
+        if (c >= 0x10000) {
+          std::snprintf(escape, sizeof(escape), "\\u%04x\\u%04x",
+                        0xD800 + ((c - 0x10000) >> 10),
+                        0xDC00 + ((c - 0x10000) & 0x3FF));
         } else {
-          AppendUtf8(c, out);
+          std::snprintf(escape, sizeof(escape), "\\u%04x", c);
         }
+        status = Append(escape);
     }
   }
-  *out += '"';
+  if (!status.ok()) return status;
+  return Append("\"");
 }
 
-absl::Status AppendJson(const Value& value, const JsonStyle& style, int level,
-                        size_t max_bytes, std::string* out) {
-  if (out->size() > max_bytes || level > 512) {
-    return absl::ResourceExhaustedError(
-        "tojson output exceeds max_output_bytes");
+absl::Status JsonWriter::Items(const Value& value, int level) {
+  if (level >= bounds_.max_depth) return ValueTooDeep(bounds_.max_depth);
+  bool is_list = value.is_list();
+  size_t count = is_list ? value.list().size() : value.dict().size();
+  if (count == 0) return Append(is_list ? "[]" : "{}");
+  std::vector<const std::pair<std::string, Value>*> members;
+  if (!is_list) {
+    for (const auto& item : value.dict().items()) members.push_back(&item);
+    if (style_.sort_keys) {
+      std::stable_sort(
+          members.begin(), members.end(),
+          [](const auto* a, const auto* b) { return a->first < b->first; });
+    }
   }
-  auto newline = [&](int depth) {
-    if (!style.indented) return;
-    *out += '\n';
-    for (int i = 0; i < depth; ++i) *out += style.indent;
-  };
+  absl::Status status = Append(is_list ? "[" : "{");
+  for (size_t i = 0; i < count && status.ok(); ++i) {
+    if (i > 0) status = Append(style_.item_separator);
+    if (status.ok()) status = Newline(level + 1);
+    if (!status.ok()) break;
+    if (is_list) {
+      status = Write(value.list()[i], level + 1);
+      continue;
+    }
+    status = String(members[i]->first);
+    if (status.ok()) status = Append(style_.key_separator);
+    if (status.ok()) status = Write(members[i]->second, level + 1);
+  }
+  if (status.ok()) status = Newline(level);
+  if (!status.ok()) return status;
+  return Append(is_list ? "]" : "}");
+}
+
+absl::Status JsonWriter::Write(const Value& value, int level) {
   switch (value.kind()) {
     case Value::Kind::kNone:
-      *out += "null";
-      return absl::OkStatus();
+      return Append("null");
     case Value::Kind::kBool:
-      *out += value.bool_value() ? "true" : "false";
-      return absl::OkStatus();
+      return Append(value.bool_value() ? "true" : "false");
     case Value::Kind::kInt:
-      absl::StrAppend(out, value.int_value());
-      return absl::OkStatus();
+      return Append(absl::StrCat(value.int_value()));
     case Value::Kind::kFloat: {
       double f = value.float_value();
-      *out += std::isnan(f)   ? "NaN"
-              : std::isinf(f) ? (f > 0 ? "Infinity" : "-Infinity")
-                              : FloatRepr(f);
-      return absl::OkStatus();
+      return Append(std::isnan(f)   ? "NaN"
+                    : std::isinf(f) ? (f > 0 ? "Infinity" : "-Infinity")
+                                    : FloatRepr(f));
     }
     case Value::Kind::kString:
-      AppendJsonString(value.string_value(), style.ensure_ascii, out);
-      return absl::OkStatus();
-    case Value::Kind::kList: {
-      if (value.list().empty()) {
-        *out += "[]";
-        return absl::OkStatus();
-      }
-      *out += '[';
-      for (size_t i = 0; i < value.list().size(); ++i) {
-        if (i > 0) *out += style.item_separator;
-        newline(level + 1);
-        absl::Status status =
-            AppendJson(value.list()[i], style, level + 1, max_bytes, out);
-        if (!status.ok()) return status;
-      }
-      newline(level);
-      *out += ']';
-      return absl::OkStatus();
-    }
-    case Value::Kind::kDict: {
-      if (value.dict().size() == 0) {
-        *out += "{}";
-        return absl::OkStatus();
-      }
-      std::vector<const std::pair<std::string, Value>*> items;
-      for (const auto& item : value.dict().items()) items.push_back(&item);
-      if (style.sort_keys) {
-        std::stable_sort(
-            items.begin(), items.end(),
-            [](const auto* a, const auto* b) { return a->first < b->first; });
-      }
-      *out += '{';
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (i > 0) *out += style.item_separator;
-        newline(level + 1);
-        AppendJsonString(items[i]->first, style.ensure_ascii, out);
-        *out += style.key_separator;
-        absl::Status status =
-            AppendJson(items[i]->second, style, level + 1, max_bytes, out);
-        if (!status.ok()) return status;
-      }
-      newline(level);
-      *out += '}';
-      return absl::OkStatus();
-    }
+      return String(value.string_value());
+    case Value::Kind::kList:
+      if (!value.view_name().empty()) break;  // dict_items: not JSON.
+      return Items(value, level);
+    case Value::Kind::kDict:
+      return Items(value, level);
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Object of type ", TypeName(value), " is not JSON serializable"));
+      break;
   }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "Object of type ", TypeName(value), " is not JSON serializable"));
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> ToJsonWithOptions(const Value& value,
-                                              const BoundArgs& options,
-                                              size_t max_bytes) {
+absl::StatusOr<std::string> ToJson(const Value& value, const BoundArgs& options,
+                                   const ValueBounds& bounds) {
   // options: ensure_ascii, indent, separators, sort_keys.
   JsonStyle style;
   style.ensure_ascii = options.Has(0) && Truthy(options.Get(0));
   const Value& indent = options.Get(1);
-  if (indent.kind() == Value::Kind::kInt) {
+  if (indent.kind() == Value::Kind::kInt ||
+      indent.kind() == Value::Kind::kBool) {
+    // json.dumps: " " * indent, none when indent <= 0.
     style.indented = true;
-    style.indent = std::string(
-        std::max<int64_t>(0, std::min<int64_t>(indent.int_value(), 64)), ' ');
+    style.indent_spaces =
+        static_cast<size_t>(std::max<int64_t>(indent.int_value(), 0));
   } else if (indent.is_string()) {
     style.indented = true;
-    style.indent = indent.string_value();
+    style.indent_text = indent.string_value();
   } else if (!indent.is_none() && !indent.is_undefined()) {
-    return absl::InvalidArgumentError("tojson: indent must be an int or str");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "can't multiply sequence by non-int of type '", TypeName(indent), "'"));
   }
   if (style.indented) style.item_separator = ",";
   const Value& separators = options.Get(2);
@@ -418,21 +474,9 @@ absl::StatusOr<std::string> ToJsonWithOptions(const Value& value,
   }
   style.sort_keys = options.Has(3) && Truthy(options.Get(3));
   std::string out;
-  absl::Status status = AppendJson(value, style, 0, max_bytes, &out);
+  absl::Status status = JsonWriter(style, bounds, &out).Write(value, 0);
   if (!status.ok()) return status;
-  if (out.size() > max_bytes) {
-    return absl::ResourceExhaustedError(
-        "tojson output exceeds max_output_bytes");
-  }
   return out;
-}
-
-absl::StatusOr<std::string> ToJson(const Value& value, const Value& indent,
-                                   bool sort_keys) {
-  BoundArgs options(4);
-  options.Set(1, indent);
-  options.Set(3, Value::Bool(sort_keys));
-  return ToJsonWithOptions(value, options, size_t{1} << 40);
 }
 
 }  // namespace castserve::text::jinja

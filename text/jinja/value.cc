@@ -2,6 +2,7 @@
 
 #include <unicode/uchar.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -9,10 +10,40 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "text/unicode.h"
 
 namespace castserve::text::jinja {
+
+absl::Status CheckValueBytes(absl::string_view what, size_t bytes,
+                             size_t max_bytes) {
+  if (bytes <= max_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, " would build ", bytes,
+                   " bytes, over max_output_bytes (", max_bytes, ")"));
+}
+
+absl::Status ValueTooDeep(int max_depth) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "a value nests deeper than max_value_depth (", max_depth, ")"));
+}
+
+absl::Status PrintingIteratorError() {
+  return absl::UnimplementedError(
+      "unsupported construct: printing a generator or iterator (jinja2 "
+      "prints its memory address; add '| list')");
+}
+
+namespace {
+
+int DeepestItem(const std::vector<Value>& items) {
+  int deepest = 0;
+  for (const Value& item : items) deepest = std::max(deepest, item.depth());
+  return deepest;
+}
+
+}  // namespace
 
 Value Value::Undefined(std::string hint) {
   Value value;
@@ -59,6 +90,7 @@ Value Value::List(std::vector<Value> items, bool is_tuple) {
   Value value;
   value.kind_ = Kind::kList;
   value.is_tuple_ = is_tuple;
+  value.depth_ = 1 + DeepestItem(items);
   value.list_ = std::make_shared<const std::vector<Value>>(std::move(items));
   return value;
 }
@@ -72,20 +104,20 @@ Value Value::DictView(std::vector<Value> items, std::string view_name) {
 Value Value::FromDict(Dict dict) {
   Value value;
   value.kind_ = Kind::kDict;
+  int deepest = 0;
+  for (const auto& item : dict.items()) {
+    deepest = std::max(deepest, item.second.depth());
+  }
+  value.depth_ = 1 + deepest;
   value.dict_ = std::make_shared<const Dict>(std::move(dict));
   return value;
 }
 
-Value Value::Namespace(Dict attributes) {
-  Value value;
-  value.kind_ = Kind::kNamespace;
-  value.namespace_ = std::make_shared<Dict>(std::move(attributes));
-  return value;
-}
-
-Value Value::Function(std::string name, NativeFunction function) {
+Value Value::Function(std::string name, NativeFunction function,
+                      int captured_depth) {
   Value value;
   value.kind_ = Kind::kCallable;
+  value.depth_ = captured_depth;
   value.hint_ = std::move(name);
   value.function_ = std::make_shared<const NativeFunction>(std::move(function));
   return value;
@@ -94,10 +126,42 @@ Value Value::Function(std::string name, NativeFunction function) {
 Value Value::Iterator(std::vector<Value> items, std::string type_name) {
   Value value;
   value.kind_ = Kind::kIterator;
+  value.depth_ = 1 + DeepestItem(items);
   value.hint_ = std::move(type_name);
   value.iterator_ = std::make_shared<IteratorState>();
   value.iterator_->items = std::move(items);
   return value;
+}
+
+NamespaceOwner::~NamespaceOwner() {
+  // Emptying one namespace frees what it holds; the namespaces among that
+  // are still held here, so nothing recurses through them.
+  for (const std::shared_ptr<Dict>& attributes : namespaces_) {
+    *attributes = Dict();
+  }
+}
+
+Value NamespaceOwner::Create(Dict attributes) {
+  if (namespaces_.size() >= 2 * kept_after_drop_ + 64) DropUnreferenced();
+  Value value;
+  value.kind_ = Value::Kind::kNamespace;
+  value.depth_ = 1;
+  value.namespace_ = std::make_shared<Dict>(std::move(attributes));
+  namespaces_.push_back(value.namespace_);
+  return value;
+}
+
+void NamespaceOwner::DropUnreferenced() {
+  std::vector<std::shared_ptr<Dict>> kept;
+  for (std::shared_ptr<Dict>& attributes : namespaces_) {
+    if (attributes.use_count() > 1) {
+      kept.push_back(std::move(attributes));
+    } else {
+      *attributes = Dict();
+    }
+  }
+  namespaces_ = std::move(kept);
+  kept_after_drop_ = namespaces_.size();
 }
 
 std::vector<Value> Value::ConsumeAll() const {
@@ -280,116 +344,171 @@ bool IsPrintable(char32_t c) {
   }
 }
 
-std::string StringRepr(const std::string& s) {
+// Python's str()/repr() into `out_`, within the bounds.
+class Printer {
+ public:
+  Printer(const ValueBounds& bounds, std::string* out)
+      : bounds_(bounds), out_(out) {}
+
+  absl::Status Str(const Value& value, int depth);
+  absl::Status Repr(const Value& value, int depth);
+
+ private:
+  absl::Status Append(absl::string_view text) {
+    if (out_->size() + text.size() > bounds_.max_bytes) {
+      return CheckValueBytes("printing a value", out_->size() + text.size(),
+                             bounds_.max_bytes);
+    }
+    out_->append(text.data(), text.size());
+    return absl::OkStatus();
+  }
+  absl::Status StringRepr(const std::string& s);
+  absl::Status Items(const Value& value, int depth);
+
+  const ValueBounds& bounds_;
+  std::string* out_;
+};
+
+absl::Status Printer::StringRepr(const std::string& s) {
   bool has_single = s.find('\'') != std::string::npos;
   bool has_double = s.find('"') != std::string::npos;
   char quote = has_single && !has_double ? '"' : '\'';
-  std::string out(1, quote);
+  absl::Status status = Append(absl::string_view(&quote, 1));
   size_t pos = 0;
-  while (pos < s.size()) {
+  while (pos < s.size() && status.ok()) {
     char32_t c = NextCodePoint(s, &pos);
+    char piece[16];
     if (c == static_cast<char32_t>(quote) || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
+      std::snprintf(piece, sizeof(piece), "\\%c", static_cast<char>(c));
     } else if (c == '\n') {
-      out += "\\n";
+      std::snprintf(piece, sizeof(piece), "\\n");
     } else if (c == '\r') {
-      out += "\\r";
+      std::snprintf(piece, sizeof(piece), "\\r");
     } else if (c == '\t') {
-      out += "\\t";
+      std::snprintf(piece, sizeof(piece), "\\t");
     } else if (IsPrintable(c)) {
-      AppendUtf8(c, &out);
+      std::string utf8;
+      AppendUtf8(c, &utf8);
+      status = Append(utf8);
+      continue;
+    } else if (c < 0x100) {
+      std::snprintf(piece, sizeof(piece), "\\x%02x", c);
+    } else if (c < 0x10000) {
+      std::snprintf(piece, sizeof(piece), "\\u%04x", c);
     } else {
-      char escape[16];
-      if (c < 0x100) {
-        std::snprintf(escape, sizeof(escape), "\\x%02x", c);
-      } else if (c < 0x10000) {
-        std::snprintf(escape, sizeof(escape), "\\u%04x", c);
-      } else {
-        std::snprintf(escape, sizeof(escape), "\\U%08x", c);
-      }
-      out += escape;
+      std::snprintf(piece, sizeof(piece), "\\U%08x", c);
     }
+    status = Append(piece);
   }
-  out += quote;
-  return out;
+  if (!status.ok()) return status;
+  return Append(absl::string_view(&quote, 1));
+}
+
+// A list's or dict's items, as repr() prints them.
+absl::Status Printer::Items(const Value& value, int depth) {
+  if (depth >= bounds_.max_depth) return ValueTooDeep(bounds_.max_depth);
+  absl::Status status;
+  if (value.is_list()) {
+    const std::vector<Value>& items = value.list();
+    if (!value.view_name().empty()) status = Append(value.view_name() + "(");
+    if (status.ok()) status = Append(value.is_tuple() ? "(" : "[");
+    for (size_t i = 0; i < items.size() && status.ok(); ++i) {
+      if (i > 0) status = Append(", ");
+      if (status.ok()) status = Repr(items[i], depth + 1);
+    }
+    if (status.ok() && value.is_tuple() && items.size() == 1) {
+      status = Append(",");
+    }
+    if (status.ok()) status = Append(value.is_tuple() ? ")" : "]");
+    if (status.ok() && !value.view_name().empty()) status = Append(")");
+    return status;
+  }
+  const Dict& dict = value.kind() == Value::Kind::kNamespace
+                         ? value.namespace_attributes()
+                         : value.dict();
+  status = Append("{");
+  bool first = true;
+  for (const auto& [key, item] : dict.items()) {
+    if (!status.ok()) break;
+    if (!first) status = Append(", ");
+    first = false;
+    if (status.ok()) status = StringRepr(key);
+    if (status.ok()) status = Append(": ");
+    if (status.ok()) status = Repr(item, depth + 1);
+  }
+  if (!status.ok()) return status;
+  return Append("}");
+}
+
+absl::Status Printer::Repr(const Value& value, int depth) {
+  switch (value.kind()) {
+    case Value::Kind::kUndefined:
+      return Append("Undefined");
+    case Value::Kind::kString:
+      return StringRepr(value.string_value());
+    case Value::Kind::kList:
+    case Value::Kind::kDict:
+      return Items(value, depth);
+    default:
+      return Str(value, depth);
+  }
+}
+
+absl::Status Printer::Str(const Value& value, int depth) {
+  switch (value.kind()) {
+    case Value::Kind::kUndefined:
+      return absl::OkStatus();
+    case Value::Kind::kNone:
+      return Append("None");
+    case Value::Kind::kBool:
+      return Append(value.bool_value() ? "True" : "False");
+    case Value::Kind::kInt:
+      return Append(absl::StrCat(value.int_value()));
+    case Value::Kind::kFloat:
+      return Append(FloatRepr(value.float_value()));
+    case Value::Kind::kString:
+      return Append(value.string_value());
+    case Value::Kind::kNamespace: {
+      absl::Status status = Append("<Namespace ");
+      if (status.ok()) status = Items(value, depth);
+      if (!status.ok()) return status;
+      return Append(">");
+    }
+    case Value::Kind::kCallable:
+      return Append("<function " + value.function_name() + ">");
+    case Value::Kind::kIterator:
+      return PrintingIteratorError();
+    default:
+      return Repr(value, depth);
+  }
 }
 
 }  // namespace
 
-bool ContainsIterator(const Value& value) {
-  if (value.kind() == Value::Kind::kIterator) return true;
-  if (value.is_list()) {
-    for (const Value& item : value.list()) {
-      if (ContainsIterator(item)) return true;
-    }
-  }
-  if (value.is_dict()) {
-    for (const auto& item : value.dict().items()) {
-      if (ContainsIterator(item.second)) return true;
-    }
-  }
-  return false;
+absl::Status AppendStr(const Value& value, const ValueBounds& bounds,
+                       std::string* out) {
+  return Printer(bounds, out).Str(value, 0);
 }
 
-std::string ToRepr(const Value& value) {
-  switch (value.kind()) {
-    case Value::Kind::kUndefined:
-      return "Undefined";
-    case Value::Kind::kString:
-      return StringRepr(value.string_value());
-    case Value::Kind::kList: {
-      const std::vector<Value>& items = value.list();
-      std::string out = value.is_tuple() ? "(" : "[";
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (i > 0) out += ", ";
-        out += ToRepr(items[i]);
-      }
-      if (value.is_tuple() && items.size() == 1) out += ",";
-      out += value.is_tuple() ? ")" : "]";
-      if (!value.view_name().empty()) out = value.view_name() + "(" + out + ")";
-      return out;
-    }
-    case Value::Kind::kDict: {
-      std::string out = "{";
-      bool first = true;
-      for (const auto& [key, item] : value.dict().items()) {
-        if (!first) out += ", ";
-        first = false;
-        absl::StrAppend(&out, StringRepr(key), ": ", ToRepr(item));
-      }
-      return out + "}";
-    }
-    default:
-      return ToStr(value);
-  }
+absl::Status AppendRepr(const Value& value, const ValueBounds& bounds,
+                        std::string* out) {
+  return Printer(bounds, out).Repr(value, 0);
 }
 
-std::string ToStr(const Value& value) {
-  switch (value.kind()) {
-    case Value::Kind::kUndefined:
-      return "";
-    case Value::Kind::kNone:
-      return "None";
-    case Value::Kind::kBool:
-      return value.bool_value() ? "True" : "False";
-    case Value::Kind::kInt:
-      return absl::StrCat(value.int_value());
-    case Value::Kind::kFloat:
-      return FloatRepr(value.float_value());
-    case Value::Kind::kString:
-      return value.string_value();
-    case Value::Kind::kNamespace: {
-      Value attributes = Value::FromDict(value.namespace_attributes());
-      return "<Namespace " + ToRepr(attributes) + ">";
-    }
-    case Value::Kind::kCallable:
-      return "<function " + value.function_name() + ">";
-    case Value::Kind::kIterator:
-      return "<" + value.function_name() + " object>";
-    default:
-      return ToRepr(value);
-  }
+absl::StatusOr<std::string> ToStr(const Value& value,
+                                  const ValueBounds& bounds) {
+  std::string out;
+  absl::Status status = AppendStr(value, bounds, &out);
+  if (!status.ok()) return status;
+  return out;
+}
+
+absl::StatusOr<std::string> ToRepr(const Value& value,
+                                   const ValueBounds& bounds) {
+  std::string out;
+  absl::Status status = AppendRepr(value, bounds, &out);
+  if (!status.ok()) return status;
+  return out;
 }
 
 }  // namespace castserve::text::jinja

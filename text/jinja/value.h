@@ -5,13 +5,21 @@
 // bound methods).
 //
 // A Value is cheap to copy: strings, lists and dicts are shared and never
-// changed once built. A namespace is shared by reference, as in Python.
-// Values built for one render belong to that render; a Value tree built by
-// the caller (the context) may be shared by concurrent renders, as long as it
-// holds no namespace.
+// changed once built. A namespace is shared by reference, as in Python, and
+// made only by a NamespaceOwner (one per render), which frees it. Values
+// built for one render belong to that render; a Value tree built by the
+// caller (the context) holds no namespace and may be shared by concurrent
+// renders.
+//
+// Every Value records its depth: 0 for a scalar, 1 + its deepest item for a
+// list, dict or iterator; a namespace counts 1 whatever it holds (it is a
+// reference, freed by its owner) and a bound method 1 + its object's. Walks
+// that follow items (==, ordering, destruction) recurse at most that deep;
+// printing follows namespaces too and bounds its own recursion.
 #ifndef CASTSERVE_TEXT_JINJA_VALUE_H_
 #define CASTSERVE_TEXT_JINJA_VALUE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,6 +29,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -28,7 +37,29 @@ namespace castserve::text::jinja {
 
 class Value;
 class Dict;
+class NamespaceOwner;
 struct CallArgs;
+
+// What any one value a render builds or prints may reach.
+struct ValueBounds {
+  // A string's bytes; a list or dict counts kItemBytes per item
+  // (Limits::max_output_bytes).
+  size_t max_bytes = 0;
+  // Lists, dicts, iterators and namespaces inside one another
+  // (Limits::max_value_depth).
+  int max_depth = 0;
+};
+inline constexpr size_t kItemBytes = 16;
+
+// ResourceExhausted naming `what` ("'split'", "str.join()", ...), the bytes
+// it would build and max_output_bytes, when `bytes` > `max_bytes`.
+absl::Status CheckValueBytes(absl::string_view what, size_t bytes,
+                             size_t max_bytes);
+// ResourceExhausted naming max_value_depth.
+absl::Status ValueTooDeep(int max_depth);
+// Printing a generator or iterator (jinja2 would print its memory address):
+// Unimplemented.
+absl::Status PrintingIteratorError();
 
 using NativeFunction = std::function<absl::StatusOr<Value>(const CallArgs&)>;
 
@@ -62,8 +93,10 @@ class Value {
   // view ("dict_items([('a', 1)])") and not subscriptable.
   static Value DictView(std::vector<Value> items, std::string view_name);
   static Value FromDict(Dict dict);
-  static Value Namespace(Dict attributes);
-  static Value Function(std::string name, NativeFunction function);
+  // `captured_depth`: the depth of the values `function` holds (a bound
+  // method's object), so that freeing it stays within the recorded depth.
+  static Value Function(std::string name, NativeFunction function,
+                        int captured_depth = 0);
   // What jinja2's lazy filters (select, map, unique, items, ...) and
   // reversed() return: iterable once, always true, without len() or
   // indexing. `type_name` is Python's ("generator",
@@ -71,6 +104,8 @@ class Value {
   static Value Iterator(std::vector<Value> items, std::string type_name);
 
   Kind kind() const { return kind_; }
+  // See the file comment.
+  int depth() const { return depth_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
@@ -104,7 +139,10 @@ class Value {
   std::optional<Value> ConsumeNext() const;
 
  private:
+  friend class NamespaceOwner;
+
   Kind kind_ = Kind::kUndefined;
+  int depth_ = 0;
   bool bool_ = false;
   bool is_tuple_ = false;
   int64_t int_ = 0;
@@ -145,6 +183,28 @@ struct CallArgs {
   std::vector<std::pair<std::string, Value>> keyword;
 };
 
+// Makes and owns one render's namespaces (the only mutable values, so the
+// only way values can refer to themselves or chain without bound): holding
+// each one until it is destroyed, it frees namespaces one at a time, never
+// by recursion through one another, and frees cycles. Namespaces only this
+// owner still holds are dropped as it goes, so a render that makes many
+// keeps about twice the number alive. Not thread-safe (one render).
+class NamespaceOwner {
+ public:
+  NamespaceOwner() = default;
+  NamespaceOwner(const NamespaceOwner&) = delete;
+  NamespaceOwner& operator=(const NamespaceOwner&) = delete;
+  ~NamespaceOwner();
+
+  Value Create(Dict attributes);
+
+ private:
+  void DropUnreferenced();
+
+  std::vector<std::shared_ptr<Dict>> namespaces_;
+  size_t kept_after_drop_ = 0;
+};
+
 // Python's truth value (Undefined is false, a namespace true).
 bool Truthy(const Value& value);
 // Python's ==: numbers across int/float/bool, lists and dicts deeply,
@@ -152,12 +212,22 @@ bool Truthy(const Value& value);
 bool Equals(const Value& a, const Value& b);
 // Python's type name: "str", "int", "list", "dict", "NoneType", ...
 absl::string_view TypeName(const Value& value);
-// Whether an iterator is in `value` (itself, or inside its lists and
-// dicts): jinja2 prints those as their memory address.
-bool ContainsIterator(const Value& value);
-// Python's str() and repr() of the value (str of undefined is "").
-std::string ToStr(const Value& value);
-std::string ToRepr(const Value& value);
+// Appends Python's str() (str of undefined is "") or repr() of `value` to
+// `*out`, checking the bounds while it prints: ResourceExhausted before
+// `*out` would grow past bounds.max_bytes (a list that holds one list many
+// times prints it many times) or the printing would recurse past
+// bounds.max_depth (namespaces may hold themselves); Unimplemented for a
+// generator or iterator anywhere inside (PrintingIteratorError). On error
+// `*out` holds a prefix of the text.
+absl::Status AppendStr(const Value& value, const ValueBounds& bounds,
+                       std::string* out);
+absl::Status AppendRepr(const Value& value, const ValueBounds& bounds,
+                        std::string* out);
+// The same into a new string.
+absl::StatusOr<std::string> ToStr(const Value& value,
+                                  const ValueBounds& bounds);
+absl::StatusOr<std::string> ToRepr(const Value& value,
+                                   const ValueBounds& bounds);
 // Python's repr(float): the shortest text that reads back to `value`.
 std::string FloatRepr(double value);
 

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "platform/json_parser.h"
+#include "platform/test_util/fake_clock.h"
 #include "text/jinja/chat_context.h"
 #include "text/jinja/chat_template.h"
 
@@ -22,7 +23,6 @@ namespace {
 using castserve::text::jinja::ChatInputs;
 using castserve::text::jinja::ChatTemplate;
 using castserve::text::jinja::Limits;
-using castserve::text::jinja::TemplateClock;
 using castserve::text::jinja::Value;
 
 void TrapUnless(bool condition, const char* what) {
@@ -45,6 +45,8 @@ Limits FuzzLimits() {
   limits.max_loop_iterations = 20000;
   limits.max_steps = 200000;
   limits.max_nesting_depth = 32;
+  limits.max_render_depth = 96;
+  limits.max_value_depth = 64;
   return limits;
 }
 
@@ -67,17 +69,13 @@ Value DefaultContext() {
   return *castserve::text::jinja::BuildChatContext(inputs);
 }
 
-TemplateClock FixedClock() {
-  TemplateClock clock;
-  clock.now = [] { return absl::FromUnixSeconds(1751643000); };
-  clock.time_zone = absl::UTCTimeZone();
-  return clock;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const Value* const default_context = new Value(DefaultContext());
+  static castserve::platform::test_util::FakeClock* const clock =
+      new castserve::platform::test_util::FakeClock(
+          absl::FromUnixSeconds(1751643000));
   absl::string_view input(reinterpret_cast<const char*>(data), size);
   size_t nul = input.find('\0');
   std::string source(input.substr(0, nul));
@@ -92,7 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const Limits limits = FuzzLimits();
   absl::StatusOr<ChatTemplate> chat_template =
-      ChatTemplate::Create(source, limits, FixedClock());
+      ChatTemplate::Create(source, limits, clock, absl::UTCTimeZone());
   if (!chat_template.ok()) {
     TrapUnless(IsContractError(chat_template.status()),
                "Create fails with InvalidArgument or ResourceExhausted");

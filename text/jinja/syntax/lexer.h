@@ -6,8 +6,8 @@
 // naming them).
 //
 // Stateless; thread-safe.
-#ifndef CASTSERVE_TEXT_JINJA_LEXER_H_
-#define CASTSERVE_TEXT_JINJA_LEXER_H_
+#ifndef CASTSERVE_TEXT_JINJA_SYNTAX_LEXER_H_
+#define CASTSERVE_TEXT_JINJA_SYNTAX_LEXER_H_
 
 #include <string>
 #include <vector>
@@ -50,4 +50,4 @@ bool IsPythonSpace(char32_t c);
 
 }  // namespace castserve::text::jinja
 
-#endif  // CASTSERVE_TEXT_JINJA_LEXER_H_
+#endif  // CASTSERVE_TEXT_JINJA_SYNTAX_LEXER_H_

@@ -1,4 +1,4 @@
-#include "text/jinja/lexer.h"
+#include "text/jinja/syntax/lexer.h"
 
 #include <string>
 #include <utility>

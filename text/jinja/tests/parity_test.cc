@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -14,13 +15,14 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "platform/test_util/fake_clock.h"
 #include "text/jinja/chat_context.h"
 #include "text/jinja/chat_template.h"
 
 namespace castserve::text::jinja {
 namespace {
 
-constexpr char kTestdata[] = "text/jinja/testdata";
+constexpr char kTestdata[] = "text/jinja/tests/testdata";
 
 std::string ReadText(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
@@ -35,19 +37,17 @@ Value FromJson(const nlohmann::ordered_json& json) {
   return value.ok() ? *value : Value();
 }
 
-// The fixed time the generator gave strftime_now ("2026-07-04T15:30:00").
-TemplateClock FixedClock(const std::string& iso) {
+// A clock stopped at the time the generator gave strftime_now
+// ("2026-07-04T15:30:00", UTC).
+std::unique_ptr<platform::test_util::FakeClock> FixedClock(
+    const std::string& iso) {
   int year, month, day, hour, minute, second;
   EXPECT_EQ(std::sscanf(iso.c_str(), "%d-%d-%dT%d:%d:%d", &year, &month, &day,
                         &hour, &minute, &second),
             6);
-  TemplateClock clock;
-  clock.time_zone = absl::UTCTimeZone();
-  absl::Time now =
+  return std::make_unique<platform::test_util::FakeClock>(
       absl::FromCivil(absl::CivilSecond(year, month, day, hour, minute, second),
-                      clock.time_zone);
-  clock.now = [now] { return now; };
-  return clock;
+                      absl::UTCTimeZone()));
 }
 
 struct Counts {
@@ -61,8 +61,10 @@ Counts CheckReferences(const std::filesystem::path& path) {
       nlohmann::ordered_json::parse(ReadText(path.string()));
   std::string name = references["template"].get<std::string>();
   std::string source = ReadText(std::string(kTestdata) + "/templates/" + name);
-  absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Create(
-      source, Limits{}, FixedClock(references["now"].get<std::string>()));
+  std::unique_ptr<platform::test_util::FakeClock> clock =
+      FixedClock(references["now"].get<std::string>());
+  absl::StatusOr<ChatTemplate> chat_template =
+      ChatTemplate::Create(source, Limits{}, clock.get(), absl::UTCTimeZone());
   EXPECT_TRUE(chat_template.ok()) << name << ": " << chat_template.status();
   if (!chat_template.ok()) return counts;
   Value special_tokens = FromJson(references["special_tokens"]);
@@ -131,12 +133,14 @@ TEST(ParityTest, EveryFeatureRendersAsJinja2) {
   nlohmann::ordered_json features = nlohmann::ordered_json::parse(
       ReadText(std::string(kTestdata) + "/features.json"));
   ASSERT_GE(features.size(), 50u);
+  std::unique_ptr<platform::test_util::FakeClock> clock =
+      FixedClock("2026-07-04T15:30:00");
   int errors = 0;
   for (const auto& feature : features) {
     std::string source = feature["template"].get<std::string>();
     SCOPED_TRACE(source);
     absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Create(
-        source, Limits{}, FixedClock("2026-07-04T15:30:00"));
+        source, Limits{}, clock.get(), absl::UTCTimeZone());
     absl::StatusOr<std::string> rendered =
         chat_template.ok()
             ? chat_template->Render(FromJson(feature["context"]))

@@ -1,7 +1,8 @@
 // parser.cc's Parser, shared by its two halves: statements (parser.cc)
-// and expressions (parser_expressions.cc). Internal to //text/jinja:parser.
-#ifndef CASTSERVE_TEXT_JINJA_PARSER_INTERNAL_H_
-#define CASTSERVE_TEXT_JINJA_PARSER_INTERNAL_H_
+// and expressions (parser_expressions.cc). Internal to
+// //text/jinja/syntax:parser.
+#ifndef CASTSERVE_TEXT_JINJA_SYNTAX_PARSER_INTERNAL_H_
+#define CASTSERVE_TEXT_JINJA_SYNTAX_PARSER_INTERNAL_H_
 
 #include <algorithm>
 #include <memory>
@@ -13,8 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "text/jinja/ast.h"
-#include "text/jinja/lexer.h"
+#include "text/jinja/syntax/ast.h"
+#include "text/jinja/syntax/lexer.h"
 
 namespace castserve::text::jinja::parser_internal {
 
@@ -43,6 +44,11 @@ class Parser {
   bool IsName(absl::string_view name, size_t ahead = 0) const {
     return Peek(ahead).kind == Kind::kName && Peek(ahead).value == name;
   }
+  absl::Status TooDeep(int line, int column) const {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("template nests deeper than max_nesting_depth (",
+                     max_depth_, ") at ", PositionText(line, column)));
+  }
   absl::Status Error(const Token& at, absl::string_view what) const {
     return absl::InvalidArgumentError(
         absl::StrCat("template syntax error at ",
@@ -58,6 +64,15 @@ class Parser {
   absl::StatusOr<std::string> ExpectName();
   absl::Status Enter(const Token& at);
   void Leave() { --depth_; }
+  // Sets node->depth from its items: an error past max_depth_, so that no
+  // chain the parser builds by iterating (`1+1+1`, `x.a.a`, `x|f|f`,
+  // `a[0][0]`) nests deeper than a recursive one could.
+  absl::Status Deepen(Expr* node) const;
+  absl::StatusOr<ExprPtr> Deepened(ExprPtr node) const {
+    absl::Status status = Deepen(node.get());
+    if (!status.ok()) return status;
+    return node;
+  }
 
   // Statements up to (not including) a `{% name` with name in `stop`;
   // sets *stopped_at to it ("" at the end of the template).
@@ -107,4 +122,4 @@ class Parser {
 
 }  // namespace castserve::text::jinja::parser_internal
 
-#endif  // CASTSERVE_TEXT_JINJA_PARSER_INTERNAL_H_
+#endif  // CASTSERVE_TEXT_JINJA_SYNTAX_PARSER_INTERNAL_H_

@@ -1,5 +1,6 @@
-#include "text/jinja/parser.h"
+#include "text/jinja/syntax/parser.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -8,7 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "text/jinja/parser_internal.h"
+#include "text/jinja/syntax/parser_internal.h"
 
 namespace castserve::text::jinja {
 namespace parser_internal {
@@ -36,11 +37,17 @@ absl::StatusOr<std::string> Parser::ExpectName() {
 }
 
 absl::Status Parser::Enter(const Token& at) {
-  if (++depth_ > max_depth_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("template nests deeper than max_nesting_depth (",
-                     max_depth_, ") at ", PositionText(at.line, at.column)));
+  if (++depth_ > max_depth_) return TooDeep(at.line, at.column);
+  return absl::OkStatus();
+}
+
+absl::Status Parser::Deepen(Expr* node) const {
+  int deepest = 0;
+  for (const ExprPtr& item : node->items) {
+    if (item != nullptr) deepest = std::max(deepest, item->depth);
   }
+  node->depth = 1 + deepest;
+  if (node->depth > max_depth_) return TooDeep(node->line, node->column);
   return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
+#include "platform/test_util/fake_clock.h"
 #include "text/jinja/chat_context.h"
 #include "text/jinja/chat_template.h"
 
@@ -18,7 +19,6 @@ namespace {
 
 using castserve::text::jinja::ChatTemplate;
 using castserve::text::jinja::Limits;
-using castserve::text::jinja::TemplateClock;
 using castserve::text::jinja::Value;
 
 nlohmann::ordered_json RenderOne(const std::string& line) {
@@ -30,14 +30,11 @@ nlohmann::ordered_json RenderOne(const std::string& line) {
     out["error"] = "input line is not a JSON object";
     return out;
   }
-  TemplateClock clock;
-  clock.time_zone = absl::UTCTimeZone();
-  clock.now = [] {
-    return absl::FromCivil(absl::CivilSecond(2026, 7, 4, 15, 30, 0),
-                           absl::UTCTimeZone());
-  };
-  absl::StatusOr<ChatTemplate> chat_template =
-      ChatTemplate::Create(input.value("template", ""), Limits{}, clock);
+  // The time tools/diff_chat_templates.py gives jinja2's strftime_now.
+  castserve::platform::test_util::FakeClock clock(absl::FromCivil(
+      absl::CivilSecond(2026, 7, 4, 15, 30, 0), absl::UTCTimeZone()));
+  absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Create(
+      input.value("template", ""), Limits{}, &clock, absl::UTCTimeZone());
   absl::StatusOr<std::string> text = std::string();
   if (!chat_template.ok()) {
     text = chat_template.status();

@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "text/jinja/builtins.h"
-#include "text/jinja/parser_internal.h"
+#include "text/jinja/syntax/parser_internal.h"
 
 namespace castserve::text::jinja::parser_internal {
 
@@ -29,7 +29,7 @@ absl::StatusOr<ExprPtr> Parser::ParseTuple(bool with_condition) {
     if (!item.ok()) return item.status();
     tuple->items.push_back(*std::move(item));
   }
-  return tuple;
+  return Deepened(std::move(tuple));
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseExpression(bool with_condition) {
@@ -52,7 +52,7 @@ absl::StatusOr<ExprPtr> Parser::ParseExpression(bool with_condition) {
     } else {
       condition->items.push_back(nullptr);
     }
-    expr = std::move(condition);
+    expr = Deepened(std::move(condition));
   }
   Leave();
   return expr;
@@ -66,7 +66,7 @@ absl::StatusOr<ExprPtr> Parser::ParseOr() {
     if (!right.ok()) return right.status();
     node->items.push_back(*std::move(left));
     node->items.push_back(*std::move(right));
-    left = std::move(node);
+    left = Deepened(std::move(node));
   }
   return left;
 }
@@ -79,7 +79,7 @@ absl::StatusOr<ExprPtr> Parser::ParseAnd() {
     if (!right.ok()) return right.status();
     node->items.push_back(*std::move(left));
     node->items.push_back(*std::move(right));
-    left = std::move(node);
+    left = Deepened(std::move(node));
   }
   return left;
 }
@@ -94,7 +94,7 @@ absl::StatusOr<ExprPtr> Parser::ParseNot() {
   if (!operand.ok()) return operand.status();
   ExprPtr node = MakeExpr(Expr::Kind::kNot, at);
   node->items.push_back(*std::move(operand));
-  return node;
+  return Deepened(std::move(node));
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseCompare() {
@@ -128,7 +128,7 @@ absl::StatusOr<ExprPtr> Parser::ParseCompare() {
     node->items.push_back(*std::move(operand));
   }
   if (node == nullptr) return first;
-  return node;
+  return Deepened(std::move(node));
 }
 
 // Levels, loosest first: + -, ~, * / // %, **.
@@ -147,7 +147,7 @@ absl::StatusOr<ExprPtr> Parser::ParseBinary(int level) {
     if (!right.ok()) return right.status();
     node->items.push_back(*std::move(left));
     node->items.push_back(*std::move(right));
-    left = std::move(node);
+    left = Deepened(std::move(node));
   }
   return left;
 }
@@ -164,7 +164,7 @@ absl::StatusOr<ExprPtr> Parser::ParseUnary(bool with_filter) {
       ExprPtr unary = MakeExpr(
           at.value == "-" ? Expr::Kind::kNegate : Expr::Kind::kPlus, at);
       unary->items.push_back(*std::move(operand));
-      node = std::move(unary);
+      node = Deepened(std::move(unary));
     } else {
       node = operand.status();
     }
@@ -258,7 +258,7 @@ absl::StatusOr<ExprPtr> Parser::ParsePrimary() {
       }
     }
     Next();
-    return node;
+    return Deepened(std::move(node));
   }
   return Error(token, absl::StrCat("unexpected '", token.value, "'"));
 }
@@ -273,6 +273,8 @@ absl::StatusOr<ExprPtr> Parser::ParsePostfix(ExprPtr node) {
         if (!index.ok()) return index;
         item->items.push_back(std::move(node));
         item->items.push_back(*std::move(index));
+        absl::Status status = Deepen(item.get());
+        if (!status.ok()) return status;
         node = std::move(item);
         continue;
       }
@@ -281,6 +283,8 @@ absl::StatusOr<ExprPtr> Parser::ParsePostfix(ExprPtr node) {
       ExprPtr attribute = MakeExpr(Expr::Kind::kGetAttr, at);
       attribute->name = *std::move(name);
       attribute->items.push_back(std::move(node));
+      absl::Status status = Deepen(attribute.get());
+      if (!status.ok()) return status;
       node = std::move(attribute);
     } else if (IsOp("[")) {
       absl::StatusOr<ExprPtr> item = ParseSubscript(std::move(node));
@@ -294,6 +298,8 @@ absl::StatusOr<ExprPtr> Parser::ParsePostfix(ExprPtr node) {
       }
       call->items.push_back(std::move(node));
       absl::Status status = ParseCallArgs(call.get());
+      if (!status.ok()) return status;
+      status = Deepen(call.get());
       if (!status.ok()) return status;
       node = std::move(call);
     } else {
@@ -327,7 +333,7 @@ absl::StatusOr<ExprPtr> Parser::ParseSubscript(ExprPtr node) {
     item->items.push_back(std::move(parts[1]));
     item->items.push_back(std::move(parts[2]));
   }
-  return item;
+  return Deepened(std::move(item));
 }
 
 absl::Status Parser::ParseCallArgs(Expr* call) {
@@ -375,6 +381,8 @@ absl::StatusOr<ExprPtr> Parser::ParseFilterChain(ExprPtr node) {
       call->items.push_back(std::move(node));
       absl::Status status = ParseCallArgs(call.get());
       if (!status.ok()) return status;
+      status = Deepen(call.get());
+      if (!status.ok()) return status;
       node = std::move(call);
     } else {
       return node;
@@ -396,7 +404,7 @@ absl::StatusOr<ExprPtr> Parser::ParseFilter(ExprPtr input) {
     absl::Status status = ParseCallArgs(filter.get());
     if (!status.ok()) return status;
   }
-  return filter;
+  return Deepened(std::move(filter));
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseTest(ExprPtr input) {
@@ -437,7 +445,7 @@ absl::StatusOr<ExprPtr> Parser::ParseTest(ExprPtr input) {
     if (!full.ok()) return full;
     test->items.push_back(*std::move(full));
   }
-  return test;
+  return Deepened(std::move(test));
 }
 
 }  // namespace castserve::text::jinja::parser_internal

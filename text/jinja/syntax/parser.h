@@ -6,15 +6,15 @@
 // methods no supported type has, *args and **kwargs.
 //
 // Stateless; thread-safe.
-#ifndef CASTSERVE_TEXT_JINJA_PARSER_H_
-#define CASTSERVE_TEXT_JINJA_PARSER_H_
+#ifndef CASTSERVE_TEXT_JINJA_SYNTAX_PARSER_H_
+#define CASTSERVE_TEXT_JINJA_SYNTAX_PARSER_H_
 
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "text/jinja/ast.h"
-#include "text/jinja/lexer.h"
+#include "text/jinja/syntax/ast.h"
+#include "text/jinja/syntax/lexer.h"
 
 namespace castserve::text::jinja {
 
@@ -26,4 +26,4 @@ absl::StatusOr<std::unique_ptr<Program>> Parse(const std::vector<Token>& tokens,
 
 }  // namespace castserve::text::jinja
 
-#endif  // CASTSERVE_TEXT_JINJA_PARSER_H_
+#endif  // CASTSERVE_TEXT_JINJA_SYNTAX_PARSER_H_

@@ -12,6 +12,7 @@
 #include "absl/time/civil_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "platform/test_util/fake_clock.h"
 #include "text/jinja/value.h"
 
 namespace castserve::text::jinja {
@@ -128,7 +129,7 @@ TEST(ChatTemplateTest, EnforcesRenderLimitsNamingThem) {
   absl::StatusOr<std::string> recursion =
       RenderWith("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   EXPECT_EQ(recursion.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(recursion.status().message(), HasSubstr("max_nesting_depth"));
+  EXPECT_THAT(recursion.status().message(), HasSubstr("max_render_depth"));
 }
 
 TEST(ChatTemplateTest, RaisedMessageIsTheTemplatesText) {
@@ -147,15 +148,11 @@ TEST(ChatTemplateTest, RaisedMessageIsTheTemplatesText) {
 }
 
 TEST(ChatTemplateTest, StrftimeNowReadsTheInjectedClock) {
-  TemplateClock clock;
-  clock.time_zone = absl::UTCTimeZone();
-  clock.now = [] {
-    return absl::FromCivil(absl::CivilSecond(2024, 12, 31, 23, 59, 58),
-                           absl::UTCTimeZone());
-  };
+  platform::test_util::FakeClock clock(absl::FromCivil(
+      absl::CivilSecond(2024, 12, 31, 23, 59, 58), absl::UTCTimeZone()));
   absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Create(
       "Today Date: {{ strftime_now('%d %b %Y') }} {{ strftime_now('%H:%M') }}",
-      Limits{}, clock);
+      Limits{}, &clock, absl::UTCTimeZone());
   ASSERT_TRUE(chat_template.ok()) << chat_template.status();
   EXPECT_EQ(*chat_template->Render(Context()), "Today Date: 31 Dec 2024 23:59");
 }

@@ -1,8 +1,8 @@
 // The parsed form of a chat template: expressions and statements, as the
 // parser (parser.h) builds them and the renderer (renderer.h) walks them.
 // Immutable once parsed; shared by concurrent renders.
-#ifndef CASTSERVE_TEXT_JINJA_AST_H_
-#define CASTSERVE_TEXT_JINJA_AST_H_
+#ifndef CASTSERVE_TEXT_JINJA_SYNTAX_AST_H_
+#define CASTSERVE_TEXT_JINJA_SYNTAX_AST_H_
 
 #include <memory>
 #include <string>
@@ -41,6 +41,9 @@ struct Expr {
   Kind kind;
   int line = 0;
   int column = 0;
+  // 1 + the deepest of `items` (a leaf is 1): the evaluator's and the
+  // destructor's recursion, bounded by the parser.
+  int depth = 1;
   Value value;
   std::string name;  // Name, attribute, filter or test; operator of kBinary.
   std::vector<ExprPtr> items;
@@ -88,4 +91,4 @@ struct Program {
 
 }  // namespace castserve::text::jinja
 
-#endif  // CASTSERVE_TEXT_JINJA_AST_H_
+#endif  // CASTSERVE_TEXT_JINJA_SYNTAX_AST_H_

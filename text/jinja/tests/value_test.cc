@@ -7,10 +7,25 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "text/jinja/bound_args.h"
 #include "text/jinja/builtins.h"
 
 namespace castserve::text::jinja {
 namespace {
+
+constexpr ValueBounds kBounds{1 << 20, 64};
+
+std::string Str(const Value& value) { return *ToStr(value, kBounds); }
+std::string Repr(const Value& value) { return *ToRepr(value, kBounds); }
+
+absl::StatusOr<std::string> Json(const Value& value, const Value& indent,
+                                 bool sort_keys,
+                                 const ValueBounds& bounds = kBounds) {
+  BoundArgs options(4);
+  options.Set(1, indent);
+  options.Set(3, Value::Bool(sort_keys));
+  return ToJson(value, options, bounds);
+}
 
 TEST(ValueTest, FloatReprIsPythons) {
   EXPECT_EQ(FloatRepr(0.1), "0.1");
@@ -35,16 +50,16 @@ TEST(ValueTest, StrAndReprArePythons) {
   dict.Set("b", Value::List({Value::Int(1), Value::None(), Value::Bool(true)}));
   dict.Set("a", Value::String("it's"));
   Value value = Value::FromDict(dict);
-  EXPECT_EQ(ToStr(value), "{'b': [1, None, True], 'a': \"it's\"}");
-  EXPECT_EQ(ToRepr(Value::String("say \"hi\" it's")), "'say \"hi\" it\\'s'");
-  EXPECT_EQ(ToRepr(Value::String("tab\tnl\n\x01 \xe2\x80\x8b \xc3\xa9")),
+  EXPECT_EQ(Str(value), "{'b': [1, None, True], 'a': \"it's\"}");
+  EXPECT_EQ(Repr(Value::String("say \"hi\" it's")), "'say \"hi\" it\\'s'");
+  EXPECT_EQ(Repr(Value::String("tab\tnl\n\x01 \xe2\x80\x8b \xc3\xa9")),
             "'tab\\tnl\\n\\x01 \\u200b \xc3\xa9'");
-  EXPECT_EQ(ToStr(Value::List({Value::Int(1)}, true)), "(1,)");
-  EXPECT_EQ(ToStr(Value()), "");
-  EXPECT_EQ(ToStr(Value::Bool(false)), "False");
+  EXPECT_EQ(Str(Value::List({Value::Int(1)}, true)), "(1,)");
+  EXPECT_EQ(Str(Value()), "");
+  EXPECT_EQ(Str(Value::Bool(false)), "False");
   // A re-set key keeps its place, as in Python's dict.
   dict.Set("b", Value::Int(2));
-  EXPECT_EQ(ToStr(Value::FromDict(dict)), "{'b': 2, 'a': \"it's\"}");
+  EXPECT_EQ(Str(Value::FromDict(dict)), "{'b': 2, 'a': \"it's\"}");
 }
 
 TEST(ValueTest, EqualityAndTruthArePythons) {
@@ -55,7 +70,8 @@ TEST(ValueTest, EqualityAndTruthArePythons) {
   EXPECT_FALSE(Equals(Value(), Value::None()));
   EXPECT_FALSE(Truthy(Value::String("")));
   EXPECT_FALSE(Truthy(Value::List({})));
-  EXPECT_TRUE(Truthy(Value::Namespace(Dict())));
+  NamespaceOwner namespaces;
+  EXPECT_TRUE(Truthy(namespaces.Create(Dict())));
   EXPECT_FALSE(Truthy(Value::Float(0.0)));
 }
 
@@ -64,12 +80,12 @@ TEST(ValueTest, ToJsonIsJsonDumps) {
   dict.Set("z", Value::String("\xc3\xa9\"\n\x01"));
   dict.Set("a", Value::List({Value::Float(2.0), Value::None()}));
   Value value = Value::FromDict(dict);
-  EXPECT_EQ(*ToJson(value, Value::None(), false),
+  EXPECT_EQ(*Json(value, Value::None(), false),
             "{\"z\": \"\xc3\xa9\\\"\\n\\u0001\", \"a\": [2.0, null]}");
-  EXPECT_EQ(*ToJson(value, Value::Int(1), true),
+  EXPECT_EQ(*Json(value, Value::Int(1), true),
             "{\n \"a\": [\n  2.0,\n  null\n ],\n \"z\": \"\xc3\xa9\\\"\\n"
             "\\u0001\"\n}");
-  EXPECT_FALSE(ToJson(Value(), Value::None(), false).ok());
+  EXPECT_FALSE(Json(Value(), Value::None(), false).ok());
 }
 
 }  // namespace
