@@ -1,5 +1,6 @@
 #include "text/jinja/syntax/lexer.h"
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,7 +69,8 @@ size_t SkipPythonSpace(absl::string_view text, size_t pos) {
 bool IsNameStart(char c) { return absl::ascii_isalpha(c) || c == '_'; }
 bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '_'; }
 
-void AppendHexDigit(char c, int* value) {
+// Eight hex digits at most: they fit in 32 bits unsigned.
+void AppendHexDigit(char c, uint32_t* value) {
   *value =
       *value * 16 +
       (absl::ascii_isdigit(c) ? c - '0' : absl::ascii_tolower(c) - 'a' + 10);
@@ -322,7 +324,7 @@ absl::Status Lexer::LexString(size_t at) {
     char e = source_[pos_++];
     int hex_digits = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
     if (hex_digits > 0) {
-      int code = 0;
+      uint32_t code = 0;
       for (int i = 0; i < hex_digits; ++i) {
         if (pos_ >= source_.size() || !absl::ascii_isxdigit(source_[pos_])) {
           return Error(at, "truncated \\x, \\u or \\U escape in string");

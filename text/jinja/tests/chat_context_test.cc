@@ -119,5 +119,40 @@ TEST(ChatContextTest, RefusesMalformedConfigs) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The template is bounded by max_template_bytes, not by the configs' much
+// larger bound: a chat_template.jinja past it is refused before it is read.
+TEST(ChatContextTest, RefusesATemplateLongerThanTheLimitNamingTheFile) {
+  platform::FakeFileSystem files;
+  std::string long_template(Limits{}.max_template_bytes + 1, 'x');
+  files.AddFile("/j/chat_template.jinja", long_template);
+  absl::StatusOr<ModelChatTemplate> model = ReadModelChatTemplate(&files, "/j");
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(model.status().message(),
+              HasSubstr("/j/chat_template.jinja: a chat template of 262145 "
+                        "bytes, over max_template_bytes (262144)"));
+  files.AddFile("/t/tokenizer_config.json",
+                R"({"chat_template": "0123456789"})");
+  model = ReadModelChatTemplate(&files, "/t", "", /*max_template_bytes=*/8);
+  EXPECT_THAT(model.status().message(),
+              HasSubstr("/t/tokenizer_config.json: a chat template of 10 "
+                        "bytes, over max_template_bytes (8)"));
+  EXPECT_EQ(ReadModelChatTemplate(&files, "/t", "", 10)->source, "0123456789");
+}
+
+// Messages come from requests: a JSON value built in memory may hold any
+// bytes, and a template must only ever see UTF-8.
+TEST(ChatContextTest, ValueFromJsonRefusesInvalidUtf8) {
+  nlohmann::json bad_string = {{"role", "user"}, {"content", "caf\xe9"}};
+  absl::StatusOr<Value> value = ValueFromJson(bad_string);
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(value.status().message(),
+              HasSubstr("JSON string is not valid UTF-8"));
+  nlohmann::json bad_name = {{"\xff", 1}};
+  EXPECT_THAT(ValueFromJson(bad_name).status().message(),
+              HasSubstr("JSON member name is not valid UTF-8"));
+  nlohmann::json good = {{"content", "caf\xc3\xa9"}};
+  EXPECT_TRUE(ValueFromJson(good).ok());
+}
+
 }  // namespace
 }  // namespace castserve::text::jinja

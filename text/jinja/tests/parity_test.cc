@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -60,6 +61,8 @@ Counts CheckReferences(const std::filesystem::path& path) {
   nlohmann::ordered_json references =
       nlohmann::ordered_json::parse(ReadText(path.string()));
   std::string name = references["template"].get<std::string>();
+  // The references name the template they were rendered from.
+  EXPECT_EQ(name, path.stem().string() + ".jinja") << path;
   std::string source = ReadText(std::string(kTestdata) + "/templates/" + name);
   std::unique_ptr<platform::test_util::FakeClock> clock =
       FixedClock(references["now"].get<std::string>());
@@ -107,12 +110,30 @@ Counts CheckReferences(const std::filesystem::path& path) {
   return counts;
 }
 
+// The file names (without extension) in `folder` ending in `extension`.
+std::set<std::string> Stems(const std::string& folder,
+                            const std::string& extension) {
+  std::set<std::string> stems;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    if (entry.path().extension() == extension) {
+      stems.insert(entry.path().stem().string());
+    }
+  }
+  return stems;
+}
+
 TEST(ParityTest, EveryTemplateRendersAsJinja2) {
+  // Every committed template has its references and every reference its
+  // template: a template without references is not silently skipped.
+  std::set<std::string> templates =
+      Stems(std::string(kTestdata) + "/templates", ".jinja");
+  std::set<std::string> references =
+      Stems(std::string(kTestdata) + "/references", ".json");
+  ASSERT_EQ(templates, references);
   std::map<std::string, Counts> counts;
-  for (const auto& entry : std::filesystem::directory_iterator(
-           std::string(kTestdata) + "/references")) {
-    if (entry.path().extension() != ".json") continue;
-    counts[entry.path().stem().string()] = CheckReferences(entry.path());
+  for (const std::string& name : references) {
+    counts[name] = CheckReferences(std::string(kTestdata) + "/references/" +
+                                   name + ".json");
   }
   int total = 0;
   for (const auto& [name, count] : counts) {
