@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes casting/testdata/fp8_reference.txt, the codec's ground truth.
+"""Writes casting/codec/testdata/fp8_reference.txt, the codec's ground truth.
 
 The fixture records what ml_dtypes (fp8, bfloat16) and numpy (float16) give,
-so that casting/codec_test.cc can check the C++ codec bit for bit without
+so that casting/codec/codec_test.cc can check the C++ codec bit for bit without
 Python. Lines (all numbers hex, no prefix):
 
   decode <TYPE> <code> <f32 bits>   TYPE code -> float32

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "models/attention.h"
+#include "models/layers/attention.h"
 #include "models/decoder/rotary_table.h"
 
 namespace castserve::models {

@@ -19,7 +19,7 @@
 #include "models/decoder/decoder_spec.h"
 #include "models/decoder/gated_mlp.h"
 #include "models/module.h"
-#include "models/weight_factory.h"
+#include "models/loading/weight_factory.h"
 
 namespace castserve::models {
 

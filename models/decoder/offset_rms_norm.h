@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/module.h"
-#include "models/weight_factory.h"
+#include "models/loading/weight_factory.h"
 
 namespace castserve::models {
 

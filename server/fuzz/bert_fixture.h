@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "models/model.h"
-#include "models/model_loader.h"
+#include "models/loading/model_loader.h"
 
 namespace castserve::fuzz {
 

@@ -1,4 +1,4 @@
-// The dtype table's (casting/dtype_table.h) protobuf and wire columns as the
+// The dtype table's (casting/codec/dtype_table.h) protobuf and wire columns as the
 // server sees them: KServe datatype strings, model_config.proto enums and
 // LibTorch dtypes. The one place in server/ that translates dtypes; the
 // protobuf enums are reached by their names (DataType_Parse of the table's
@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "c10/core/ScalarType.h"
-#include "casting/storage_format.h"
+#include "casting/codec/storage_format.h"
 #include "proto/model_config.pb.h"
 
 namespace castserve {
