@@ -73,17 +73,17 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "casting/casting_policy.h"
+#include "casting/codec/storage_format.h"
 #include "casting/device/device.h"
-#include "casting/memory/device_memory.h"
 #include "casting/device/device_probe.h"
+#include "casting/memory/device_memory.h"
 #include "casting/memory/footprint.h"
 #include "casting/memory/malloc_settings.h"
-#include "casting/codec/storage_format.h"
 #include "casting/memory/tracking_allocator.h"
-#include "models/model.h"
 #include "models/loading/model_loader.h"
-#include "models/module_profiler.h"
 #include "models/loading/weight_factory.h"
+#include "models/model.h"
+#include "models/module_profiler.h"
 
 namespace castserve::models {
 namespace {

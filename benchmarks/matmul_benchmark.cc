@@ -5,7 +5,8 @@
 //  - f32 and bf16 with an activation: the product then the activation
 //    (two passes) against oneDNN with the activation fused into the
 //    product (Linear::ForwardActivated).
-//  - compute from storage (models/kernels/storage_product.h): the fused product that
+//  - compute from storage (models/kernels/storage_product.h): the fused product
+//  that
 //    reads bf16 / fp8 weights against decoding an f32 copy then the f32
 //    product (layerwise casting before it), and the f32 product on an f32
 //    weight (resident f32), at decode-sized rows, with the GB/s of weight

@@ -27,7 +27,7 @@ import struct
 import torch
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                   "casting", "testdata")
+                   "casting", "formats", "testdata")
 
 # (name, safetensors dtype, torch dtype or None for raw bytes, shape, values)
 MIXED = [

@@ -108,7 +108,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     parser.add_argument("--output", default=os.path.join(
-        root, "casting", "testdata", "fp8_reference.txt"))
+        root, "casting", "codec", "testdata", "fp8_reference.txt"))
     args = parser.parse_args()
     rng = np.random.default_rng(20240229)
     lines = [

@@ -8,22 +8,22 @@
 # $WORK/<target>.log.
 #
 #   casting/formats/fuzz/  safetensors, torch_zip: the checkpoint readers (the
-#                  safetensors header through platform/json_parser.h, i.e.
-#                  nlohmann/json's parser and castserve's bounded builder)
-#   server/fuzz/   infer_request: a ModelInferRequest against the BERT
-#                  fixture (conversion, checks, forward, response);
-#                  config_pbtxt, config_json: config.pbtxt text and
-#                  RepositoryModelLoad's JSON config through validation
-#                  and the load's checks; rest_infer: a KServe v2 REST
-#                  inference body (JSON tensors, the binary extension)
-#                  decoded and its inputs encoded back as a response
-#   text/          tokenizer_encode: Tokenizer::Encode of arbitrary bytes
-#                  over the MiniLM and byte-level BPE tokenizers (ids in
-#                  the vocabulary, BPE decodes back to the text)
-#   text/jinja/    chat_template: ChatTemplate::Create and Render of
-#                  arbitrary templates and JSON contexts (only the
-#                  contract's error codes, output within its limit, renders
-#                  deterministic)
+#                          safetensors header through platform/json_parser.h, i.e.
+#                          nlohmann/json's parser and castserve's bounded builder)
+#   server/fuzz/           infer_request: a ModelInferRequest against the BERT
+#                          fixture (conversion, checks, forward, response);
+#                          config_pbtxt, config_json: config.pbtxt text and
+#                          RepositoryModelLoad's JSON config through validation
+#                          and the load's checks; rest_infer: a KServe v2 REST
+#                          inference body (JSON tensors, the binary extension)
+#                          decoded and its inputs encoded back as a response
+#   text/fuzz/             tokenizer_encode: Tokenizer::Encode of arbitrary bytes
+#                          over the MiniLM and byte-level BPE tokenizers (ids in
+#                          the vocabulary, BPE decodes back to the text)
+#   text/jinja/fuzz/       chat_template: ChatTemplate::Create and Render of
+#                          arbitrary templates and JSON contexts (only the
+#                          contract's error codes, output within its limit,
+#                          renders deterministic)
 #
 # The committed seed corpora (<folder>/corpus_<target>) are copied to a
 # scratch corpus in $WORK first, so runs never grow them (the scratch corpus
@@ -134,7 +134,7 @@ compile() {
 export -f compile up_to_date
 export WORK CXXFLAGS SANITIZE
 
-declare -A FOLDER=([safetensors]=casting [torch_zip]=casting
+declare -A FOLDER=([safetensors]=casting/formats [torch_zip]=casting/formats
   [infer_request]=server [config_pbtxt]=server [config_json]=server
   [rest_infer]=server [tokenizer_encode]=text [chat_template]=text/jinja)
 # What each target links, as Bazel targets (their sources are compiled here).

@@ -27,10 +27,11 @@
 // Layering. This file is plain constexpr data with no dependency but Abseil
 // (element sizes stay compile-time constants for the kernels), so every layer
 // can read it: the checkpoint readers and the CUDA codec (no
-// LibTorch), casting/device/torch_types.h (LibTorch), server/ (protobuf). The two
-// columns that name another library's enum hold that library's own *names*,
+// LibTorch), casting/device/torch_types.h (LibTorch), server/ (protobuf). The
+// two columns that name another library's enum hold that library's own *names*,
 // not its numbers, and each is resolved in exactly one place:
-//   - c10::ScalarType by name in casting/device/torch_types.cc (once, at first use);
+//   - c10::ScalarType by name in casting/device/torch_types.cc (once, at first
+//   use);
 //   - the model_config.proto enums by name in server/servables/proto_dtypes.cc
 //     (DataType_Parse(config_name) and the STORAGE_DTYPE_/COMPUTE_DTYPE_
 //     prefixes plus element_name; SCALING_ plus ScalingName), so casting/

@@ -6,8 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
-#include "casting/formats/checkpoint.h"
 #include "casting/codec/storage_format.h"
+#include "casting/formats/checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

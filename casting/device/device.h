@@ -1,7 +1,7 @@
 // Device: where a model's tensors live and its forward runs — the CPU or one
 // CUDA device. A LibTorch-free value type: config parsing, the weight policy
-// and the server name devices with it; casting/device/torch_types.h is the one place
-// that turns it into an at::Device.
+// and the server name devices with it; casting/device/torch_types.h is the one
+// place that turns it into an at::Device.
 //
 // Names are LibTorch's: "cpu", "cuda:N". Thread-compatible value type.
 #ifndef CASTSERVE_CASTING_DEVICE_DEVICE_H_

@@ -5,8 +5,8 @@
 //
 // Streams: on CUDA every call enqueues its work on the current stream of the
 // tensor's device (c10::cuda::getCurrentCUDAStream, which a caller may set
-// with a c10::StreamGuard, as casting/device/side_stream.h does for prefetch) and
-// returns without synchronizing; results are ready in that stream's order.
+// with a c10::StreamGuard, as casting/device/side_stream.h does for prefetch)
+// and returns without synchronizing; results are ready in that stream's order.
 // Memory comes from LibTorch's allocators: the CUDA caching allocator for
 // device tensors, the pinned host allocator for staging. On the CPU
 // everything runs to completion on the calling thread.
@@ -26,8 +26,8 @@
 
 #include "absl/status/status.h"
 #include "casting/codec/codec.h"
-#include "casting/device/device.h"
 #include "casting/codec/storage_format.h"
+#include "casting/device/device.h"
 
 namespace castserve::casting {
 

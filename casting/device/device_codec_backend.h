@@ -1,6 +1,6 @@
 // The CUDA half of device_codec.h, one of two implementations chosen by the
 // build: device_codec_cuda.cc (--config=cuda) or device_codec_none.cc.
-// Internal to //casting:device_codec.
+// Internal to //casting/device:device_codec.
 #ifndef CASTSERVE_CASTING_DEVICE_DEVICE_CODEC_BACKEND_H_
 #define CASTSERVE_CASTING_DEVICE_DEVICE_CODEC_BACKEND_H_
 

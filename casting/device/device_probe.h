@@ -2,8 +2,8 @@
 // CUDA (`bazel build --config=cuda`) and how many CUDA devices the runtime
 // sees. The default build links no CUDA library: there the count is 0
 // without asking anything (device_probe_none.cc); the CUDA build asks the
-// CUDA runtime (device_probe_cuda.cc). //casting/device:device_probe selects one
-// with //casting:cuda.
+// CUDA runtime (device_probe_cuda.cc). //casting/device:device_probe selects
+// one with //casting:cuda.
 //
 // Thread-safe.
 #ifndef CASTSERVE_CASTING_DEVICE_DEVICE_PROBE_H_

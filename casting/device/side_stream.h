@@ -9,9 +9,10 @@
 // makes the calling thread's current stream (the forward's) wait for the
 // last recorded event (cudaStreamWaitEvent), without blocking the host.
 // Tensors made in Run and used on the forward's stream must be declared
-// there with RecordOnCurrentStream (casting/device/device_codec.h; Weight::Acquire
-// does it), so that the caching allocator does not reuse them early.
-// On the CPU: Run just calls the function; WaitOnCurrentStream does nothing.
+// there with RecordOnCurrentStream (casting/device/device_codec.h;
+// Weight::Acquire does it), so that the caching allocator does not reuse them
+// early. On the CPU: Run just calls the function; WaitOnCurrentStream does
+// nothing.
 //
 // Written against LibTorch's device-generic stream and event interfaces: no
 // CUDA header, and in a build without CUDA a CUDA SideStream cannot be made

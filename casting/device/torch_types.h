@@ -15,8 +15,8 @@
 #include <optional>
 
 #include "absl/strings/string_view.h"
-#include "casting/device/device.h"
 #include "casting/codec/dtype_table.h"
+#include "casting/device/device.h"
 
 namespace castserve::casting {
 

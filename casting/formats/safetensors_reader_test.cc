@@ -50,7 +50,8 @@ void ExpectError(const absl::Status& status, absl::StatusCode code,
 }
 
 TEST(SafetensorsReaderTest, DecodesEveryDtypeOfTheMixedFixture) {
-  auto checkpoint = OpenSafetensors("casting/formats/testdata/ckpt_mixed.safetensors");
+  auto checkpoint =
+      OpenSafetensors("casting/formats/testdata/ckpt_mixed.safetensors");
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   EXPECT_EQ((*checkpoint)->tensors().size(), 14u);
   EXPECT_EQ(test_util::ExpectTensorsMatchFixture(**checkpoint,
@@ -61,7 +62,8 @@ TEST(SafetensorsReaderTest, DecodesEveryDtypeOfTheMixedFixture) {
 }
 
 TEST(SafetensorsReaderTest, UnalignedTensorIsExposedAsBytes) {
-  auto checkpoint = OpenSafetensors("casting/formats/testdata/ckpt_mixed.safetensors");
+  auto checkpoint =
+      OpenSafetensors("casting/formats/testdata/ckpt_mixed.safetensors");
   ASSERT_TRUE(checkpoint.ok());
   const TensorEntry* entry = (*checkpoint)->Find("f32_unaligned");
   ASSERT_NE(entry, nullptr);

@@ -78,19 +78,22 @@ TEST(TorchZipReaderTest, TiedWeightsShareBytes) {
 }
 
 TEST(TorchZipReaderTest, NonContiguousTensorIsAPreciseError) {
-  ExpectError(OpenTorchZip("casting/formats/testdata/ckpt_noncontiguous.pt").status(),
-              {"ckpt_noncontiguous.pt", "tensor 't'", "not contiguous",
-               "stride [1, 3]"});
+  ExpectError(
+      OpenTorchZip("casting/formats/testdata/ckpt_noncontiguous.pt").status(),
+      {"ckpt_noncontiguous.pt", "tensor 't'", "not contiguous",
+       "stride [1, 3]"});
 }
 
 TEST(TorchZipReaderTest, UnknownGlobalIsAnErrorNotACrash) {
-  ExpectError(OpenTorchZip("casting/formats/testdata/ckpt_bad_global.pt").status(),
-              {"ckpt_bad_global.pt", "unsupported global fractions.Fraction"});
+  ExpectError(
+      OpenTorchZip("casting/formats/testdata/ckpt_bad_global.pt").status(),
+      {"ckpt_bad_global.pt", "unsupported global fractions.Fraction"});
 }
 
 TEST(TorchZipReaderTest, SafetensorsFileIsNotAZipArchive) {
-  ExpectError(OpenTorchZip("casting/formats/testdata/ckpt_mixed.safetensors").status(),
-              {"ckpt_mixed.safetensors", "no end-of-central-directory"});
+  ExpectError(
+      OpenTorchZip("casting/formats/testdata/ckpt_mixed.safetensors").status(),
+      {"ckpt_mixed.safetensors", "no end-of-central-directory"});
 }
 
 TEST(TorchZipReaderTest, TruncatedArchiveIsAnError) {

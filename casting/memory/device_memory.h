@@ -1,7 +1,8 @@
 // The CUDA devices' memory, behind a LibTorch-free interface: what the
-// server exports per device and attributes per model. //casting/memory:device_memory
-// selects device_memory_cuda.cc with --config=cuda (LibTorch's caching
-// allocator) and device_memory_none.cc otherwise (no CUDA device: nothing).
+// server exports per device and attributes per model.
+// //casting/memory:device_memory selects device_memory_cuda.cc with
+// --config=cuda (LibTorch's caching allocator) and device_memory_none.cc
+// otherwise (no CUDA device: nothing).
 //
 // Thread-safe.
 #ifndef CASTSERVE_CASTING_MEMORY_DEVICE_MEMORY_H_

@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <string>
 
+#include "casting/device/device_probe.h"
 #include "casting/memory/cuda_memory_stats.h"
 #include "casting/memory/device_memory.h"
 #include "casting/memory/device_model_memory.h"
-#include "casting/device/device_probe.h"
 #include "casting/memory/tracking_allocator.h"
 
 namespace castserve::casting {

@@ -8,9 +8,9 @@
 #include <string>
 #include <thread>
 
+#include "casting/device/side_stream.h"
 #include "casting/memory/device_memory.h"
 #include "casting/memory/device_model_memory.h"
-#include "casting/device/side_stream.h"
 #include "casting/memory/tracking_allocator.h"
 #include "gtest/gtest.h"
 

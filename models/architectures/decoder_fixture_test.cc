@@ -5,7 +5,8 @@
 // round-tripped weights (one sequence and continuously batched), bf16
 // compute, the module tree, and the config errors of each. Greedy
 // generation in f32 is checked with the other decoders in
-// models/generation/generation_test.cc and models/generation/generation_scheduler_test.cc.
+// models/generation/generation_test.cc and
+// models/generation/generation_scheduler_test.cc.
 #include <ATen/ATen.h>
 
 #include <algorithm>

@@ -14,14 +14,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "casting/casting_policy.h"
-#include "casting/memory/footprint.h"
 #include "casting/formats/safetensors_reader.h"
 #include "casting/formats/test_util/safetensors_writer.h"
+#include "casting/memory/footprint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/kernels/storage_product.h"
 #include "models/loading/model_loader.h"
 #include "models/module.h"
-#include "models/kernels/storage_product.h"
 #include "models/test_util/tensor_files.h"
 
 namespace castserve::models {
@@ -175,8 +175,8 @@ TEST_P(PrequantizedLlamaTest, StorageIsTheFilesBytesAndTheModelSaysSo) {
 }
 
 // A forward of few rows reads the pre-quantized weights in place
-// (models/kernels/storage_product.h) with their scales — per tensor, row or block —
-// and gives what decoding a compute copy gives.
+// (models/kernels/storage_product.h) with their scales — per tensor, row or
+// block — and gives what decoding a compute copy gives.
 TEST_P(PrequantizedLlamaTest, FewRowsReadTheStoredFp8WithItsScales) {
   const NamedTensors few = {
       {"input_ids", inputs_.at("input_ids").slice(0, 0, 1).slice(1, 0, 4)},

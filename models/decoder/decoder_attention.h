@@ -25,9 +25,9 @@
 #include "models/decoder/decoder_spec.h"
 #include "models/generation/kv_cache.h"
 #include "models/layers/layers.h"
-#include "models/module.h"
 #include "models/layers/rotary.h"
 #include "models/loading/weight_factory.h"
+#include "models/module.h"
 
 namespace castserve::models {
 

@@ -13,13 +13,13 @@
 #include "absl/synchronization/mutex.h"
 #include "c10/util/Exception.h"
 #include "casting/device/device_codec.h"
-#include "models/layers/attention.h"
 #include "models/decoder/decoder_layer.h"
 #include "models/decoder/decoder_norm.h"
 #include "models/decoder/rotary_table.h"
 #include "models/generation/incremental_decoder.h"
-#include "models/layers/layers.h"
 #include "models/kernels/matmul.h"
+#include "models/layers/attention.h"
+#include "models/layers/layers.h"
 #include "models/loading/model_loader.h"
 
 namespace castserve::models {

@@ -8,8 +8,9 @@
 // Model::Run is one forward pass. Positions are 0..seq-1 in every row, as
 // transformers uses when no position_ids are given: pad on the right for
 // results independent of the padding. The model is also an
-// IncrementalDecoder (models/generation/incremental_decoder.h): decode steps over a
-// per-sequence KV cache, for models/generation/generation.h and the scheduler.
+// IncrementalDecoder (models/generation/incremental_decoder.h): decode steps
+// over a per-sequence KV cache, for models/generation/generation.h and the
+// scheduler.
 //
 // The module tree carries the checkpoint's dotted names
 // ("model.layers.3.self_attn.q_proj") and kinds named after the class
@@ -25,8 +26,8 @@
 #include "absl/status/statusor.h"
 #include "models/decoder/decoder_spec.h"
 #include "models/loading/hf_config.h"
-#include "models/model.h"
 #include "models/loading/weight_factory.h"
+#include "models/model.h"
 
 namespace castserve::models {
 

@@ -20,8 +20,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "models/layers/activation.h"
-#include "models/loading/hf_config.h"
 #include "models/layers/rotary.h"
+#include "models/loading/hf_config.h"
 
 namespace castserve::models {
 

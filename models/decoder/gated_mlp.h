@@ -12,11 +12,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "models/layers/activation.h"
 #include "models/decoder/decoder_spec.h"
+#include "models/layers/activation.h"
 #include "models/layers/layers.h"
-#include "models/module.h"
 #include "models/loading/weight_factory.h"
+#include "models/module.h"
 
 namespace castserve::models {
 

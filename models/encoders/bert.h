@@ -25,8 +25,8 @@
 #include "absl/status/statusor.h"
 #include "casting/formats/checkpoint.h"
 #include "models/loading/hf_config.h"
-#include "models/model.h"
 #include "models/loading/weight_factory.h"
+#include "models/model.h"
 
 namespace castserve::models {
 

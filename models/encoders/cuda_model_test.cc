@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "casting/casting_policy.h"
-#include "casting/device/device_probe.h"
 #include "casting/codec/storage_format.h"
+#include "casting/device/device_probe.h"
 #include "models/loading/model_loader.h"
 #include "models/test_util/tensor_files.h"
 

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "models/model.h"
 #include "models/encoders/sentence_pooling.h"
+#include "models/model.h"
 #include "platform/file_system.h"
 
 namespace castserve::models {

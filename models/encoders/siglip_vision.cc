@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "c10/util/Exception.h"
-#include "models/layers/attention.h"
 #include "models/kernels/matmul.h"
+#include "models/layers/attention.h"
 #include "models/loading/model_loader.h"
 
 namespace castserve::models {

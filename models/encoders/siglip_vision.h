@@ -27,11 +27,11 @@
 
 #include "absl/status/statusor.h"
 #include "casting/formats/checkpoint.h"
-#include "models/loading/hf_config.h"
 #include "models/layers/layers.h"
+#include "models/loading/hf_config.h"
+#include "models/loading/weight_factory.h"
 #include "models/model.h"
 #include "models/module.h"
-#include "models/loading/weight_factory.h"
 
 namespace castserve::models {
 

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "c10/core/InferenceMode.h"
 #include "casting/device/device_codec.h"
-#include "models/loading/hf_config.h"
 #include "models/generation/incremental_decoder.h"
+#include "models/loading/hf_config.h"
 
 namespace castserve::models {
 namespace {

@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "models/cancellation.h"
 #include "models/generation/kv_cache.h"
-#include "models/model.h"
 #include "models/generation/sampling.h"
+#include "models/model.h"
 
 namespace castserve::models {
 

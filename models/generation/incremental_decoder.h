@@ -1,7 +1,7 @@
 // Incremental decoding for decoder-only language models: the interface a
 // model offers (Model::incremental_decoder) so that generation
-// (models/generation/generation.h) runs a prompt once and then one token per step over
-// a KV cache, instead of a full forward per token.
+// (models/generation/generation.h) runs a prompt once and then one token per
+// step over a KV cache, instead of a full forward per token.
 #ifndef CASTSERVE_MODELS_GENERATION_INCREMENTAL_DECODER_H_
 #define CASTSERVE_MODELS_GENERATION_INCREMENTAL_DECODER_H_
 

@@ -1,5 +1,5 @@
-// Compute from storage at the model level (models/kernels/storage_product.h wired
-// through Linear, the tied head and the casting hooks): decode steps of a
+// Compute from storage at the model level (models/kernels/storage_product.h
+// wired through Linear, the tied head and the casting hooks): decode steps of a
 // cast decoder read their weights' storage, make no compute copy, and
 // generate what the compute-copy path generates.
 #include <ATen/ATen.h>
@@ -13,9 +13,9 @@
 #include "casting/weight.h"
 #include "gtest/gtest.h"
 #include "models/generation/generation.h"
+#include "models/kernels/storage_product.h"
 #include "models/loading/model_loader.h"
 #include "models/module.h"
-#include "models/kernels/storage_product.h"
 
 namespace castserve::models {
 namespace {

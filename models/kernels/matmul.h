@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "models/layers/activation.h"
 #include "models/kernels/matmul_kernel.h"
+#include "models/layers/activation.h"
 
 namespace castserve::models {
 

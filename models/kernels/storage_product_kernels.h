@@ -1,6 +1,6 @@
-// Internal to models/kernels/storage_product.h: the per-ISA kernels of a product
-// that reads a weight in its storage format (plain or scaled), converts it
-// in registers and accumulates in f32. LibTorch-free: raw pointers and
+// Internal to models/kernels/storage_product.h: the per-ISA kernels of a
+// product that reads a weight in its storage format (plain or scaled), converts
+// it in registers and accumulates in f32. LibTorch-free: raw pointers and
 // counts, so that each ISA's file compiles with its own -m flags.
 #ifndef CASTSERVE_MODELS_KERNELS_STORAGE_PRODUCT_KERNELS_H_
 #define CASTSERVE_MODELS_KERNELS_STORAGE_PRODUCT_KERNELS_H_

@@ -1,5 +1,5 @@
-// Internal to models/kernels/storage_product.h: the product loop shared by every
-// kernel family, written once over an "ops" type V that supplies lanes of
+// Internal to models/kernels/storage_product.h: the product loop shared by
+// every kernel family, written once over an "ops" type V that supplies lanes of
 // f32:
 //
 //   static constexpr int kLanes;

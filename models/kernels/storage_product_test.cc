@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "casting/codec/codec.h"
-#include "casting/formats/safetensors_reader.h"
 #include "casting/codec/storage_format.h"
+#include "casting/formats/safetensors_reader.h"
 #include "casting/formats/test_util/safetensors_writer.h"
 #include "casting/weight.h"
 #include "gtest/gtest.h"

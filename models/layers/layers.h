@@ -24,8 +24,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "models/layers/activation.h"
-#include "models/module.h"
 #include "models/loading/weight_factory.h"
+#include "models/module.h"
 
 namespace castserve::models {
 

@@ -6,8 +6,8 @@
 #define CASTSERVE_MODELS_LOADING_CONFIGURED_FOOTPRINT_H_
 
 #include "casting/memory/footprint.h"
-#include "models/module.h"
 #include "models/loading/weight_policy.h"
+#include "models/module.h"
 
 namespace castserve::models {
 

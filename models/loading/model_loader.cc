@@ -14,8 +14,8 @@
 #include "casting/formats/safetensors_reader.h"
 #include "casting/formats/torch_zip_reader.h"
 #include "models/casting_hooks.h"
-#include "models/loading/prequantized_weights.h"
 #include "models/encoders/sentence_embedding_model.h"
+#include "models/loading/prequantized_weights.h"
 
 namespace castserve::models {
 namespace {

@@ -19,8 +19,8 @@
 #include "absl/strings/string_view.h"
 #include "casting/formats/checkpoint.h"
 #include "models/loading/hf_config.h"
-#include "models/model.h"
 #include "models/loading/weight_factory.h"
+#include "models/model.h"
 #include "platform/file_system.h"
 
 namespace castserve::models {

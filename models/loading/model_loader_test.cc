@@ -297,8 +297,8 @@ TEST_F(ModelLoaderTest, TransientCastingHoldsOneModuleAtATime) {
   std::vector<int> holding;
   ProbeHolding(**model, &holding);
   // The small inputs' products would read the fp8 storage without any
-  // compute copy (models/kernels/storage_product.h): force the compute-copy path
-  // this test is about.
+  // compute copy (models/kernels/storage_product.h): force the compute-copy
+  // path this test is about.
   SetStorageProductMaxRows(0);
   ForwardPeakIncrease(**model);  // Makes the resident fp8 copies.
   const int64_t peak = ForwardPeakIncrease(**model);

@@ -1,10 +1,11 @@
 // PrequantizedWeights: which tensors of a checkpoint folder are pre-quantized
 // fp8 weights, in which castserve storage format, with which scale tensor —
 // read from config.json's `quantization_config` and checked against the
-// checkpoint's header, once, when a folder loads (models/loading/model_loader.h).
+// checkpoint's header, once, when a folder loads
+// (models/loading/model_loader.h).
 //
-// Layouts read (each a storage format of casting/codec/storage_format.h, used as
-// the file holds it: no decode and re-encode):
+// Layouts read (each a storage format of casting/codec/storage_format.h, used
+// as the file holds it: no decode and re-encode):
 //   - quant_method "fp8" (transformers' FineGrainedFP8Config, the
 //     Qwen3-*-FP8 / DeepSeek-V3 layout): `<m>.weight` F8_E4M3 [out, in] and
 //     `<m>.weight_scale_inv` of shape [ceil(out / b0), ceil(in / b1)] for
@@ -44,8 +45,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "casting/formats/checkpoint.h"
 #include "casting/codec/storage_format.h"
+#include "casting/formats/checkpoint.h"
 #include "models/loading/hf_config.h"
 
 namespace castserve::models {

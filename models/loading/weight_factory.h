@@ -14,8 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "casting/memory/buffer_pool.h"
 #include "casting/formats/checkpoint.h"
+#include "casting/memory/buffer_pool.h"
 #include "casting/weight.h"
 #include "models/loading/weight_policy.h"
 

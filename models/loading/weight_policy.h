@@ -16,8 +16,8 @@
 #include "absl/strings/string_view.h"
 #include "casting/casting_policy.h"
 #include "casting/codec/codec.h"
-#include "casting/device/device.h"
 #include "casting/codec/storage_format.h"
+#include "casting/device/device.h"
 #include "casting/weight.h"
 #include "models/loading/prequantized_weights.h"
 

@@ -53,8 +53,8 @@ struct ServingMetricsOptions {
   const UnroutedRequests* unrouted = &UnroutedRequests::Global();
   // The devices whose memory is exported, labelled with their DeviceName()
   // (not owned): the CPU tracking allocator, and CUDA devices' caching
-  // allocators when LibTorch has CUDA (casting/memory/cuda_memory_stats.h). Empty
-  // exports no device families.
+  // allocators when LibTorch has CUDA (casting/memory/cuda_memory_stats.h).
+  // Empty exports no device families.
   std::vector<const casting::DeviceMemoryStats*> devices;
   // --memory-budget-bytes, exported as castserve_memory_budget_bytes (0 = no
   // budget) so that alerts and dashboards can compare usage with it.

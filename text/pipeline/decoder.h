@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "text/unicode/split_pattern.h"
 #include "text/pipeline/tokenizer_json.h"
+#include "text/unicode/split_pattern.h"
 
 namespace castserve::text {
 

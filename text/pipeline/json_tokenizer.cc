@@ -5,8 +5,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "text/pipeline/bpe.h"
-#include "text/unicode/unicode.h"
 #include "text/pipeline/word_piece.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve::text {
 namespace {

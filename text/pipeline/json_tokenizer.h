@@ -16,8 +16,8 @@
 #include "text/pipeline/normalizer.h"
 #include "text/pipeline/post_processor.h"
 #include "text/pipeline/pre_tokenizer.h"
-#include "text/tokenizer.h"
 #include "text/pipeline/tokenizer_json.h"
+#include "text/tokenizer.h"
 
 namespace castserve::text {
 

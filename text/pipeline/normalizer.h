@@ -13,8 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "text/unicode/split_pattern.h"
 #include "text/pipeline/tokenizer_json.h"
+#include "text/unicode/split_pattern.h"
 
 namespace castserve::text {
 

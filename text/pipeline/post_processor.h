@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "text/tokenizer.h"
 #include "text/pipeline/tokenizer_json.h"
+#include "text/tokenizer.h"
 
 namespace castserve::text {
 

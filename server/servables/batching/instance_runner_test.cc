@@ -167,8 +167,8 @@ TEST(InstanceRunnerTest, InstancesRunWhatTheQueueHandsThem) {
 }
 
 // PlusOneModel that, like a CUDA forward seen by the caching allocator's
-// tracker (casting/memory/device_memory_cuda.cc), reports device blocks under the
-// forward thread's model tag: 3000 + 1000 bytes made, then freed.
+// tracker (casting/memory/device_memory_cuda.cc), reports device blocks under
+// the forward thread's model tag: 3000 + 1000 bytes made, then freed.
 class DeviceFeedingModel : public PlusOneModel {
  protected:
   models::NamedTensors ForwardImpl(

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "casting/memory/device_memory.h"
 #include "casting/device/device_probe.h"
+#include "casting/memory/device_memory.h"
 #include "casting/memory/tracking_allocator.h"
 #include "models/loading/configured_footprint.h"
 #include "models/loading/model_loader.h"
@@ -25,8 +25,9 @@ namespace {
 constexpr char kStorageNoteParameter[] = "castserve_weight_storage";
 
 // `config` with the model's storage note (a pre-quantized checkpoint's,
-// models/loading/prequantized_weights.h) as the parameter kStorageNoteParameter,
-// said once in the log; `config` itself when there is none.
+// models/loading/prequantized_weights.h) as the parameter
+// kStorageNoteParameter, said once in the log; `config` itself when there is
+// none.
 inference::ModelConfig WithStorageNote(const inference::ModelConfig& config,
                                        const models::Model& model) {
   const std::string& note = model.storage_note();
