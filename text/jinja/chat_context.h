@@ -25,7 +25,7 @@
 #include "platform/file_system.h"
 #include "text/jinja/limits.h"
 #include "text/jinja/value.h"
-#include "text/unicode.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve::text::jinja {
 
