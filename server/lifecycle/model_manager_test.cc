@@ -491,10 +491,9 @@ TEST(ModelManagerTest, NoRequestIsLostWhenABusyModelGoingIdleMakesRoom) {
   fixture.AddModel("a", Config(100));
   fixture.AddModel("b", Config(100, /*first_request=*/true, /*grow=*/true));
   ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
-  std::shared_ptr<ServedModel> a = *fixture.manager().GetReady("a", "", Soon());
-  auto* busy = static_cast<SizedServedModel*>(a.get());
-  busy->set_pending(1);
-  a.reset();
+  // The manager's reference keeps it.
+  auto* busy = static_cast<SizedServedModel*>(
+      WithRequestsInFlight(fixture, "a", 1).lock().get());
 
   absl::Notification answered;
   absl::StatusOr<std::shared_ptr<ServedModel>> b;
@@ -664,10 +663,9 @@ TEST(ModelManagerTest, MemoryWaitCapIsSetOnceWhenTheLoadIsClaimed) {
   fixture.AddModel("a", Config(100));
   fixture.AddModel("b", Config(100));
   ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
-  std::shared_ptr<ServedModel> a = *fixture.manager().GetReady("a", "", Soon());
-  auto* busy = static_cast<SizedServedModel*>(a.get());
-  busy->set_pending(1);
-  a.reset();
+  // The manager's reference keeps it.
+  auto* busy = static_cast<SizedServedModel*>(
+      WithRequestsInFlight(fixture, "a", 1).lock().get());
 
   const absl::Time claimed = clock.Now();
   absl::Notification loaded;
@@ -702,10 +700,9 @@ TEST(ModelManagerTest, LoadWaitingForMemoryMeasuresOnlyAfterChanges) {
   fixture.AddModel("a", Config(100));
   fixture.AddModel("b", Config(100));
   ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
-  std::shared_ptr<ServedModel> a = *fixture.manager().GetReady("a", "", Soon());
-  auto* busy = static_cast<SizedServedModel*>(a.get());
-  busy->set_pending(1);
-  a.reset();  // The manager's reference keeps it.
+  // The manager's reference keeps it.
+  auto* busy = static_cast<SizedServedModel*>(
+      WithRequestsInFlight(fixture, "a", 1).lock().get());
 
   absl::Status loaded_b;
   std::thread load_b(
