@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "platform/json_parser.h"
 #include "server/servables/generation/generation_text.h"
-#include "text/unicode.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve {
 namespace {

@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "platform/sanitized_text.h"
 #include "server/servables/tensor_conversion.h"
-#include "text/unicode.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve {
 namespace {

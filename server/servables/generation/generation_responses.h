@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "models/generation.h"
+#include "models/generation/generation.h"
 #include "proto/inference.pb.h"
 #include "server/servables/generation/generation_sequence.h"
 
