@@ -199,10 +199,21 @@ struct RunResult {
   std::vector<std::vector<int64_t>> tokens;  // Per sequence.
 };
 
-GenerationOptions Greedy(int64_t new_tokens) {
+// `prompt` and `new_tokens` greedy tokens, checked against `model`.
+absl::StatusOr<CheckedGeneration> Greedy(const Model& model,
+                                         const std::vector<int64_t>& prompt,
+                                         int64_t new_tokens) {
   GenerationOptions options;
   options.max_new_tokens = new_tokens;
-  return options;
+  return CheckGenerationRequest(model, prompt, options);
+}
+
+absl::StatusOr<GenerationResult> GenerateGreedy(
+    const Model& model, const std::vector<int64_t>& prompt,
+    int64_t new_tokens) {
+  absl::StatusOr<CheckedGeneration> checked = Greedy(model, prompt, new_tokens);
+  if (!checked.ok()) return checked.status();
+  return Generate(model, *checked);
 }
 
 absl::StatusOr<RunResult> RunSequential(
@@ -212,7 +223,7 @@ absl::StatusOr<RunResult> RunSequential(
   std::vector<double> first_token;
   for (const auto& prompt : prompts) {
     const absl::Time start = absl::Now();
-    auto one = Generate(model, prompt, Greedy(1));
+    auto one = GenerateGreedy(model, prompt, 1);
     if (!one.ok()) return one.status();
     first_token.push_back(absl::ToDoubleSeconds(absl::Now() - start));
   }
@@ -222,7 +233,7 @@ absl::StatusOr<RunResult> RunSequential(
   for (size_t i = 0; i < prompts.size(); ++i) {
     const double began = absl::ToDoubleSeconds(absl::Now() - start);
     result.ttft_seconds += (began + first_token[i]) / prompts.size();
-    auto generated = Generate(model, prompts[i], Greedy(new_tokens));
+    auto generated = GenerateGreedy(model, prompts[i], new_tokens);
     if (!generated.ok()) return generated.status();
     result.tokens.push_back(generated->tokens);
   }
@@ -246,6 +257,14 @@ absl::StatusOr<RunResult> RunContinuous(
                        shape.layers * shape.kv_heads * block_tokens *
                        shape.head_dim *
                        static_cast<int64_t>(shape.options.dtype().itemsize());
+  // Checked before any is submitted: a refusal returns with none running.
+  std::vector<CheckedGeneration> requests;
+  for (const std::vector<int64_t>& prompt : prompts) {
+    absl::StatusOr<CheckedGeneration> checked =
+        Greedy(model, prompt, new_tokens);
+    if (!checked.ok()) return checked.status();
+    requests.push_back(*std::move(checked));
+  }
   auto scheduler = GenerationScheduler::Create(model, options);
   if (!scheduler.ok()) return scheduler.status();
   RunResult result;
@@ -257,9 +276,7 @@ absl::StatusOr<RunResult> RunContinuous(
   casting::PeakScope peak;
   const absl::Time start = absl::Now();
   for (size_t i = 0; i < prompts.size(); ++i) {
-    SequenceRequest request;
-    request.prompt = prompts[i];
-    request.options = Greedy(new_tokens);
+    SequenceRequest request(std::move(requests[i]));
     request.on_token = [&, i](int64_t token) {
       if (result.tokens[i].empty()) {
         absl::MutexLock lock(&mu);
@@ -348,7 +365,7 @@ absl::Status RunConfig(const Flags& flags, const std::string& name) {
   const auto all =
       Prompts(max_sequences, flags.prompt_tokens, decoder->vocab_size());
   // Untimed: teaches prefetch the module order.
-  if (auto warm = Generate(*model, all[0], Greedy(2)); !warm.ok()) {
+  if (auto warm = GenerateGreedy(*model, all[0], 2); !warm.ok()) {
     return warm.status();
   }
   for (int64_t count : flags.sequences) {
@@ -393,7 +410,7 @@ absl::StatusOr<DecodeRun> RunDecode(const Model& model,
   SetStorageProductMaxRows(read_storage ? kDefaultStorageProductMaxRows : 0);
   const absl::Time start_one = absl::Now();
   const double cpu_one = CpuSeconds();
-  if (auto one = Generate(model, prompt, Greedy(1)); !one.ok()) {
+  if (auto one = GenerateGreedy(model, prompt, 1); !one.ok()) {
     return one.status();
   }
   const double one_seconds = absl::ToDoubleSeconds(absl::Now() - start_one);

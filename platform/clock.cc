@@ -18,10 +18,6 @@ class RealClock final : public Clock {
                         absl::Time deadline) override {
     return cv->WaitWithDeadline(mu, deadline);
   }
-
-  void SleepUntil(absl::Time deadline) override {
-    absl::SleepFor(deadline - absl::Now());
-  }
 };
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Time as a seam (LevelDB's Env::NowMicros in spirit): code that reads the
 // time to set or test a deadline, a timeout or an idle timer, or that waits
-// until one passes, does so through a Clock, so that its tests drive time by
-// hand (test_util/fake_clock.h) instead of sleeping.
+// for a condition until one passes, does so through a Clock, so that its tests
+// drive time by hand (test_util/fake_clock.h) instead of sleeping.
 #ifndef CASTSERVE_PLATFORM_CLOCK_H_
 #define CASTSERVE_PLATFORM_CLOCK_H_
 
@@ -34,10 +34,6 @@ class Clock {
   // re-check their condition in a loop.
   virtual bool WaitWithDeadline(absl::CondVar* cv, absl::Mutex* mu,
                                 absl::Time deadline) = 0;
-
-  // Blocks the calling thread until Now() >= `deadline`.
-  virtual void SleepUntil(absl::Time deadline) = 0;
-  void SleepFor(absl::Duration duration) { SleepUntil(Now() + duration); }
 };
 
 }  // namespace castserve::platform

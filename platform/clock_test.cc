@@ -84,19 +84,5 @@ TEST(FakeClockTest, CondVarWaitReportsTheFakeDeadline) {
   EXPECT_TRUE(clock.WaitWithDeadline(&cv, &mu, clock.Now()));
 }
 
-TEST(FakeClockTest, SleepEndsAtTheAdvance) {
-  test_util::FakeClock clock;
-  const absl::Time wake = clock.Now() + absl::Seconds(10);
-  absl::Notification slept;
-  std::thread sleeper([&] {
-    clock.SleepUntil(wake);
-    slept.Notify();
-  });
-  EXPECT_FALSE(slept.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
-  clock.Advance(absl::Seconds(10));
-  sleeper.join();
-  EXPECT_TRUE(slept.HasBeenNotified());
-}
-
 }  // namespace
 }  // namespace castserve::platform

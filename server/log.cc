@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -32,25 +33,47 @@ bool NeedsQuoting(absl::string_view value) {
   return false;
 }
 
-// Appends `value`, quoted when it needs it: quotes and backslashes escaped
-// here, then control characters and bytes that are no UTF-8 escaped and the
-// whole cut to kMaxLogValueBytes by platform::SanitizeText, followed by
-// "(N bytes)" when cut from a longer value (as Abbreviated).
+// The first `max_bytes` bytes of `text`, fewer to end on a character (not
+// inside a UTF-8 sequence).
+absl::string_view CutAtCharacter(absl::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) {
+    --cut;
+  }
+  return text.substr(0, cut);
+}
+
+// Appends `value`, quoted when it needs it: cut to its first
+// kMaxLogValueBytes bytes first (a long value costs only what is kept), then
+// quotes and backslashes escaped here, control characters and bytes that are
+// no UTF-8 escaped and the whole bounded by platform::SanitizeText, followed
+// by "...(N bytes)" when cut from a longer value (as Abbreviated).
 void AppendBoundedValue(std::string& out, absl::string_view value) {
   if (!NeedsQuoting(value) && value.size() <= kMaxLogValueBytes &&
       platform::IsSanitized(value)) {
     out.append(value.data(), value.size());
     return;
   }
+  const absl::string_view kept = CutAtCharacter(value, kMaxLogValueBytes);
   std::string escaped;
-  escaped.reserve(value.size() + 2);
-  for (char c : value) {
+  escaped.reserve(kept.size() + 2);
+  for (char c : kept) {
     if (c == '"' || c == '\\') escaped.push_back('\\');
     escaped.push_back(c);
   }
   out.push_back('"');
-  out += platform::SanitizeText(escaped, kMaxLogValueBytes);
-  if (value.size() > kMaxLogValueBytes) {
+  // Escapes may lengthen it past the bound: SanitizeText then cuts it again
+  // and ends it with "...".
+  std::string sanitized =
+      platform::SanitizeText(escaped, std::numeric_limits<size_t>::max());
+  if (sanitized.size() > kMaxLogValueBytes) {
+    sanitized = platform::SanitizeText(escaped, kMaxLogValueBytes);
+  } else if (kept.size() < value.size()) {
+    sanitized += "...";
+  }
+  out += sanitized;
+  if (kept.size() < value.size()) {
     absl::StrAppend(&out, "(", value.size(), " bytes)");
   }
   out.push_back('"');
@@ -190,9 +213,14 @@ void RouteGrpcLogsToCastserveLog() {
 }
 
 std::string Abbreviated(absl::string_view text, size_t max_bytes) {
-  if (text.size() <= max_bytes) return std::string(text);
-  return absl::StrCat(text.substr(0, max_bytes), "...(", text.size(),
-                      " bytes)");
+  const absl::string_view kept = CutAtCharacter(text, max_bytes);
+  // Escapes may make the kept part up to four times longer; it is not cut
+  // again.
+  std::string abbreviated = platform::SanitizeText(kept, 4 * kept.size() + 3);
+  if (kept.size() < text.size()) {
+    absl::StrAppend(&abbreviated, "...(", text.size(), " bytes)");
+  }
+  return abbreviated;
 }
 
 }  // namespace castserve

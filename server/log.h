@@ -56,8 +56,10 @@ void Log(LogLevel level, absl::string_view message,
 inline constexpr int kLibraryLogLinesPerSecond = 10;
 void RouteGrpcLogsToCastserveLog();
 
-// `text` for an error message or a log value: as is up to `max_bytes`, else
-// its first `max_bytes` bytes and "...(N bytes)". Names and other strings
+// `text` for an error message or a log value: up to `max_bytes`, as is;
+// else its first `max_bytes` bytes (fewer, to end on a character) and
+// "...(N bytes)"; the kept part through platform::SanitizeText (control
+// characters and bytes that are no UTF-8 escaped). Names and other strings
 // that come from a request go through it, so a 100 KB name cannot become a
 // 100 KB status message.
 std::string Abbreviated(absl::string_view text, size_t max_bytes = 128);

@@ -58,6 +58,10 @@ TEST(LogTest, LevelFiltersRecords) {
 TEST(LogTest, LongTextIsAbbreviatedWithItsSize) {
   EXPECT_EQ(Abbreviated("short"), "short");
   EXPECT_EQ(Abbreviated(std::string(10, 'a'), 4), "aaaa...(10 bytes)");
+  // Sanitized, and cut on a character: "\xC3\xA9" is one.
+  EXPECT_EQ(Abbreviated("a\nb"), "a\\nb");
+  EXPECT_EQ(Abbreviated("abc\xC3\xA9xyz", 4), "abc...(8 bytes)");
+  EXPECT_EQ(Abbreviated("abc\xC3\xA9xyz", 5), "abc\xC3\xA9...(8 bytes)");
   const std::string line =
       FormatLogLine(LogLevel::kInfo, "m", {{"name", std::string(100000, 'x')}});
   EXPECT_LT(line.size(), kMaxLogValueBytes + 200);

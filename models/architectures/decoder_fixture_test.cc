@@ -148,7 +148,9 @@ TEST_P(DecoderFixtureTest,
   for (const auto& [prompt, expected] : cases) {
     GenerationOptions options;
     options.max_new_tokens = static_cast<int64_t>(expected.size());
-    auto result = Generate(*model, prompt, options);
+    auto checked = CheckGenerationRequest(*model, prompt, options);
+    ASSERT_TRUE(checked.ok()) << checked.status();
+    auto result = Generate(*model, *checked);
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_EQ(result->tokens, expected) << "prompt of " << prompt.size();
   }
@@ -161,10 +163,11 @@ TEST_P(DecoderFixtureTest,
       cases.size(), absl::UnknownError("not done"));
   std::vector<absl::Notification> done(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
-    SequenceRequest request;
-    request.prompt = cases[i].first;
-    request.options.max_new_tokens =
-        static_cast<int64_t>(cases[i].second.size());
+    GenerationOptions options;
+    options.max_new_tokens = static_cast<int64_t>(cases[i].second.size());
+    auto checked = CheckGenerationRequest(*model, cases[i].first, options);
+    ASSERT_TRUE(checked.ok()) << checked.status();
+    SequenceRequest request(*std::move(checked));
     request.on_done = [&results, &done, i](absl::StatusOr<GenerationResult> r) {
       results[i] = std::move(r);
       done[i].Notify();

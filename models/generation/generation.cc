@@ -127,14 +127,14 @@ absl::StatusOr<at::Tensor> DecodeSession::Run(
   });
 }
 
-absl::Status CheckGenerationRequest(int64_t vocab_size, int64_t max_positions,
-                                    const std::vector<int64_t>& prompt,
-                                    const GenerationOptions& options) {
+absl::StatusOr<CheckedGeneration> CheckGenerationRequest(
+    int64_t vocab_size, int64_t max_positions, std::vector<int64_t> prompt,
+    GenerationOptions options) {
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
   if (options.max_new_tokens <= 0 || options.max_new_tokens > kMaxNewTokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_new_tokens is ", options.max_new_tokens,
-                     "; it must be in [1, ", kMaxNewTokens, "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_new_tokens is ", options.max_new_tokens,
+        " (a request's max_tokens); it must be in [1, ", kMaxNewTokens, "]"));
   }
   absl::Status sampling = ValidateSamplingParams(options.sampling);
   if (!sampling.ok()) return sampling;
@@ -156,24 +156,36 @@ absl::Status CheckGenerationRequest(int64_t vocab_size, int64_t max_positions,
     return absl::InvalidArgumentError(
         absl::StrCat("stop_token_ids: ", stop_ids.message()));
   }
-  return absl::OkStatus();
+  return CheckedGeneration(vocab_size, max_positions, std::move(prompt),
+                           std::move(options));
 }
 
-absl::Status CheckGenerationRequest(const Model& model,
-                                    const std::vector<int64_t>& prompt,
-                                    const GenerationOptions& options) {
+absl::StatusOr<CheckedGeneration> CheckGenerationRequest(
+    const Model& model, std::vector<int64_t> prompt,
+    GenerationOptions options) {
   absl::StatusOr<const IncrementalDecoder*> decoder = DecoderOf(model);
   if (!decoder.ok()) return decoder.status();
   return CheckGenerationRequest((*decoder)->vocab_size(),
-                                (*decoder)->max_positions(), prompt, options);
+                                (*decoder)->max_positions(), std::move(prompt),
+                                std::move(options));
+}
+
+bool CheckedFor(const CheckedGeneration& request,
+                const IncrementalDecoder& decoder) {
+  return request.vocab_size() == decoder.vocab_size() &&
+         request.max_positions() <= decoder.max_positions();
 }
 
 absl::StatusOr<GenerationResult> Generate(const Model& model,
-                                          const std::vector<int64_t>& prompt,
-                                          const GenerationOptions& options,
+                                          const CheckedGeneration& request,
                                           const Cancellation* cancellation) {
-  absl::Status checked = CheckGenerationRequest(model, prompt, options);
-  if (!checked.ok()) return checked;
+  absl::StatusOr<const IncrementalDecoder*> decoder = DecoderOf(model);
+  if (!decoder.ok() || !CheckedFor(request, **decoder)) {
+    return absl::InternalError(
+        "Generate was given a request checked against another model");
+  }
+  const std::vector<int64_t>& prompt = request.prompt();
+  const GenerationOptions& options = request.options();
   Sampler sampler = Sampler::ForChecked(options.sampling);
   absl::StatusOr<std::unique_ptr<DecodeSession>> session =
       DecodeSession::Create(

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -116,36 +117,69 @@ absl::StatusOr<const IncrementalDecoder*> DecoderOf(const Model& model);
 std::optional<GenerationResult::Stop> StopByIdOf(
     const GenerationOptions& options, int64_t token);
 
+// A generation request checked by CheckGenerationRequest, the one check of
+// a generation request: only that function makes one. Generate and
+// GenerationScheduler take one and trust it; they assert (not check) that
+// it was checked against their model's decoder. Copyable.
+class CheckedGeneration {
+ public:
+  // Non-empty, ids in [0, vocab_size()).
+  const std::vector<int64_t>& prompt() const { return prompt_; }
+  // max_new_tokens in 1..kMaxNewTokens and within the positions the prompt
+  // leaves; stop ids in [0, vocab_size()); valid sampling parameters.
+  const GenerationOptions& options() const { return options_; }
+  // What it was checked against.
+  int64_t vocab_size() const { return vocab_size_; }
+  int64_t max_positions() const { return max_positions_; }
+
+ private:
+  friend absl::StatusOr<CheckedGeneration> CheckGenerationRequest(
+      int64_t vocab_size, int64_t max_positions, std::vector<int64_t> prompt,
+      GenerationOptions options);
+  CheckedGeneration(int64_t vocab_size, int64_t max_positions,
+                    std::vector<int64_t> prompt, GenerationOptions options)
+      : vocab_size_(vocab_size),
+        max_positions_(max_positions),
+        prompt_(std::move(prompt)),
+        options_(std::move(options)) {}
+
+  int64_t vocab_size_;
+  int64_t max_positions_;
+  std::vector<int64_t> prompt_;
+  GenerationOptions options_;
+};
+
 // The one check of a generation request, made where it enters: by the
 // server's generation edge (server/servables/generation/generation_request.h)
-// and by Generate and GenerationScheduler::Submit for their direct callers.
-// InvalidArgument for an empty prompt, max_new_tokens outside
+// and by direct callers of Generate and GenerationScheduler::Submit (tests,
+// benchmarks). InvalidArgument for an empty prompt, max_new_tokens outside
 // 1..kMaxNewTokens, a prompt longer than `max_positions` (the decoder's
 // position table: its context) or prompt + max_new_tokens beyond it, prompt
 // or stop ids outside [0, vocab_size), bad sampling parameters
 // (ValidateSamplingParams).
-absl::Status CheckGenerationRequest(int64_t vocab_size, int64_t max_positions,
-                                    const std::vector<int64_t>& prompt,
-                                    const GenerationOptions& options);
+absl::StatusOr<CheckedGeneration> CheckGenerationRequest(
+    int64_t vocab_size, int64_t max_positions, std::vector<int64_t> prompt,
+    GenerationOptions options);
 // The same against `model`'s decoder; InvalidArgument for a model without
 // incremental decoding.
-absl::Status CheckGenerationRequest(const Model& model,
-                                    const std::vector<int64_t>& prompt,
-                                    const GenerationOptions& options);
+absl::StatusOr<CheckedGeneration> CheckGenerationRequest(
+    const Model& model, std::vector<int64_t> prompt, GenerationOptions options);
 
-// Generation: `prompt` (non-empty, ids within the vocabulary) then up to
-// options.max_new_tokens tokens chosen by a Sampler of options.sampling
-// (greedy by default: argmax, ties to the lowest id), stopping after an EOS
-// or stop id. InvalidArgument for a model without incremental decoding, an
-// empty prompt, max_new_tokens outside 1..kMaxNewTokens, a prompt longer
-// than the position table or prompt + max_new_tokens beyond it, bad
-// sampling parameters (as ValidateSamplingParams); CANCELLED
-// once `cancellation` is set (checked between steps and at every module
-// boundary); other errors as Model::Run's. Thread-safe.
+// Generation: the checked prompt then up to max_new_tokens tokens chosen by
+// a Sampler of the options' sampling (greedy by default: argmax, ties to the
+// lowest id), stopping after an EOS or stop id. `request` must have been
+// checked against `model` (asserted: InternalError otherwise, as for a model
+// without incremental decoding). CANCELLED once `cancellation` is set
+// (checked between steps and at every module boundary); other errors as
+// Model::Run's. Thread-safe.
 absl::StatusOr<GenerationResult> Generate(
-    const Model& model, const std::vector<int64_t>& prompt,
-    const GenerationOptions& options,
+    const Model& model, const CheckedGeneration& request,
     const Cancellation* cancellation = nullptr);
+
+// Whether `request` was checked against `decoder`'s vocabulary and
+// positions: what Generate and the scheduler assert.
+bool CheckedFor(const CheckedGeneration& request,
+                const IncrementalDecoder& decoder);
 
 }  // namespace castserve::models
 

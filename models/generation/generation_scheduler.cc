@@ -39,8 +39,8 @@ struct GenerationScheduler::Sequence {
   Sequence(SequenceRequest r, Sampler s)
       : request(std::move(r)),
         sampler(std::move(s)),
-        history(request.prompt),
-        pending(request.prompt) {}
+        history(request.generation.prompt()),
+        pending(request.generation.prompt()) {}
 
   // CANCELLED or DEADLINE_EXCEEDED when the sequence must end now.
   absl::Status Expired(absl::Time now) const {
@@ -103,9 +103,13 @@ GenerationScheduler::GenerationScheduler(const Model& model,
 GenerationScheduler::~GenerationScheduler() { Stop(); }
 
 void GenerationScheduler::Submit(SequenceRequest request) {
-  absl::Status checked =
-      CheckGenerationRequest(model_, request.prompt, request.options);
-  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  absl::Status checked;
+  if (!CheckedFor(request.generation, decoder_)) {
+    checked = absl::InternalError(
+        "a sequence checked against another model was submitted");
+  }
+  const int64_t prompt =
+      static_cast<int64_t>(request.generation.prompt().size());
   if (checked.ok() && pool_->BlocksFor(prompt + 1) > pool_->capacity_blocks()) {
     checked = absl::ResourceExhaustedError(absl::StrCat(
         "a prompt of ", prompt, " tokens needs ", pool_->BlocksFor(prompt + 1),
@@ -116,7 +120,7 @@ void GenerationScheduler::Submit(SequenceRequest request) {
     if (request.on_done) request.on_done(checked);
     return;
   }
-  Sampler sampler = Sampler::ForChecked(request.options.sampling);
+  Sampler sampler = Sampler::ForChecked(request.generation.options().sampling);
   auto sequence =
       std::make_unique<Sequence>(std::move(request), std::move(sampler));
   absl::Status refused;
@@ -315,7 +319,7 @@ void GenerationScheduler::RunStep() {
 
 bool GenerationScheduler::Commit(Sequence& sequence, int64_t token) {
   GenerationResult& result = sequence.result;
-  const GenerationOptions& options = sequence.request.options;
+  const GenerationOptions& options = sequence.request.generation.options();
   result.tokens.push_back(token);
   sequence.history.push_back(token);
   sequence.pending = {token};

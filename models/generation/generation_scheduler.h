@@ -39,6 +39,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -86,10 +87,12 @@ struct SchedulerStats {
 // One sequence to generate. Callbacks run on the step thread, must not
 // block, and must not call back into the scheduler.
 struct SequenceRequest {
-  // Token ids, non-empty, within the vocabulary.
-  std::vector<int64_t> prompt;
-  // As for Generate (generation.h); validated the same way.
-  GenerationOptions options;
+  explicit SequenceRequest(CheckedGeneration checked)
+      : generation(std::move(checked)) {}
+
+  // The prompt and options, checked by CheckGenerationRequest
+  // (generation.h) against the scheduler's model (asserted).
+  CheckedGeneration generation;
   // The sequence fails with DEADLINE_EXCEEDED after this, waiting or
   // running (its blocks are freed).
   absl::Time deadline = absl::InfiniteFuture();
@@ -101,11 +104,10 @@ struct SequenceRequest {
   // string matched, the caller has what it needs). May be null.
   std::function<bool(int64_t token)> on_token;
   // Exactly once: the result (every new token, the stop reason, the KV bytes
-  // the sequence held at most), or the error: InvalidArgument as Generate's
-  // checks, RESOURCE_EXHAUSTED when the waiting line is full or the prompt
-  // alone needs more than the whole pool, DEADLINE_EXCEEDED, CANCELLED,
-  // UNAVAILABLE after Stop(), the model's errors. Inline when Submit refuses
-  // the sequence at once, else on the step thread.
+  // the sequence held at most), or the error: RESOURCE_EXHAUSTED when the
+  // waiting line is full or the prompt alone needs more than the whole pool,
+  // DEADLINE_EXCEEDED, CANCELLED, UNAVAILABLE after Stop(), the model's errors.
+  // Inline when Submit refuses the sequence at once, else on the step thread.
   std::function<void(absl::StatusOr<GenerationResult>)> on_done;
 };
 
@@ -123,7 +125,8 @@ class GenerationScheduler {
   GenerationScheduler(const GenerationScheduler&) = delete;
   GenerationScheduler& operator=(const GenerationScheduler&) = delete;
 
-  // Validates `request` and queues it; request.on_done runs exactly once.
+  // Queues `request` (its generation checked against this scheduler's model:
+  // asserted, INTERNAL otherwise); request.on_done runs exactly once.
   void Submit(SequenceRequest request);
 
   // Ends every waiting and running sequence with UNAVAILABLE, refuses new

@@ -70,14 +70,27 @@ struct Outcome {
 };
 using OutcomePtr = std::shared_ptr<Outcome>;
 
-SequenceRequest Request(const std::vector<int64_t>& prompt,
+GenerationOptions Options(int64_t max_new_tokens,
+                          const std::vector<int64_t>& eos = {}) {
+  GenerationOptions options;
+  options.max_new_tokens = max_new_tokens;
+  options.eos_token_ids = eos;
+  return options;
+}
+
+// A request for `prompt` and `options`, checked against `model` (a test's
+// requests are good ones: a failed check ends the test).
+SequenceRequest Request(const Model& model, const std::vector<int64_t>& prompt,
+                        const GenerationOptions& options) {
+  auto checked = CheckGenerationRequest(model, prompt, options);
+  EXPECT_TRUE(checked.ok()) << checked.status();
+  return SequenceRequest(*std::move(checked));
+}
+
+SequenceRequest Request(const Model& model, const std::vector<int64_t>& prompt,
                         int64_t max_new_tokens,
                         const std::vector<int64_t>& eos = {}) {
-  SequenceRequest request;
-  request.prompt = prompt;
-  request.options.max_new_tokens = max_new_tokens;
-  request.options.eos_token_ids = eos;
-  return request;
+  return Request(model, prompt, Options(max_new_tokens, eos));
 }
 
 // Submits `request`, recording its tokens and result in the Outcome (after
@@ -125,12 +138,13 @@ void ExpectIdle(const GenerationScheduler& scheduler) {
 }
 
 // Runs `cases` concurrently through `scheduler` and expects each reference.
-void ExpectReferences(GenerationScheduler& scheduler,
+void ExpectReferences(const Model& model, GenerationScheduler& scheduler,
                       const std::vector<ReferenceCase>& cases) {
   std::vector<OutcomePtr> outcomes;
   for (const ReferenceCase& c : cases) {
-    outcomes.push_back(Submit(
-        scheduler, Request(c.prompt, c.max_new_tokens, c.eos_token_ids)));
+    outcomes.push_back(
+        Submit(scheduler,
+               Request(model, c.prompt, c.max_new_tokens, c.eos_token_ids)));
   }
   for (size_t i = 0; i < cases.size(); ++i) {
     ASSERT_TRUE(outcomes[i]->Wait()) << i;
@@ -158,7 +172,7 @@ TEST_P(SchedulerFixtureTest, ConcurrentGreedyEqualsTransformers) {
   ASSERT_NE(model, nullptr);
   auto scheduler = MakeScheduler(*model, Roomy());
   ASSERT_NE(scheduler, nullptr);
-  ExpectReferences(*scheduler,
+  ExpectReferences(*model, *scheduler,
                    ReadReference(folder() + "/generation_reference.json"));
   ExpectIdle(*scheduler);
   EXPECT_GT(scheduler->stats().kv_bytes_peak, 0);
@@ -172,7 +186,7 @@ TEST_P(SchedulerFixtureTest, BatchOfDifferentLengthsEqualsBatchedTransformers) {
   ASSERT_EQ(cases.size(), 5u);
   auto scheduler = MakeScheduler(*model, Roomy());
   ASSERT_NE(scheduler, nullptr);
-  ExpectReferences(*scheduler, cases);
+  ExpectReferences(*model, *scheduler, cases);
   ExpectIdle(*scheduler);
 }
 
@@ -187,7 +201,7 @@ TEST_P(SchedulerFixtureTest, PreemptedSequencesStillEqualTransformers) {
   options.pool_bytes = 16 * BlockBytes(*model, 4);
   auto scheduler = MakeScheduler(*model, options);
   ASSERT_NE(scheduler, nullptr);
-  ExpectReferences(*scheduler,
+  ExpectReferences(*model, *scheduler,
                    ReadReference(folder() + "/generation_reference.json"));
   ExpectIdle(*scheduler);
   EXPECT_EQ(scheduler->stats().kv_bytes_peak, options.pool_bytes);
@@ -213,35 +227,37 @@ class SchedulerTest : public ::testing::Test {
   std::vector<ReferenceCase> cases_;
 };
 
-SequenceRequest Sampled(const std::vector<int64_t>& prompt, uint64_t seed) {
-  SequenceRequest request = Request(prompt, 24);
-  request.options.sampling.temperature = 1.2;
-  request.options.sampling.top_k = 40;
-  request.options.sampling.seed = seed;
-  return request;
+SequenceRequest Sampled(const Model& model, const std::vector<int64_t>& prompt,
+                        uint64_t seed) {
+  GenerationOptions options = Options(24);
+  options.sampling.temperature = 1.2;
+  options.sampling.top_k = 40;
+  options.sampling.seed = seed;
+  return Request(model, prompt, options);
 }
 
 TEST_F(SchedulerTest, SeededSamplingDoesNotDependOnTheBatch) {
   auto scheduler = MakeScheduler(*model_, Roomy());
   ASSERT_NE(scheduler, nullptr);
   const std::vector<int64_t> prompt = cases_[1].prompt;
-  OutcomePtr alone = Submit(*scheduler, Sampled(prompt, 42));
+  OutcomePtr alone = Submit(*scheduler, Sampled(*model_, prompt, 42));
   ASSERT_TRUE(alone->Wait());
   ASSERT_TRUE(alone->result.ok()) << alone->result.status();
   // Generate draws the same (one sequence, its own seed).
-  GenerationOptions options = Sampled(prompt, 42).options;
-  auto generated = Generate(*model_, prompt, options);
+  auto generated = Generate(*model_, Sampled(*model_, prompt, 42).generation);
   ASSERT_TRUE(generated.ok()) << generated.status();
   EXPECT_EQ(alone->result->tokens, generated->tokens);
   // With 7 others of other prompts and seeds, some joining with it.
   std::vector<OutcomePtr> others;
   for (uint64_t i = 0; i < 4; ++i) {
-    others.push_back(Submit(
-        *scheduler, Sampled(std::vector<int64_t>(3 + i, 10 + i), 100 + i)));
+    others.push_back(
+        Submit(*scheduler,
+               Sampled(*model_, std::vector<int64_t>(3 + i, 10 + i), 100 + i)));
   }
-  OutcomePtr crowded = Submit(*scheduler, Sampled(prompt, 42));
+  OutcomePtr crowded = Submit(*scheduler, Sampled(*model_, prompt, 42));
   for (uint64_t i = 4; i < 7; ++i) {
-    others.push_back(Submit(*scheduler, Sampled(cases_[0].prompt, 100 + i)));
+    others.push_back(
+        Submit(*scheduler, Sampled(*model_, cases_[0].prompt, 100 + i)));
   }
   ASSERT_TRUE(crowded->Wait());
   ASSERT_TRUE(crowded->result.ok()) << crowded->result.status();
@@ -268,14 +284,14 @@ TEST_F(SchedulerTest, NewcomerWaitsForBlocksThenRuns) {
     events.push_back(event);
   };
   absl::Notification b_submitted;
-  SequenceRequest a = Request(cases_[0].prompt, 3);
+  SequenceRequest a = Request(*model_, cases_[0].prompt, 3);
   a.on_token = [&](int64_t) {
     // A's first token comes after B was queued.
     b_submitted.WaitForNotificationWithTimeout(absl::Seconds(30));
     record("A token");
     return true;
   };
-  SequenceRequest b = Request({7, 8, 9}, 4);
+  SequenceRequest b = Request(*model_, {7, 8, 9}, 4);
   b.on_token = [&](int64_t) {
     record("B token");
     return true;
@@ -290,7 +306,7 @@ TEST_F(SchedulerTest, NewcomerWaitsForBlocksThenRuns) {
   EXPECT_EQ(events, (std::vector<std::string>{"A token", "A token", "A token",
                                               "B token", "B token", "B token",
                                               "B token"}));
-  auto alone = Generate(*model_, {7, 8, 9}, Request({7, 8, 9}, 4).options);
+  auto alone = Generate(*model_, Request(*model_, {7, 8, 9}, 4).generation);
   ASSERT_TRUE(alone.ok());
   EXPECT_EQ(b_outcome->result->tokens, alone->tokens);
   EXPECT_EQ(scheduler->stats().kv_bytes_peak, options.pool_bytes);
@@ -298,9 +314,9 @@ TEST_F(SchedulerTest, NewcomerWaitsForBlocksThenRuns) {
 }
 
 // A sequence that runs until `cancel` is set (or 120 tokens, slowly).
-SequenceRequest Endless(const std::vector<int64_t>& prompt,
+SequenceRequest Endless(const Model& model, const std::vector<int64_t>& prompt,
                         const std::shared_ptr<std::atomic<bool>>& cancel) {
-  SequenceRequest request = Request(prompt, 120);
+  SequenceRequest request = Request(model, prompt, 120);
   request.is_cancelled = [cancel] {
     // Polled once per step: each step of it takes >= 1 ms, all >= 120 ms.
     absl::SleepFor(absl::Milliseconds(1));
@@ -316,9 +332,9 @@ TEST_F(SchedulerTest, FullWaitingLineRefusesAtOnce) {
   auto scheduler = MakeScheduler(*model_, options);
   ASSERT_NE(scheduler, nullptr);
   auto cancel = std::make_shared<std::atomic<bool>>(false);
-  OutcomePtr a = Submit(*scheduler, Endless({3, 4}, cancel));
-  OutcomePtr b = Submit(*scheduler, Request({5, 6}, 4));
-  OutcomePtr c = Submit(*scheduler, Request({5, 6}, 4));
+  OutcomePtr a = Submit(*scheduler, Endless(*model_, {3, 4}, cancel));
+  OutcomePtr b = Submit(*scheduler, Request(*model_, {5, 6}, 4));
+  OutcomePtr c = Submit(*scheduler, Request(*model_, {5, 6}, 4));
   ASSERT_TRUE(c->done.HasBeenNotified());  // Inline.
   EXPECT_EQ(c->result.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(c->result.status().message(), HasSubstr("queue is full"));
@@ -337,7 +353,7 @@ TEST_F(SchedulerTest, DeadlineWhileWaitingFreesEverything) {
   ASSERT_NE(scheduler, nullptr);
   auto cancel = std::make_shared<std::atomic<bool>>(false);
   absl::Notification a_started;
-  SequenceRequest endless = Endless({3, 4}, cancel);
+  SequenceRequest endless = Endless(*model_, {3, 4}, cancel);
   endless.on_token = [&a_started](int64_t) {
     if (!a_started.HasBeenNotified()) a_started.Notify();
     absl::SleepFor(absl::Milliseconds(2));  // A takes >= 240 ms.
@@ -345,7 +361,7 @@ TEST_F(SchedulerTest, DeadlineWhileWaitingFreesEverything) {
   };
   OutcomePtr a = Submit(*scheduler, std::move(endless));
   ASSERT_TRUE(a_started.WaitForNotificationWithTimeout(absl::Seconds(60)));
-  SequenceRequest late = Request({5, 6}, 4);
+  SequenceRequest late = Request(*model_, {5, 6}, 4);
   late.deadline = absl::Now() + absl::Milliseconds(20);
   OutcomePtr b = Submit(*scheduler, std::move(late));
   ASSERT_TRUE(b->Wait());
@@ -367,7 +383,7 @@ TEST_F(SchedulerTest, CancellationGivesTheBlocksBack) {
   auto scheduler = MakeScheduler(*model_, options);
   ASSERT_NE(scheduler, nullptr);
   auto cancel = std::make_shared<std::atomic<bool>>(false);
-  SequenceRequest request = Endless(cases_[0].prompt, cancel);
+  SequenceRequest request = Endless(*model_, cases_[0].prompt, cancel);
   request.on_token = [cancel, seen = 0](int64_t) mutable {
     if (++seen == 3) cancel->store(true);
     return true;
@@ -400,23 +416,25 @@ TEST_F(SchedulerTest, SequencesBeyondThePoolAreResourceExhausted) {
   auto scheduler = MakeScheduler(*model_, options);
   ASSERT_NE(scheduler, nullptr);
   // The prompt and its first new token need 3 blocks.
-  OutcomePtr big = Submit(*scheduler, Request(std::vector<int64_t>(8, 3), 1));
+  OutcomePtr big =
+      Submit(*scheduler, Request(*model_, std::vector<int64_t>(8, 3), 1));
   ASSERT_TRUE(big->done.HasBeenNotified());
   EXPECT_EQ(big->result.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(big->result.status().message(), HasSubstr("needs 3 KV blocks"));
   // One that outgrows the pool alone fails when it does.
-  OutcomePtr grows = Submit(*scheduler, Request({3, 4, 5}, 20));
+  OutcomePtr grows = Submit(*scheduler, Request(*model_, {3, 4, 5}, 20));
   ASSERT_TRUE(grows->Wait());
   EXPECT_EQ(grows->result.status().code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(grows->streamed.size(), 6u);  // 3 + 5 tokens fill 2 blocks.
-  // Generate's checks.
-  OutcomePtr empty = Submit(*scheduler, Request({}, 1));
-  ASSERT_TRUE(empty->done.HasBeenNotified());
-  EXPECT_EQ(empty->result.status().code(), absl::StatusCode::kInvalidArgument);
-  OutcomePtr long_ask = Submit(*scheduler, Request({3}, 128));
-  EXPECT_EQ(long_ask->result.status().code(),
-            absl::StatusCode::kInvalidArgument);
+  // The request's own checks are CheckGenerationRequest's
+  // (generation_test.cc); one checked against another model is refused.
+  auto other = CheckGenerationRequest(/*vocab_size=*/999, /*max_positions=*/64,
+                                      {3}, Options(1));
+  ASSERT_TRUE(other.ok()) << other.status();
+  OutcomePtr foreign = Submit(*scheduler, SequenceRequest(*std::move(other)));
+  ASSERT_TRUE(foreign->done.HasBeenNotified());
+  EXPECT_EQ(foreign->result.status().code(), absl::StatusCode::kInternal);
   ExpectIdle(*scheduler);
 }
 
@@ -424,7 +442,7 @@ TEST_F(SchedulerTest, OnTokenFalseStopsTheSequence) {
   auto scheduler = MakeScheduler(*model_, Roomy());
   ASSERT_NE(scheduler, nullptr);
   const ReferenceCase& c = cases_[0];
-  SequenceRequest request = Request(c.prompt, c.max_new_tokens);
+  SequenceRequest request = Request(*model_, c.prompt, c.max_new_tokens);
   request.on_token = [seen = 0](int64_t) mutable { return ++seen < 3; };
   OutcomePtr outcome = Submit(*scheduler, std::move(request));
   ASSERT_TRUE(outcome->Wait());
@@ -445,7 +463,7 @@ TEST_F(SchedulerTest, StopEndsEverySequenceWithUnavailable) {
   std::vector<OutcomePtr> outcomes;
   for (int i = 0; i < 5; ++i) {
     SequenceRequest request =
-        Endless({3, 4, static_cast<int64_t>(5 + i)}, never);
+        Endless(*model_, {3, 4, static_cast<int64_t>(5 + i)}, never);
     request.on_token = [&started](int64_t) {
       if (!started.HasBeenNotified()) started.Notify();
       return true;
@@ -458,7 +476,7 @@ TEST_F(SchedulerTest, StopEndsEverySequenceWithUnavailable) {
     ASSERT_TRUE(outcome->done.HasBeenNotified());
     EXPECT_EQ(outcome->result.status().code(), absl::StatusCode::kUnavailable);
   }
-  OutcomePtr after = Submit(*scheduler, Request({3}, 2));
+  OutcomePtr after = Submit(*scheduler, Request(*model_, {3}, 2));
   ASSERT_TRUE(after->done.HasBeenNotified());
   EXPECT_EQ(after->result.status().code(), absl::StatusCode::kUnavailable);
   scheduler->Stop();  // Idempotent.
@@ -508,14 +526,15 @@ TEST_F(SchedulerTest, LayerwiseCastingBatchedEqualsSequential) {
   ASSERT_NE(scheduler, nullptr);
   std::vector<OutcomePtr> outcomes;
   for (const ReferenceCase& c : cases) {
-    outcomes.push_back(Submit(
-        *scheduler, Request(c.prompt, c.max_new_tokens, c.eos_token_ids)));
+    outcomes.push_back(
+        Submit(*scheduler,
+               Request(*model, c.prompt, c.max_new_tokens, c.eos_token_ids)));
   }
   for (size_t i = 0; i < cases.size(); ++i) {
-    auto sequential = Generate(*model, cases[i].prompt,
-                               Request(cases[i].prompt, cases[i].max_new_tokens,
-                                       cases[i].eos_token_ids)
-                                   .options);
+    auto sequential = Generate(
+        *model, Request(*model, cases[i].prompt, cases[i].max_new_tokens,
+                        cases[i].eos_token_ids)
+                    .generation);
     ASSERT_TRUE(sequential.ok()) << sequential.status();
     ASSERT_TRUE(outcomes[i]->Wait());
     ASSERT_TRUE(outcomes[i]->result.ok()) << outcomes[i]->result.status();
@@ -541,7 +560,7 @@ TEST_F(SchedulerTest, EachWeightRunsOncePerStepForTheWholeBatch) {
   ASSERT_NE(scheduler, nullptr);
   std::vector<OutcomePtr> outcomes;
   for (int64_t i = 0; i < 4; ++i) {
-    outcomes.push_back(Submit(*scheduler, Request({3, 4 + i, 5}, 8)));
+    outcomes.push_back(Submit(*scheduler, Request(*model, {3, 4 + i, 5}, 8)));
   }
   for (const OutcomePtr& outcome : outcomes) {
     ASSERT_TRUE(outcome->Wait());

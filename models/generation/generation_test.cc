@@ -86,6 +86,17 @@ WeightPolicyOptions Fp8Transient() {
   return options;
 }
 
+// Generation of `prompt` with `options`, checked first as every caller
+// of Generate does.
+absl::StatusOr<GenerationResult> CheckAndGenerate(
+    const Model& model, const std::vector<int64_t>& prompt,
+    const GenerationOptions& options,
+    const Cancellation* cancellation = nullptr) {
+  auto checked = CheckGenerationRequest(model, prompt, options);
+  if (!checked.ok()) return checked.status();
+  return Generate(model, *checked, cancellation);
+}
+
 class GenerationTest : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
@@ -103,7 +114,7 @@ TEST_P(GenerationTest, GreedyEqualsTransformersTokenForToken) {
     GenerationOptions options;
     options.max_new_tokens = c.max_new_tokens;
     options.eos_token_ids = c.eos_token_ids;
-    auto result = Generate(*model, c.prompt, options);
+    auto result = CheckAndGenerate(*model, c.prompt, options);
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_EQ(result->tokens, c.generated) << "prompt of " << c.prompt.size();
     EXPECT_EQ(result->stop, c.eos_token_ids.empty()
@@ -146,7 +157,7 @@ TEST_P(GenerationTest, CacheBytesAreTheLayersKeysAndValues) {
   const KvCacheShape shape = model->incremental_decoder()->kv_cache_shape();
   GenerationOptions options;
   options.max_new_tokens = 7;
-  auto result = Generate(*model, {3, 4, 5}, options);
+  auto result = CheckAndGenerate(*model, {3, 4, 5}, options);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->tokens.size(), 7u);
   EXPECT_EQ(result->kv_cache_bytes,
@@ -166,12 +177,13 @@ TEST_P(GenerationTest, Fp8LayerwiseCastingHoldsOneModuleAtATime) {
   const ReferenceCase c = ReadReference(folder()).at(0);
   GenerationOptions options;
   options.max_new_tokens = 16;
-  ASSERT_TRUE(Generate(*model, c.prompt, options).ok());  // Resident copies.
+  ASSERT_TRUE(
+      CheckAndGenerate(*model, c.prompt, options).ok());  // Resident copies.
   casting::TrackingAllocator* allocator =
       casting::TrackingAllocator::Installed();
   const int64_t before = allocator->AllocatedBytes();
   holding.clear();
-  auto result = Generate(*model, c.prompt, options);
+  auto result = CheckAndGenerate(*model, c.prompt, options);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->tokens.size(), 16u);
   // Each step ran every module once (16 steps).
@@ -195,7 +207,7 @@ TEST_P(GenerationTest, ConcurrentGenerationsOfOneModelAgree) {
         const ReferenceCase& c = cases[i % 2];
         GenerationOptions options;
         options.max_new_tokens = c.max_new_tokens;
-        results[i] = Generate(*model, c.prompt, options);
+        results[i] = CheckAndGenerate(*model, c.prompt, options);
       });
     }
     for (std::thread& thread : threads) thread.join();
@@ -218,15 +230,15 @@ TEST_P(GenerationTest, SampledTokensDependOnlyOnTheSeed) {
   std::unique_ptr<Model> model = Load(folder());
   ASSERT_NE(model, nullptr);
   const std::vector<int64_t> prompt = ReadReference(folder()).at(0).prompt;
-  auto first = Generate(*model, prompt, Sampled(16, 1));
-  auto again = Generate(*model, prompt, Sampled(16, 1));
+  auto first = CheckAndGenerate(*model, prompt, Sampled(16, 1));
+  auto again = CheckAndGenerate(*model, prompt, Sampled(16, 1));
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(first->tokens, again->tokens);
   // Another seed draws other tokens (for at least one of several).
   bool differs = false;
   for (uint64_t seed = 2; seed < 6; ++seed) {
-    auto other = Generate(*model, prompt, Sampled(16, seed));
+    auto other = CheckAndGenerate(*model, prompt, Sampled(16, seed));
     ASSERT_TRUE(other.ok()) << other.status();
     differs = differs || other->tokens != first->tokens;
   }
@@ -238,12 +250,12 @@ TEST_P(GenerationTest, SampledTokensDependOnlyOnTheSeed) {
     std::vector<std::thread> threads;
     for (size_t i = 0; i < results.size(); ++i) {
       threads.emplace_back([&, i] {
-        results[i] = Generate(*model, prompt, Sampled(16, 1 + i % 2));
+        results[i] = CheckAndGenerate(*model, prompt, Sampled(16, 1 + i % 2));
       });
     }
     for (std::thread& thread : threads) thread.join();
   }
-  auto second = Generate(*model, prompt, Sampled(16, 2));
+  auto second = CheckAndGenerate(*model, prompt, Sampled(16, 2));
   ASSERT_TRUE(second.ok()) << second.status();
   for (size_t i = 0; i < results.size(); ++i) {
     ASSERT_TRUE(results[i].ok()) << results[i].status();
@@ -260,12 +272,12 @@ TEST_P(GenerationTest, TopKOneAndTinyTopPEqualGreedy) {
     options.eos_token_ids = c.eos_token_ids;
     options.sampling.temperature = 1.5;
     options.sampling.top_k = 1;
-    auto top_k = Generate(*model, c.prompt, options);
+    auto top_k = CheckAndGenerate(*model, c.prompt, options);
     ASSERT_TRUE(top_k.ok()) << top_k.status();
     EXPECT_EQ(top_k->tokens, c.generated);
     options.sampling.top_k = 0;
     options.sampling.top_p = 1e-9;
-    auto top_p = Generate(*model, c.prompt, options);
+    auto top_p = CheckAndGenerate(*model, c.prompt, options);
     ASSERT_TRUE(top_p.ok()) << top_p.status();
     EXPECT_EQ(top_p->tokens, c.generated);
   }
@@ -280,7 +292,7 @@ TEST_P(GenerationTest, StopTokenIdsStopGeneration) {
   GenerationOptions options;
   options.max_new_tokens = c.max_new_tokens;
   options.stop_token_ids = {stop};
-  auto result = Generate(*model, c.prompt, options);
+  auto result = CheckAndGenerate(*model, c.prompt, options);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->tokens,
             std::vector<int64_t>(c.generated.begin(), first + 1));
@@ -346,7 +358,7 @@ TEST(GenerationInputsTest, BadInputsAreInvalidArgument) {
   auto error = [&](std::vector<int64_t> prompt, int64_t max_new_tokens) {
     GenerationOptions options;
     options.max_new_tokens = max_new_tokens;
-    auto result = Generate(*model, prompt, options);
+    auto result = CheckGenerationRequest(*model, prompt, options);
     EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
     return std::string(result.status().message());
   };
@@ -362,7 +374,8 @@ TEST(GenerationInputsTest, BadInputsAreInvalidArgument) {
   // The whole table is usable.
   GenerationOptions fill;
   fill.max_new_tokens = 1;
-  EXPECT_TRUE(Generate(*model, std::vector<int64_t>(127, 3), fill).ok());
+  EXPECT_TRUE(
+      CheckAndGenerate(*model, std::vector<int64_t>(127, 3), fill).ok());
 }
 
 TEST(GenerationInputsTest, BadSamplingParamsAreInvalidArgument) {
@@ -372,8 +385,10 @@ TEST(GenerationInputsTest, BadSamplingParamsAreInvalidArgument) {
     GenerationOptions options;
     options.max_new_tokens = 4;
     options.sampling.*field = value;
-    auto result = Generate(*model, {3}, options);
+    auto result = CheckGenerationRequest(*model, {3}, options);
     EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    // The one check of the sampling parameters, with its message.
+    EXPECT_EQ(result.status(), ValidateSamplingParams(options.sampling));
     return std::string(result.status().message());
   };
   EXPECT_THAT(error(&SamplingParams::temperature, -1.0),
@@ -392,7 +407,7 @@ TEST(GenerationInputsTest, CancelledGenerationStops) {
   cancellation.Cancel("test");
   GenerationOptions options;
   options.max_new_tokens = 4;
-  auto result = Generate(*model, {3, 4}, options, &cancellation);
+  auto result = CheckAndGenerate(*model, {3, 4}, options, &cancellation);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
   // A session fed under a cancelled flag stops at the first module.
   auto session = DecodeSession::Create(*model, 8);
@@ -406,9 +421,33 @@ TEST(GenerationInputsTest, ModelsWithoutDecoderCannotGenerate) {
   ASSERT_NE(model, nullptr);
   GenerationOptions options;
   options.max_new_tokens = 1;
-  auto result = Generate(*model, {3}, options);
+  auto result = CheckGenerationRequest(*model, {3}, options);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(result.status().message(), HasSubstr("cannot generate"));
+  // Generate asserts its request was checked against its model.
+  auto checked = CheckGenerationRequest(/*vocab_size=*/256,
+                                        /*max_positions=*/128, {3}, options);
+  ASSERT_TRUE(checked.ok()) << checked.status();
+  EXPECT_EQ(Generate(*model, *checked).status().code(),
+            absl::StatusCode::kInternal);
+}
+
+TEST(GenerationInputsTest, ARequestCheckedForAnotherModelIsInternal) {
+  std::unique_ptr<Model> model = Load("models/testdata/llama");
+  ASSERT_NE(model, nullptr);  // 128 positions, vocabulary of 256.
+  GenerationOptions options;
+  options.max_new_tokens = 1;
+  auto other_vocabulary = CheckGenerationRequest(300, 128, {3}, options);
+  ASSERT_TRUE(other_vocabulary.ok()) << other_vocabulary.status();
+  EXPECT_EQ(Generate(*model, *other_vocabulary).status().code(),
+            absl::StatusCode::kInternal);
+  auto longer_context = CheckGenerationRequest(256, 4096, {3}, options);
+  ASSERT_TRUE(longer_context.ok()) << longer_context.status();
+  EXPECT_EQ(Generate(*model, *longer_context).status().code(),
+            absl::StatusCode::kInternal);
+  auto fits = CheckGenerationRequest(256, 128, {3}, options);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_TRUE(Generate(*model, *fits).ok());
 }
 
 }  // namespace

@@ -86,12 +86,6 @@ at::Tensor ProcessLogits(const at::Tensor& logits,
   return result;
 }
 
-absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& params) {
-  absl::Status valid = ValidateSamplingParams(params);
-  if (!valid.ok()) return valid;
-  return ForChecked(params);
-}
-
 Sampler Sampler::ForChecked(const SamplingParams& params) {
   TORCH_INTERNAL_ASSERT_DEBUG_ONLY(ValidateSamplingParams(params).ok());
   return Sampler(params, at::make_generator<at::CPUGeneratorImpl>(params.seed));

@@ -53,11 +53,9 @@ at::Tensor ProcessLogits(const at::Tensor& logits,
 // Chooses the tokens of one sequence. Used by one thread at a time.
 class Sampler {
  public:
-  // InvalidArgument as ValidateSamplingParams.
-  static absl::StatusOr<Sampler> Create(const SamplingParams& params);
-  // For `params` already checked (CheckGenerationRequest ran
-  // ValidateSamplingParams where the request entered): asserted, not checked
-  // again.
+  // For `params` already checked: CheckGenerationRequest (generation.h) ran
+  // ValidateSamplingParams where the request entered. Asserted (debug
+  // builds), not checked again.
   static Sampler ForChecked(const SamplingParams& params);
 
   // The next token after `ids` (prompt and generated tokens) given the last

@@ -1,7 +1,7 @@
 // The memory a model holds once it serves (its configured footprint), known
 // from the checkpoint's headers and the weight policy before any tensor data
 // is read: what the ModelManager reserves against --memory-budget-bytes when
-// it admits a load (server/model_manager.h).
+// it admits a load (server/lifecycle/model_manager.h).
 #ifndef CASTSERVE_MODELS_LOADING_CONFIGURED_FOOTPRINT_H_
 #define CASTSERVE_MODELS_LOADING_CONFIGURED_FOOTPRINT_H_
 

@@ -34,12 +34,4 @@ bool FakeClock::WaitWithDeadline(absl::CondVar* cv, absl::Mutex* mu,
   return Now() >= deadline;
 }
 
-void FakeClock::SleepUntil(absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  auto reached = [this, deadline]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return now_ >= deadline;
-  };
-  mu_.Await(absl::Condition(&reached));
-}
-
 }  // namespace castserve::platform::test_util

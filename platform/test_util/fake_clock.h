@@ -13,8 +13,7 @@ namespace castserve::platform::test_util {
 
 // Thread-safe. Waits on the caller's mutex re-check the fake time every
 // `kRecheckInterval` of real time (a fake advance cannot wake another
-// mutex's waiters), so a waiter sees an Advance within about a millisecond;
-// SleepUntil wakes on the Advance itself.
+// mutex's waiters), so a waiter sees an Advance within about a millisecond.
 class FakeClock final : public Clock {
  public:
   static constexpr absl::Duration kRecheckInterval = absl::Milliseconds(1);
@@ -30,7 +29,6 @@ class FakeClock final : public Clock {
                          absl::Time deadline) override;
   bool WaitWithDeadline(absl::CondVar* cv, absl::Mutex* mu,
                         absl::Time deadline) override;
-  void SleepUntil(absl::Time deadline) override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::Mutex mu_;

@@ -128,9 +128,10 @@ absl::StatusOr<std::vector<TokenGrant>> ParseTokenFile(
 }
 
 absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::Open(
-    const std::string& path, platform::FileSystem* file_system) {
+    const std::string& path, platform::FileSystem* file_system,
+    platform::Clock* clock) {
   std::unique_ptr<TokenAuthenticator> authenticator(
-      new TokenAuthenticator(path, file_system));
+      new TokenAuthenticator(path, file_system, clock));
   if (absl::Status loaded = authenticator->Load(); !loaded.ok()) {
     return loaded;
   }
@@ -156,7 +157,7 @@ absl::Status TokenAuthenticator::Load() {
 void TokenAuthenticator::Refresh() {
   {
     absl::MutexLock lock(&mu_);
-    const absl::Time now = absl::Now();
+    const absl::Time now = clock_.Now();
     if (now - last_check_ < kRecheckInterval) return;
     last_check_ = now;
     absl::StatusOr<FileState> state = StatFile(*file_system_, path_);
@@ -191,7 +192,7 @@ absl::Status TokenAuthenticator::Authorize(absl::string_view authorization,
     if (ConstantTimeEquals(grant.token, token)) match = &grant;
   }
   if (match == nullptr) return absl::UnauthenticatedError("unknown token");
-  if (absl::Now() >= match->expires) {
+  if (clock_.Now() >= match->expires) {
     return absl::UnauthenticatedError("the token has expired");
   }
   if (std::find(match->scopes.begin(), match->scopes.end(), scope) ==

@@ -30,6 +30,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "platform/clock.h"
 #include "platform/file_system.h"
 
 namespace castserve {
@@ -56,9 +57,12 @@ class TokenAuthenticator {
   // Reads `path` through `file_system` (not owned; it must outlive the
   // authenticator, which re-reads the file when it changes); its errors are
   // ParseTokenFile's or the file's (InvalidArgument naming the path).
+  // Expiry and the once-a-second recheck read `clock` (not owned; outlives
+  // the authenticator).
   static absl::StatusOr<std::unique_ptr<TokenAuthenticator>> Open(
       const std::string& path,
-      platform::FileSystem* file_system = platform::FileSystem::Default());
+      platform::FileSystem* file_system = platform::FileSystem::Default(),
+      platform::Clock* clock = &platform::Clock::Real());
 
   // OK when `authorization` ("Bearer <token>") names a token that grants
   // `scope` and has not expired. UNAUTHENTICATED when the header is
@@ -67,8 +71,9 @@ class TokenAuthenticator {
   absl::Status Authorize(absl::string_view authorization, Scope scope);
 
  private:
-  TokenAuthenticator(std::string path, platform::FileSystem* file_system)
-      : path_(std::move(path)), file_system_(file_system) {}
+  TokenAuthenticator(std::string path, platform::FileSystem* file_system,
+                     platform::Clock* clock)
+      : path_(std::move(path)), file_system_(file_system), clock_(*clock) {}
   // Re-reads the file if it changed since the last look (at most once a
   // second).
   void Refresh() ABSL_LOCKS_EXCLUDED(mu_);
@@ -76,6 +81,7 @@ class TokenAuthenticator {
 
   const std::string path_;
   platform::FileSystem* const file_system_;
+  platform::Clock& clock_;
   absl::Mutex mu_;
   std::vector<TokenGrant> grants_ ABSL_GUARDED_BY(mu_);
   absl::Time last_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -9,7 +9,10 @@
 #include <fstream>
 #include <string>
 
+#include "absl/time/civil_time.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "platform/test_util/fake_clock.h"
 #include "platform/test_util/fake_file_system.h"
 
 namespace castserve {
@@ -69,19 +72,40 @@ TEST_F(TokenFileTest, ExpiredTokensAreRefused) {
   EXPECT_TRUE((*auth)->Authorize(Bearer(kAdmin), Scope::kInfer).ok());
 }
 
-TEST_F(TokenFileTest, RewritingTheFileRotatesTheTokens) {
-  Write(absl::StrCat(kInfer, " infer\n"));
-  auto auth = TokenAuthenticator::Open(path_);
+TEST_F(TokenFileTest, ATokenExpiresWhenTheClockPassesItsTime) {
+  platform::test_util::FakeClock clock(absl::FromCivil(
+      absl::CivilSecond(2030, 6, 1, 11, 0, 0), absl::UTCTimeZone()));
+  Write(absl::StrCat(kInfer, " infer expires=2030-06-01T12:00:00Z\n"));
+  auto auth =
+      TokenAuthenticator::Open(path_, platform::FileSystem::Default(), &clock);
   ASSERT_TRUE(auth.ok()) << auth.status();
   EXPECT_TRUE((*auth)->Authorize(Bearer(kInfer), Scope::kInfer).ok());
-  Write(absl::StrCat(kAdmin, " infer\n"));
-  absl::SleepFor(absl::Milliseconds(1100));  // The once-a-second recheck.
+  clock.Advance(absl::Minutes(59));
+  EXPECT_TRUE((*auth)->Authorize(Bearer(kInfer), Scope::kInfer).ok());
+  clock.Advance(absl::Minutes(1));
+  absl::Status expired = (*auth)->Authorize(Bearer(kInfer), Scope::kInfer);
+  EXPECT_EQ(expired.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(expired.message(), "the token has expired");
+}
+
+TEST_F(TokenFileTest, RewritingTheFileRotatesTheTokens) {
+  platform::test_util::FakeClock clock;
+  Write(absl::StrCat(kInfer, " infer\n"));
+  auto auth =
+      TokenAuthenticator::Open(path_, platform::FileSystem::Default(), &clock);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  EXPECT_TRUE((*auth)->Authorize(Bearer(kInfer), Scope::kInfer).ok());
+  // Another size: the rewrite may share the first one's modification time.
+  Write(absl::StrCat(kAdmin, " infer  # rotated\n"));
+  // Within the once-a-second recheck the file is not looked at again.
+  EXPECT_TRUE((*auth)->Authorize(Bearer(kInfer), Scope::kInfer).ok());
+  clock.Advance(absl::Milliseconds(1100));
   EXPECT_EQ((*auth)->Authorize(Bearer(kInfer), Scope::kInfer).code(),
             absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE((*auth)->Authorize(Bearer(kAdmin), Scope::kInfer).ok());
   // A broken rewrite keeps the tokens in force.
   Write("garbage\n");
-  absl::SleepFor(absl::Milliseconds(1100));
+  clock.Advance(absl::Milliseconds(1100));
   EXPECT_TRUE((*auth)->Authorize(Bearer(kAdmin), Scope::kInfer).ok());
 }
 

@@ -231,7 +231,7 @@ class PendingAnswer {
     // Outside the lock: libmicrohttpd takes locks of its own. The
     // connection stays parked until this call, so it is still open.
     if (resume) {
-      deadlines_->Set(fd_, absl::Now() + send_timeout_);
+      deadlines_->SetAfter(fd_, send_timeout_);
       MHD_resume_connection(connection_);
     }
     return true;
@@ -354,7 +354,7 @@ struct HttpServer::Impl {
         },
         [answer] { return answer->ClientGone(); });
     if (!answer->AnsweredOrPark()) return MHD_YES;
-    deadlines.Set(fd, absl::Now() + request_timeout);
+    deadlines.SetAfter(fd, request_timeout);
     return QueueAnswer(connection, answer->response());
   }
 
@@ -369,13 +369,13 @@ struct HttpServer::Impl {
                                MHD_suspend_connection(connection);
                              },
                              [this, connection, fd] {
-                               deadlines.Set(fd, absl::Now() + request_timeout);
+                               deadlines.SetAfter(fd, request_timeout);
                                MHD_resume_connection(connection);
                              },
                              [fd] { return PeerClosed(fd); }});
     auto* sending = new StreamSending{
         response.stream, response.body, 0,
-        [this, fd] { deadlines.Set(fd, absl::Now() + request_timeout); },
+        [this, fd] { deadlines.SetAfter(fd, request_timeout); },
         [this] { AnswerGiven(); }};
     MHD_Response* reply = MHD_create_response_from_callback(
         MHD_SIZE_UNKNOWN, kStreamBlockBytes, &StreamSending::Read, sending,
@@ -455,8 +455,7 @@ struct HttpServer::Impl {
                               MHD_ConnectionNotificationCode code) {
     auto* impl = static_cast<Impl*>(cls);
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-      impl->deadlines.Set(ConnectionFd(connection),
-                          absl::Now() + impl->request_timeout);
+      impl->deadlines.SetAfter(ConnectionFd(connection), impl->request_timeout);
     } else {
       impl->deadlines.Forget(ConnectionFd(connection));
     }
@@ -470,8 +469,7 @@ struct HttpServer::Impl {
     auto* impl = static_cast<Impl*>(cls);
     delete static_cast<RequestState*>(*request_context);
     *request_context = nullptr;
-    impl->deadlines.Set(ConnectionFd(connection),
-                        absl::Now() + impl->request_timeout);
+    impl->deadlines.SetAfter(ConnectionFd(connection), impl->request_timeout);
   }
 
   // The reasons libmicrohttpd gave for a failed start.

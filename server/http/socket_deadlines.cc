@@ -2,12 +2,12 @@
 
 #include <sys/socket.h>
 
-#include "absl/time/clock.h"
-
 namespace castserve {
 
-SocketDeadlines::SocketDeadlines(absl::Duration check_interval)
+SocketDeadlines::SocketDeadlines(absl::Duration check_interval,
+                                 platform::Clock& clock)
     : check_interval_(check_interval),
+      clock_(clock),
       thread_(platform::Executor::Default().StartThread([this] { Run(); })) {}
 
 SocketDeadlines::~SocketDeadlines() {
@@ -30,9 +30,9 @@ void SocketDeadlines::Forget(int fd) {
 
 void SocketDeadlines::Run() {
   absl::MutexLock lock(&mutex_);
-  while (
-      !mutex_.AwaitWithTimeout(absl::Condition(&stopping_), check_interval_)) {
-    const absl::Time now = absl::Now();
+  while (!clock_.AwaitWithDeadline(&mutex_, absl::Condition(&stopping_),
+                                   clock_.Now() + check_interval_)) {
+    const absl::Time now = clock_.Now();
     for (auto it = deadlines_.begin(); it != deadlines_.end();) {
       if (it->second > now) {
         ++it;

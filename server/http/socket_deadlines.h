@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "platform/clock.h"
 #include "platform/executor.h"
 
 namespace castserve {
@@ -19,7 +20,10 @@ namespace castserve {
 // descriptor number is reused by the next socket opened).
 class SocketDeadlines {
  public:
-  explicit SocketDeadlines(absl::Duration check_interval);
+  // Deadlines are times of `clock` (not owned; outlives this), which the
+  // thread's checks read.
+  explicit SocketDeadlines(absl::Duration check_interval,
+                           platform::Clock& clock = platform::Clock::Real());
   // Stops and joins the thread.
   ~SocketDeadlines();
 
@@ -28,6 +32,10 @@ class SocketDeadlines {
 
   // Sets or moves the deadline of `fd`.
   void Set(int fd, absl::Time deadline);
+  // Set(fd, `timeout` from now on the clock).
+  void SetAfter(int fd, absl::Duration timeout) {
+    Set(fd, clock_.Now() + timeout);
+  }
   // `fd` has no deadline any more.
   void Forget(int fd);
 
@@ -35,6 +43,7 @@ class SocketDeadlines {
   void Run();
 
   const absl::Duration check_interval_;
+  platform::Clock& clock_;
   absl::Mutex mutex_;
   std::map<int, absl::Time> deadlines_ ABSL_GUARDED_BY(mutex_);
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;

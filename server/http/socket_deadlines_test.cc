@@ -1,10 +1,12 @@
 #include "server/http/socket_deadlines.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "platform/test_util/fake_clock.h"
 
 namespace castserve {
 namespace {
@@ -54,6 +56,19 @@ TEST(SocketDeadlinesTest, MovedAndForgottenDeadlinesLeaveTheSocketOpen) {
     EXPECT_EQ(read(pair->fds[0], &byte, 1), 1);
     EXPECT_EQ(byte, 'x');
   }
+}
+
+TEST(SocketDeadlinesTest, DeadlinesAreTimesOfTheClock) {
+  platform::test_util::FakeClock clock;
+  SocketDeadlines deadlines(kCheckInterval, clock);
+  SocketPair pair;
+  deadlines.SetAfter(pair.fds[0], absl::Hours(1));
+  pollfd peer{pair.fds[1], POLLIN, 0};
+  // An hour of the clock has not passed: nothing to read, no end.
+  EXPECT_EQ(poll(&peer, 1, /*timeout_ms=*/50), 0);
+  clock.Advance(absl::Hours(1));
+  char byte;
+  EXPECT_EQ(read(pair.fds[1], &byte, 1), 0);  // The end, within the 2 s.
 }
 
 }  // namespace

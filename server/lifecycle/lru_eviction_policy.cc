@@ -13,13 +13,22 @@ constexpr size_t kMaxHoldersListed = 8;
 
 }  // namespace
 
-int64_t MeasuredBytes(const ServedModel& model) {
-  return std::max(model.tracked_bytes(), model.footprint().owned_bytes());
-}
-
 absl::Status LruEvictionPolicy::CheckAlone(const std::string& name,
-                                           int64_t bytes) const {
-  if (!has_budget() || bytes <= memory_budget_bytes_) return absl::OkStatus();
+                                           int64_t bytes,
+                                           int64_t kept_bytes) const {
+  // Compared without a sum: neither may overflow it.
+  if (!has_budget() || bytes <= memory_budget_bytes_ - kept_bytes) {
+    return absl::OkStatus();
+  }
+  if (kept_bytes > 0 && bytes <= memory_budget_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory budget exceeded: the reload of model ", name, " needs ", bytes,
+        " bytes (its configured footprint) beside the ", kept_bytes,
+        " bytes its loaded version holds until the new one replaces it, more "
+        "than the whole budget: budget ",
+        memory_budget_bytes_,
+        " bytes (--memory-budget-bytes); unload the model first"));
+  }
   return absl::ResourceExhaustedError(absl::StrCat(
       "memory budget exceeded: model ", name, " alone needs ", bytes,
       " bytes (its configured footprint), more than the whole budget: budget ",

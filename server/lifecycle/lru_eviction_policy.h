@@ -1,7 +1,7 @@
 // Which models to unload to stay within a memory budget: the least recently
 // used idle ones, and only when unloading them makes room. The policy only
 // decides and words the refusals; the ModelManager accounts (reservations and
-// MeasuredBytes), evicts and waits. Immutable; thread-safe.
+// ServedModel::measured_bytes), evicts and waits. Immutable; thread-safe.
 #ifndef CASTSERVE_SERVER_LIFECYCLE_LRU_EVICTION_POLICY_H_
 #define CASTSERVE_SERVER_LIFECYCLE_LRU_EVICTION_POLICY_H_
 
@@ -15,13 +15,6 @@
 
 namespace castserve {
 
-// The bytes a model holds, measured. The tracking allocator sees what was
-// allocated under the model's tag (weights made at load or by a forward,
-// activations); the footprint sees the weights' own copies wherever they
-// were made (also on a prefetch thread). The two overlap, so the larger one
-// counts, never their sum.
-int64_t MeasuredBytes(const ServedModel& model);
-
 struct EvictionCandidate {
   std::string name;
   absl::Time last_used;
@@ -33,7 +26,8 @@ struct EvictionCandidate {
 struct BudgetHolder {
   std::string name;
   int64_t bytes = 0;
-  // Why it cannot go now: "1 request in flight", "loading", "freeing".
+  // What it is doing (ModelManager's words): "idle", "loading",
+  // "reloading", "1 request in flight", "unloaded, still in use".
   std::string state;
 };
 
@@ -47,8 +41,11 @@ class LruEvictionPolicy {
   int64_t memory_budget_bytes() const { return memory_budget_bytes_; }
 
   // RESOURCE_EXHAUSTED when model `name` alone (`bytes`) exceeds the
-  // budget: then evicting others or waiting could not help.
-  absl::Status CheckAlone(const std::string& name, int64_t bytes) const;
+  // budget, or, for a reload, does not fit beside the `kept_bytes` the
+  // version it replaces holds until the swap: then evicting others or
+  // waiting could not help.
+  absl::Status CheckAlone(const std::string& name, int64_t bytes,
+                          int64_t kept_bytes = 0) const;
 
   // Whether `needed_bytes` more fit beside `held_bytes`.
   bool Fits(int64_t held_bytes, int64_t needed_bytes) const;

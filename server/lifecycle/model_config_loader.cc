@@ -87,6 +87,12 @@ absl::Status ValidateGeneration(const ModelConfig& config) {
                                 "KV-cache pool), got ",
                                 generation.kv_cache_bytes()));
   }
+  if (generation.kv_cache_bytes() > kMaxKvCacheBytes) {
+    return Invalid(config.name(),
+                   absl::StrCat("generation.kv_cache_bytes must be at most ",
+                                kMaxKvCacheBytes, " (1 TiB), got ",
+                                generation.kv_cache_bytes()));
+  }
   absl::Status valid =
       CheckGenerationField(config, "kv_block_tokens",
                            generation.kv_block_tokens(), 0, kMaxKvBlockTokens);

@@ -43,6 +43,10 @@ inline constexpr int64_t kDefaultMaxTokens = 16;
 inline constexpr int64_t kMaxKvBlockTokens = 4096;
 inline constexpr int64_t kMaxSequencesLimit = 1024;
 inline constexpr int64_t kMaxWaitingLimit = 65536;
+// The largest KV-cache pool a config may ask for (1 TiB): far above any
+// machine's memory, and low enough that a model's projected footprint (its
+// checkpoint plus the pool) cannot overflow.
+inline constexpr int64_t kMaxKvCacheBytes = int64_t{1} << 40;
 // The most new tokens of one request (models::kMaxNewTokens).
 inline constexpr int64_t kMaxGenerationTokens = int64_t{1} << 20;
 

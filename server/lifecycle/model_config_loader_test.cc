@@ -117,6 +117,9 @@ TEST(ModelConfigLoaderTest, GenerationBlockIsCheckedAndDefaulted) {
   const Case cases[] = {
       {"generation {}", "generation.kv_cache_bytes must be > 0"},
       {"generation { kv_cache_bytes: -5 }", "generation.kv_cache_bytes"},
+      {"generation { kv_cache_bytes: 9223372036854775807 }",
+       "generation.kv_cache_bytes must be at most 1099511627776 (1 TiB), got "
+       "9223372036854775807"},
       {"max_batch_size: 4 generation { kv_cache_bytes: 1 }",
        "max_batch_size must be 0"},
       {"generation { kv_cache_bytes: 1 kv_block_tokens: -1 }",

@@ -34,16 +34,18 @@ bool ModelLifecycle::SetNotLoaded(std::string reason, bool loads_on_request) {
   return true;
 }
 
-void ModelLifecycle::Claim(bool on_request) {
+void ModelLifecycle::Claim(bool on_request, absl::Time memory_wait_cap) {
   busy_ = true;
   claimed_on_request_ = on_request;
   load_retryable_ = false;
   load_deadline_ = absl::InfinitePast();
+  memory_wait_cap_ = memory_wait_cap;
   if (on_request) loads_on_request_ = false;
 }
 
 void ModelLifecycle::ExtendLoadDeadline(absl::Time deadline) {
-  load_deadline_ = std::max(load_deadline_, deadline);
+  load_deadline_ =
+      std::max(load_deadline_, std::min(deadline, memory_wait_cap_));
 }
 
 void ModelLifecycle::SetWaitingForMemory(std::string reason) {

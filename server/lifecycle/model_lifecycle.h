@@ -72,15 +72,19 @@ class ModelLifecycle {
 
   // Marks a load or unload as running; the model must not be busy. A load
   // GetReady starts (`on_request`) is not retried on its own after a
-  // failure: the reason stays visible until an explicit load.
-  void Claim(bool on_request = false);
+  // failure: the reason stays visible until an explicit load. A load this
+  // claim runs waits for memory until `memory_wait_cap` at the latest,
+  // whoever asks it to wait longer (computed once per load, at the claim).
+  void Claim(bool on_request = false,
+             absl::Time memory_wait_cap = absl::InfiniteFuture());
 
   // A claimed load begins: LOADING unless a model is loaded (a reload).
   void StartLoad(std::shared_ptr<models::Cancellation> cancellation);
 
   // Until when the claimed load may wait for memory: the latest `deadline`
   // asked for since the claim (by the load itself, by requests waiting for
-  // it). InfinitePast right after Claim.
+  // it), never past the claim's memory_wait_cap. InfinitePast right after
+  // Claim.
   void ExtendLoadDeadline(absl::Time deadline);
   absl::Time load_deadline() const { return load_deadline_; }
   // While the claimed load waits for memory: `reason` says why (the model's
@@ -144,6 +148,7 @@ class ModelLifecycle {
   bool load_retryable_ = false;
   absl::StatusCode failure_code_ = absl::StatusCode::kOk;
   absl::Time load_deadline_ = absl::InfinitePast();
+  absl::Time memory_wait_cap_ = absl::InfiniteFuture();
   bool waiting_for_memory_ = false;
   // The running load's reservation.
   int64_t load_reserved_bytes_ = 0;

@@ -228,5 +228,20 @@ TEST(ModelLifecycleTest, StateNamesAreTritons) {
   EXPECT_STREQ(ModelStateName(ModelState::kUnloading), "UNLOADING");
 }
 
+TEST(ModelLifecycleTest, LoadDeadlineNeverPassesTheClaimsCap) {
+  const absl::Time cap = absl::FromUnixSeconds(1000);
+  ModelLifecycle model;
+  model.Claim(/*on_request=*/false, cap);
+  EXPECT_EQ(model.load_deadline(), absl::InfinitePast());
+  model.ExtendLoadDeadline(cap - absl::Seconds(5));
+  EXPECT_EQ(model.load_deadline(), cap - absl::Seconds(5));
+  model.ExtendLoadDeadline(cap + absl::Minutes(10));  // A patient request.
+  EXPECT_EQ(model.load_deadline(), cap);
+  model.ExtendLoadDeadline(absl::InfiniteFuture());  // An explicit load.
+  EXPECT_EQ(model.load_deadline(), cap);
+  model.ExtendLoadDeadline(cap - absl::Seconds(9));  // Never shortened.
+  EXPECT_EQ(model.load_deadline(), cap);
+}
+
 }  // namespace
 }  // namespace castserve

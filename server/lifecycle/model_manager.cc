@@ -28,11 +28,12 @@ void ReturnFreedMemoryToTheSystem() { malloc_trim(0); }
 // How often GetReady re-checks the budget (measurements may pass the
 // reservations: activations, a projection that fell short).
 constexpr absl::Duration kBudgetCheckInterval = absl::Milliseconds(100);
-// How often a load waiting for memory looks again: a model going idle (its
-// last request done) or freed (its last reference gone) signals nothing.
-constexpr absl::Duration kMemoryPollInterval = absl::Milliseconds(5);
-// How often Unload looks whether the in-flight requests have finished.
-constexpr absl::Duration kDrainPollInterval = absl::Milliseconds(2);
+// A load waiting for memory, and an unload waiting for the in-flight
+// requests, wake at once on every change the manager makes (signalled on
+// changed_); a model going idle (its last request done) or freed (its last
+// reference gone) signals nothing, so they also look again this often —
+// without measuring the models again (a measurement follows a change).
+constexpr absl::Duration kIdleCheckInterval = absl::Milliseconds(5);
 
 void LogScan(const std::string& path, const std::vector<ModelEntry>& models) {
   Log(LogLevel::kInfo, "model repository opened",
@@ -70,6 +71,7 @@ class ModelManagerImpl final : public ModelManager {
                                         : platform::Clock::Real()),
         eviction_(options.memory_budget_bytes),
         max_wait_for_memory_(options.max_wait_for_memory),
+        max_unload_drain_(options.max_unload_drain),
         on_accounted_bytes_(std::move(options.on_accounted_bytes)),
         cancel_all_(std::make_shared<models::Cancellation>(options.stop)) {}
   ~ModelManagerImpl() override;
@@ -89,15 +91,25 @@ class ModelManagerImpl final : public ModelManager {
   ReadyModels() override;
 
  private:
-  // Waits until no load or unload of `name` runs, then claims it; a load
-  // may wait for memory until `load_deadline`.
-  void ClaimLocked(const std::string& name, absl::Time load_deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Until when a load asked for now may wait for memory, for a caller that
-  // waits until `deadline`.
-  absl::Time LoadDeadline(absl::Time deadline) const {
-    return std::min(deadline, clock_.Now() + max_wait_for_memory_);
+  // Waits until no load or unload of `name` runs, then claims it. A load
+  // of the claim may wait for memory until `wait_deadline` (its caller's),
+  // and at most max_wait_for_memory after the claim: the cap is computed
+  // here, once per load, whoever claims.
+  void ClaimLocked(const std::string& name, absl::Time wait_deadline,
+                   bool on_request = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Signals changed_ for every waiter, counting the change.
+  void NoteChangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ++changes_;
+    changed_.SignalAll();
   }
+  // Waits (mu_ held) for a change or kIdleCheckInterval, until `deadline`
+  // at the latest; true when a change was signalled meanwhile.
+  bool AwaitChangeLocked(absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until `draining` has no request in flight, or max_unload_drain
+  // has passed (then its requests keep it, counted, until they end).
+  void DrainLocked(const std::string& name, const ServedModel& draining)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Loads `name`, claimed by the caller, with `config` (parsed once, by
   // the caller), and releases the claim.
   absl::Status RunClaimedLoad(const std::string& name, Config config);
@@ -161,13 +173,17 @@ class ModelManagerImpl final : public ModelManager {
   platform::Clock& clock_;
   const LruEvictionPolicy eviction_;
   const absl::Duration max_wait_for_memory_;
+  const absl::Duration max_unload_drain_;
   const std::function<void(int64_t)> on_accounted_bytes_;
   // The parent of every load's cancellation.
   const std::shared_ptr<models::Cancellation> cancel_all_;
 
   absl::Mutex mu_;
-  // Signalled on every state change of any model and when a loader ends.
+  // Signalled (NoteChangeLocked) on every state change of any model, every
+  // eviction, cancellation, and when a loader ends.
   absl::CondVar changed_;
+  // How many changes were signalled.
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, ModelLifecycle> models_ ABSL_GUARDED_BY(mu_);
   int active_loaders_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_budget_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
@@ -208,7 +224,7 @@ void ModelManagerImpl::LoadStartupModels() {
     }
     {
       absl::MutexLock lock(&mu_);
-      ClaimLocked(entry.name, clock_.Now() + max_wait_for_memory_);
+      ClaimLocked(entry.name, absl::InfiniteFuture());
     }
     // A failure is logged by FinishLoad and leaves the model UNAVAILABLE;
     // the others still load. The config is the one the scan parsed.
@@ -230,10 +246,32 @@ void ModelManagerImpl::NoteNotLoaded(const std::string& name,
 }
 
 void ModelManagerImpl::ClaimLocked(const std::string& name,
-                                   absl::Time load_deadline) {
+                                   absl::Time wait_deadline, bool on_request) {
   while (models_[name].busy()) changed_.Wait(&mu_);
-  models_[name].Claim();
-  models_[name].ExtendLoadDeadline(load_deadline);
+  models_[name].Claim(on_request, clock_.Now() + max_wait_for_memory_);
+  models_[name].ExtendLoadDeadline(wait_deadline);
+}
+
+bool ModelManagerImpl::AwaitChangeLocked(absl::Time deadline) {
+  const uint64_t seen = changes_;
+  clock_.WaitWithDeadline(
+      &changed_, &mu_, std::min(deadline, clock_.Now() + kIdleCheckInterval));
+  return changes_ != seen;
+}
+
+void ModelManagerImpl::DrainLocked(const std::string& name,
+                                   const ServedModel& draining) {
+  const absl::Time deadline = clock_.Now() + max_unload_drain_;
+  while (draining.pending_requests() > 0) {
+    if (clock_.Now() >= deadline) {
+      Log(LogLevel::kWarning,
+          "unload stopped waiting for in-flight requests; they keep the "
+          "model, counted against the budget, until they end",
+          {{"model", name}, {"requests", draining.pending_requests()}});
+      return;
+    }
+    AwaitChangeLocked(deadline);
+  }
 }
 
 absl::Status ModelManagerImpl::Load(
@@ -248,7 +286,7 @@ absl::Status ModelManagerImpl::Load(
   }
   {
     absl::MutexLock lock(&mu_);
-    ClaimLocked(name, clock_.Now() + max_wait_for_memory_);
+    ClaimLocked(name, absl::InfiniteFuture());
   }
   return RunClaimedLoad(name,
                         catalog_.ConfigFor(name, std::move(config_override)));
@@ -261,7 +299,7 @@ absl::Status ModelManagerImpl::RunClaimedLoad(const std::string& name,
   {
     absl::MutexLock lock(&mu_);
     models_[name].StartLoad(cancellation);
-    changed_.SignalAll();
+    NoteChangeLocked();
   }
   absl::Status status = config.status();
   if (status.ok()) status = AdmitLoad(name, *config, *cancellation);
@@ -317,20 +355,19 @@ void ModelManagerImpl::FinishLoad(const std::string& name,
           {{"model", name}, {"error", status.ToString()}});
       break;
   }
-  changed_.SignalAll();
+  NoteChangeLocked();
 }
 
 void ModelManagerImpl::StartLoadOnRequestLocked(const std::string& name,
                                                 absl::Time deadline) {
-  models_[name].Claim(/*on_request=*/true);
-  models_[name].ExtendLoadDeadline(LoadDeadline(deadline));
+  ClaimLocked(name, deadline, /*on_request=*/true);
   ++active_loaders_;
   executor_.Schedule([this, name] {
     // FinishLoad logs a failure.
     RunClaimedLoad(name, catalog_.ConfigFor(name, std::nullopt)).IgnoreError();
     absl::MutexLock lock(&mu_);
     --active_loaders_;
-    changed_.SignalAll();
+    NoteChangeLocked();
   });
 }
 
@@ -396,8 +433,9 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ModelManagerImpl::WaitUntilReady(
           "model ", name, " did not become ready before the deadline (",
           model.reason(), ")"));
     }
-    // The load may wait for memory as long as a request waits for it.
-    model.ExtendLoadDeadline(LoadDeadline(deadline));
+    // The load may wait for memory as long as a request waits for it, up to
+    // the cap its claim set.
+    model.ExtendLoadDeadline(deadline);
     clock_.WaitWithDeadline(&changed_, &mu_, deadline);
   }
 }
@@ -416,7 +454,7 @@ absl::Status ModelManagerImpl::Unload(const std::string& name) {
             "the model was unloaded while it was loading")) {
       Log(LogLevel::kInfo, "cancelling the load of an unloaded model",
           {{"model", name}});
-      changed_.SignalAll();  // A load waiting for memory stops.
+      NoteChangeLocked();  // A load waiting for memory stops.
     }
     ClaimLocked(name, absl::InfinitePast());
     const int64_t draining_bytes = models_[name].served_bytes();
@@ -425,29 +463,30 @@ absl::Status ModelManagerImpl::Unload(const std::string& name) {
       CountUntilFreedLocked(name, draining, draining_bytes);
     }
     NoteAccountingLocked();
-    changed_.SignalAll();
+    NoteChangeLocked();
   }
   if (draining != nullptr) {
     Log(LogLevel::kInfo, "unloading model", {{"model", name}});
-    while (draining->pending_requests() > 0) {
-      absl::SleepFor(kDrainPollInterval);
+    {
+      absl::MutexLock lock(&mu_);
+      DrainLocked(name, *draining);
     }
-    // The model dies with the last reference: ours, now that no request
-    // holds one (a request stops counting as pending only after its
-    // callback let go of the model).
+    // The model dies with the last reference: ours, once no request holds
+    // one (a request stops counting as pending only after its callback let
+    // go of the model). Unlocked: its destructor may take a while.
     draining.reset();
     ReturnFreedMemoryToTheSystem();
   }
   absl::MutexLock lock(&mu_);
   models_[name].FinishUnload();
-  changed_.SignalAll();
+  NoteChangeLocked();
   return absl::OkStatus();
 }
 
 void ModelManagerImpl::CancelAll(const std::string& reason) {
   cancel_all_->Cancel(reason);
   absl::MutexLock lock(&mu_);
-  changed_.SignalAll();  // Loads waiting for memory stop.
+  NoteChangeLocked();  // Loads waiting for memory stop.
 }
 
 std::vector<ModelStatus> ModelManagerImpl::Index() {
@@ -506,8 +545,14 @@ absl::Status ModelManagerImpl::AdmitLoad(
       factory_.ProjectedBytes(catalog_.DirectoryOf(name), config);
   if (!projected.ok()) return projected.status();
   // A model that cannot fit even alone must not cost the others their
-  // place, nor wait: fail before evicting anything.
-  if (absl::Status alone = eviction_.CheckAlone(name, *projected);
+  // place, nor wait: fail before evicting anything. A reload cannot evict
+  // the version it replaces, which counts until the swap.
+  int64_t kept_bytes;
+  {
+    absl::MutexLock lock(&mu_);
+    kept_bytes = models_[name].served_bytes();
+  }
+  if (absl::Status alone = eviction_.CheckAlone(name, *projected, kept_bytes);
       !alone.ok()) {
     return alone;
   }
@@ -517,8 +562,10 @@ absl::Status ModelManagerImpl::AdmitLoad(
 absl::Status ModelManagerImpl::ReserveMemory(
     const std::string& name, int64_t bytes,
     const models::Cancellation& cancellation) {
+  bool measure = true;
   for (;;) {
-    MeasureModels();
+    if (measure) MeasureModels();
+    measure = true;
     std::vector<std::shared_ptr<ServedModel>> evicted;
     {
       absl::MutexLock lock(&mu_);
@@ -531,7 +578,7 @@ absl::Status ModelManagerImpl::ReserveMemory(
         model.ReserveForLoad(bytes);
         model.SetWaitingForMemory("");
         NoteAccountingLocked();
-        changed_.SignalAll();
+        NoteChangeLocked();
         return absl::OkStatus();
       }
       evicted = EvictLocked(
@@ -550,9 +597,7 @@ absl::Status ModelManagerImpl::ReserveMemory(
         }
         model.SetWaitingForMemory(
             eviction_.WaitingReason(name, bytes, held_bytes, holders));
-        // A poll in real time: a model going idle signals nothing, and the
-        // deadline above is the clock's.
-        changed_.WaitWithTimeout(&mu_, kMemoryPollInterval);
+        measure = AwaitChangeLocked(deadline);
         continue;
       }
     }
@@ -566,7 +611,7 @@ void ModelManagerImpl::MeasureModels() {
   std::vector<int64_t> measured_bytes;
   measured_bytes.reserve(ready.size());
   for (const auto& [name, model] : ready) {
-    measured_bytes.push_back(MeasuredBytes(*model));
+    measured_bytes.push_back(model->measured_bytes());
   }
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < ready.size(); ++i) {
@@ -641,7 +686,7 @@ std::vector<std::shared_ptr<ServedModel>> ModelManagerImpl::EvictLocked(
   }
   if (!evicted.empty()) {
     NoteAccountingLocked();
-    changed_.SignalAll();
+    NoteChangeLocked();
   }
   return evicted;
 }

@@ -17,20 +17,28 @@
 //   from the checkpoint's headers and the weight policy
 //   (ServedModelFactory::ProjectedBytes), and the load reserves it.
 // - A model counts as the largest of its reservation, its tracking-allocator
-//   bytes and its weights' owned footprint (MeasuredBytes); a running load as
-//   its reservation; an unloaded, evicted or replaced model as what it
-//   counted until its last reference is gone (in-flight requests hold it).
+//   bytes and its weights' owned footprint (ServedModel::measured_bytes); a
+//   running load as its reservation; an unloaded, evicted or replaced model as
+//   what it counted until its last reference is gone (in-flight requests hold
+//   it).
 // - A load whose reservation does not fit beside what is counted unloads the
 //   least recently used idle models (only when that makes room). When the
 //   models that hold the memory are busy (requests in flight, loading,
 //   being freed), the load waits for them to go idle or be freed, until its
-//   deadline: the latest deadline of the requests waiting for it, or
-//   `max_wait_for_memory` for an explicit or startup load (also the longest
-//   any load waits). Unload and shutdown cancel the wait.
+//   deadline: the latest deadline of the requests waiting for it, capped at
+//   `max_wait_for_memory` after the load's claim (computed once per load; an
+//   explicit or startup load waits that long). The wait wakes on every
+//   change the manager makes and looks for models gone idle every few
+//   milliseconds, measuring again only after a change. Unload and shutdown
+//   cancel the wait.
 // - RESOURCE_EXHAUSTED, naming the model, the bytes it needs, the budget and
 //   who holds what: at once for a model whose projection alone exceeds the
-//   budget (nothing is evicted for it), else when the deadline passes. A
+//   budget, or a reload whose projection does not fit beside the version it
+//   replaces (nothing is evicted for them), else when the deadline passes. A
 //   request-started load that failed so loads again on a later request.
+// - Unload waits for the model's in-flight requests at most
+//   `max_unload_drain`; requests still running then keep the model, counted
+//   against the budget, until they end.
 // - Measurements above the reservations (activations, a projection that fell
 //   short) are checked after every load and at most every 100 ms on
 //   requests: idle models are evicted to get back under the budget.
@@ -95,6 +103,9 @@ struct ModelManagerOptions {
   // How long an explicit or startup load waits for busy models to make room
   // in the budget, and the longest a load GetReady started waits.
   absl::Duration max_wait_for_memory = absl::Minutes(1);
+  // How long Unload waits for the model's in-flight requests (each also
+  // bounded by its own deadline) before it finishes without them.
+  absl::Duration max_unload_drain = absl::Minutes(5);
   // Called with the bytes counted against the budget after every change
   // that may raise them (a reservation, a load's end, a measurement, an
   // eviction, an unload), under the manager's lock: it must not call the

@@ -60,6 +60,7 @@ class Fixture {
       options.executor = executor_;
       options.clock = clock_;
       options.max_wait_for_memory = max_wait_for_memory_;
+      options.max_unload_drain = max_unload_drain_;
       options.on_accounted_bytes = [this](int64_t bytes) {
         absl::MutexLock lock(&accounted_mu_);
         most_accounted_bytes_ = std::max(most_accounted_bytes_, bytes);
@@ -77,6 +78,8 @@ class Fixture {
   void set_max_wait_for_memory(absl::Duration wait) {
     max_wait_for_memory_ = wait;
   }
+  // Before manager(): how long an unload waits for in-flight requests.
+  void set_max_unload_drain(absl::Duration drain) { max_unload_drain_ = drain; }
   SizedModelFactory& factory() { return factory_; }
   // The most the manager counted against the budget at any change.
   int64_t most_accounted_bytes() {
@@ -113,6 +116,7 @@ class Fixture {
   platform::Executor* executor_ = nullptr;
   platform::Clock* clock_ = &platform::Clock::Real();
   absl::Duration max_wait_for_memory_ = absl::Minutes(1);
+  absl::Duration max_unload_drain_ = absl::Minutes(5);
   SizedModelFactory factory_;
   absl::Mutex accounted_mu_;
   int64_t most_accounted_bytes_ ABSL_GUARDED_BY(accounted_mu_) = 0;
@@ -131,6 +135,31 @@ std::string Config(int64_t bytes, bool first_request = false,
 }
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+
+// `pending` requests in flight on the READY model `name`, held by no one
+// but the manager: what the test keeps is a weak reference.
+std::weak_ptr<ServedModel> WithRequestsInFlight(Fixture& fixture,
+                                                const std::string& name,
+                                                int pending) {
+  std::shared_ptr<ServedModel> model =
+      *fixture.manager().GetReady(name, "", Soon());
+  static_cast<SizedServedModel*>(model.get())->set_pending(pending);
+  return model;
+}
+
+// Unload(name) on a thread of its own; `unloaded` once it returned OK.
+struct BackgroundUnload {
+  BackgroundUnload(Fixture& fixture, const std::string& name)
+      : thread([this, &fixture, name] {
+          EXPECT_TRUE(fixture.manager().Unload(name).ok());
+          unloaded.Notify();
+        }) {}
+  ~BackgroundUnload() {
+    if (thread.joinable()) thread.join();
+  }
+  absl::Notification unloaded;
+  std::thread thread;
+};
 
 inference::ModelConfig ConfigWithParameter(const std::string& key,
                                            const std::string& value) {
@@ -331,25 +360,17 @@ TEST(ModelManagerTest, UnloadWaitsForInFlightRequestsAndFreesTheModel) {
   Fixture fixture;
   fixture.AddModel("m", Config(100));
   fixture.manager().LoadStartupModels();
-  std::shared_ptr<ServedModel> model =
-      *fixture.manager().GetReady("m", "", Soon());
-  auto* fake = static_cast<SizedServedModel*>(model.get());
-  fake->set_pending(1);
-  std::weak_ptr<ServedModel> watch = model;
-  model.reset();
-
-  absl::Notification unloaded;
-  std::thread unload([&] {
-    EXPECT_TRUE(fixture.manager().Unload("m").ok());
-    unloaded.Notify();
-  });
+  std::weak_ptr<ServedModel> watch = WithRequestsInFlight(fixture, "m", 1);
+  auto* fake = static_cast<SizedServedModel*>(watch.lock().get());
+  BackgroundUnload unload(fixture, "m");
+  const absl::Notification& unloaded = unload.unloaded;
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_FALSE(unloaded.HasBeenNotified());
   EXPECT_EQ(fixture.StateOf("m"), ModelState::kUnloading);
   EXPECT_EQ(fixture.manager().GetReady("m", "", absl::Now()).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   fake->set_pending(0);
-  unload.join();
+  unload.thread.join();
   EXPECT_EQ(fixture.StateOf("m"), ModelState::kUnavailable);
   EXPECT_EQ(fixture.ReasonOf("m"), "unloaded");
   EXPECT_TRUE(watch.expired());
@@ -470,10 +491,9 @@ TEST(ModelManagerTest, NoRequestIsLostWhenABusyModelGoingIdleMakesRoom) {
   fixture.AddModel("a", Config(100));
   fixture.AddModel("b", Config(100, /*first_request=*/true, /*grow=*/true));
   ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
-  std::shared_ptr<ServedModel> a = *fixture.manager().GetReady("a", "", Soon());
-  auto* busy = static_cast<SizedServedModel*>(a.get());
-  busy->set_pending(1);
-  a.reset();
+  // The manager's reference keeps it.
+  auto* busy = static_cast<SizedServedModel*>(
+      WithRequestsInFlight(fixture, "a", 1).lock().get());
 
   absl::Notification answered;
   absl::StatusOr<std::shared_ptr<ServedModel>> b;
@@ -609,6 +629,118 @@ TEST(ModelManagerTest, ModelThatCannotFitAloneEvictsNothing) {
   EXPECT_NE(loaded.message().find("alone needs"), std::string::npos) << loaded;
   EXPECT_EQ(fixture.StateOf("a"), ModelState::kReady) << "a was not evicted";
   EXPECT_EQ(fixture.factory().live_models(), 1);
+}
+
+TEST(ModelManagerTest, ReloadThatCannotFitBesideItsLoadedVersionFailsAtOnce) {
+  Fixture fixture(/*budget_bytes=*/150);
+  fixture.AddModel("a", Config(100));
+  ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
+  // The new version (100 bytes) would need 200 with the loaded one, which
+  // nothing may evict before the swap: no wait (a minute by default) helps.
+  const absl::Time start = absl::Now();
+  const absl::Status reloaded = fixture.manager().Load("a", std::nullopt);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "failed without waiting";
+  EXPECT_EQ(reloaded.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(reloaded.message(),
+            "memory budget exceeded: the reload of model a needs 100 bytes "
+            "(its configured footprint) beside the 100 bytes its loaded "
+            "version holds until the new one replaces it, more than the whole "
+            "budget: budget 150 bytes (--memory-budget-bytes); unload the "
+            "model first");
+  EXPECT_EQ(fixture.StateOf("a"), ModelState::kReady) << "the old one serves";
+  EXPECT_EQ(fixture.factory().creates(), 1) << "the new one was never built";
+  // A smaller new version fits beside it.
+  ASSERT_TRUE(
+      fixture.manager().Load("a", ConfigWithParameter("bytes", "50")).ok());
+  EXPECT_EQ(fixture.factory().creates(), 2);
+}
+
+TEST(ModelManagerTest, MemoryWaitCapIsSetOnceWhenTheLoadIsClaimed) {
+  platform::test_util::FakeClock clock;
+  Fixture fixture(/*budget_bytes=*/150);
+  fixture.set_clock(&clock);
+  fixture.set_max_wait_for_memory(absl::Seconds(1));
+  fixture.AddModel("a", Config(100));
+  fixture.AddModel("b", Config(100));
+  ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
+  // The manager's reference keeps it.
+  auto* busy = static_cast<SizedServedModel*>(
+      WithRequestsInFlight(fixture, "a", 1).lock().get());
+
+  const absl::Time claimed = clock.Now();
+  absl::Notification loaded;
+  absl::Status loaded_b;
+  std::thread load_b([&] {
+    loaded_b = fixture.manager().Load("b", std::nullopt);
+    loaded.Notify();
+  });
+  ASSERT_TRUE(fixture.AwaitReason("b", "waiting for memory"));
+  // A request that would wait ten minutes for b wakes again and again while
+  // the clock moves; the load still waits only until the claim's cap.
+  std::thread request([&] {
+    EXPECT_FALSE(fixture.manager()
+                     .GetReady("b", "", clock.Now() + absl::Minutes(10))
+                     .ok());
+  });
+  for (int step = 0; step < 100 && !loaded.HasBeenNotified(); ++step) {
+    clock.Advance(absl::Milliseconds(50));
+    absl::SleepFor(absl::Milliseconds(3));  // The waiters see each step.
+  }
+  ASSERT_TRUE(loaded.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  load_b.join();
+  EXPECT_EQ(loaded_b.code(), absl::StatusCode::kResourceExhausted) << loaded_b;
+  EXPECT_LE(clock.Now() - claimed, absl::Milliseconds(1200))
+      << "the cap moved with the waking request";
+  request.join();
+  EXPECT_EQ(fixture.factory().creates(), 1) << "b was never built";
+}
+
+TEST(ModelManagerTest, LoadWaitingForMemoryMeasuresOnlyAfterChanges) {
+  Fixture fixture(/*budget_bytes=*/150);
+  fixture.AddModel("a", Config(100));
+  fixture.AddModel("b", Config(100));
+  ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
+  // The manager's reference keeps it.
+  auto* busy = static_cast<SizedServedModel*>(
+      WithRequestsInFlight(fixture, "a", 1).lock().get());
+
+  absl::Status loaded_b;
+  std::thread load_b(
+      [&] { loaded_b = fixture.manager().Load("b", std::nullopt); });
+  ASSERT_TRUE(fixture.AwaitReason("b", "waiting for memory"));
+  const int reads = busy->footprint_reads();
+  // About 40 looks for an idle model (every 5 ms), none of them a
+  // measurement: nothing changed.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_LE(busy->footprint_reads() - reads, 1);
+  busy->set_pending(0);  // Seen by the next look: a is evicted, b loads.
+  load_b.join();
+  EXPECT_TRUE(loaded_b.ok()) << loaded_b;
+  EXPECT_EQ(fixture.StateOf("a"), ModelState::kUnavailable);
+}
+
+TEST(ModelManagerTest, UnloadDrainEndsAtItsDeadline) {
+  platform::test_util::FakeClock clock;
+  Fixture fixture;
+  fixture.set_clock(&clock);
+  fixture.set_max_unload_drain(absl::Seconds(30));
+  fixture.AddModel("m", Config(100));
+  ASSERT_TRUE(fixture.manager().Load("m", std::nullopt).ok());
+  // A request that never ends.
+  std::weak_ptr<ServedModel> watch = WithRequestsInFlight(fixture, "m", 1);
+  BackgroundUnload unload(fixture, "m");
+  ASSERT_TRUE(fixture.AwaitReason("m", "waiting for in-flight requests"));
+  clock.Advance(absl::Seconds(29));
+  EXPECT_FALSE(
+      unload.unloaded.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
+  EXPECT_EQ(fixture.StateOf("m"), ModelState::kUnloading);
+  clock.Advance(absl::Seconds(1));
+  ASSERT_TRUE(
+      unload.unloaded.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  unload.thread.join();
+  EXPECT_EQ(fixture.StateOf("m"), ModelState::kUnavailable);
+  EXPECT_EQ(fixture.ReasonOf("m"), "unloaded");
+  EXPECT_TRUE(watch.expired()) << "no request held a reference";
 }
 
 TEST(ModelManagerTest, StateNamesAreTritons) {

@@ -90,7 +90,6 @@ struct ServedModelActivity {
   int64_t peak_device_bytes = 0;
 };
 
-// All methods are thread-safe.
 // One entry of the ModelStatistics RPC's memory_usage: a kind of memory
 // ("CPU", "GPU"), the device's index, the model's bytes there.
 struct MemoryUsageEntry {
@@ -99,6 +98,8 @@ struct MemoryUsageEntry {
   int64_t bytes = 0;
 };
 
+// A loaded model as the lifecycle and the frontends see it. All methods are
+// thread-safe.
 class ServedModel {
  public:
   virtual ~ServedModel() = default;
@@ -134,13 +135,20 @@ class ServedModel {
   virtual int64_t device_bytes() const { return 0; }
   // Weight copies and prefetches since load; zeros where not measured.
   virtual ServedModelActivity activity() const { return {}; }
+  // The bytes the model holds, measured: what the ModelManager's budget
+  // counts. The tracking allocator sees what was allocated under the
+  // model's tag (weights made at load or by a forward, activations); the
+  // footprint sees the weights' own copies wherever they were made (also on
+  // a prefetch thread). The two overlap, so the larger one counts, never
+  // their sum.
+  int64_t measured_bytes() const {
+    return std::max(tracked_bytes(), footprint().owned_bytes());
+  }
   // The model's memory by kind of device, as the ModelStatistics RPC reports
   // it. The servable decides (it knows its device); this default is one CPU
-  // entry: the larger of tracked_bytes() and the weights' owned bytes, which
-  // overlap (weights made under the model's tag count in both), as the
-  // ModelManager's budget measures.
+  // entry of measured_bytes().
   virtual std::vector<MemoryUsageEntry> memory_usage() const {
-    return {{"CPU", 0, std::max(tracked_bytes(), footprint().owned_bytes())}};
+    return {{"CPU", 0, measured_bytes()}};
   }
 };
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -74,7 +75,8 @@ class FakeGenerationEngine final : public GenerationEngine {
   absl::StatusOr<models::GenerationResult> Run(
       const models::SequenceRequest& request) {
     models::GenerationResult result;
-    const auto& options = request.options;
+    const auto& options = request.generation.options();
+    const std::vector<int64_t>& prompt = request.generation.prompt();
     for (int64_t step = 0; step < options.max_new_tokens; ++step) {
       {
         absl::MutexLock lock(&mutex_);
@@ -87,10 +89,10 @@ class FakeGenerationEngine final : public GenerationEngine {
         return absl::DeadlineExceededError("deadline");
       }
       absl::SleepFor(step_time_);
-      const int64_t token = next_token_(request.prompt, step);
+      const int64_t token = next_token_(prompt, step);
       result.tokens.push_back(token);
       SetKvBytes(kv_bytes_per_token *
-                 static_cast<int64_t>(request.prompt.size() + step + 1));
+                 static_cast<int64_t>(prompt.size() + step + 1));
       result.kv_cache_bytes = stats().kv_bytes_in_use;
       const bool more = !request.on_token || request.on_token(token);
       auto in = [token](const std::vector<int64_t>& ids) {
@@ -111,7 +113,7 @@ class FakeGenerationEngine final : public GenerationEngine {
 
   void Loop() {
     while (true) {
-      models::SequenceRequest request;
+      std::optional<models::SequenceRequest> request;
       {
         absl::MutexLock lock(&mutex_);
         mutex_.Await(absl::Condition(
@@ -121,13 +123,13 @@ class FakeGenerationEngine final : public GenerationEngine {
             },
             this));
         if (queue_.empty()) return;
-        request = std::move(queue_.front());
+        request.emplace(std::move(queue_.front()));
         queue_.pop_front();
         ++submitted_;
       }
-      absl::StatusOr<models::GenerationResult> result = Run(request);
+      absl::StatusOr<models::GenerationResult> result = Run(*request);
       SetKvBytes(0);
-      request.on_done(std::move(result));
+      request->on_done(std::move(result));
     }
   }
 

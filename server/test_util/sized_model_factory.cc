@@ -64,6 +64,7 @@ void SizedServedModel::Infer(InferenceCall,
 }
 
 casting::Footprint SizedServedModel::footprint() const {
+  ++footprint_reads_;
   casting::Footprint footprint;
   footprint.AddResident("f32", held_bytes());
   return footprint;
@@ -98,7 +99,6 @@ absl::StatusOr<std::shared_ptr<ServedModel>> SizedModelFactory::Create(
 
 absl::StatusOr<int64_t> SizedModelFactory::ProjectedBytes(
     const std::string& model_directory, const inference::ModelConfig& config) {
-  ++projections_;
   return BytesOf(config);
 }
 

@@ -63,6 +63,8 @@ class SizedServedModel : public ServedModel {
 
   void set_pending(int pending) { pending_ = pending; }
   int64_t held_bytes() const { return grown_ ? bytes_ : 0; }
+  // How often footprint() was read: once per measurement of the model.
+  int footprint_reads() const { return footprint_reads_; }
 
  private:
   void Grow();
@@ -74,6 +76,7 @@ class SizedServedModel : public ServedModel {
   std::atomic<int>* const live_;
   std::atomic<bool> grown_;
   std::atomic<int> pending_{0};
+  mutable std::atomic<int> footprint_reads_{0};
 };
 
 // Makes SizedServedModels. While gated, Create blocks (polling its
@@ -93,7 +96,6 @@ class SizedModelFactory : public ServedModelFactory {
   // Returns once `count` Creates are blocked by the gate.
   void AwaitWaiting(int count) ABSL_LOCKS_EXCLUDED(mu_);
   int creates() const { return creates_; }
-  int projections() const { return projections_; }
   int live_models() const { return live_models_; }
   const HeldBytes& held() const { return held_; }
 
@@ -102,7 +104,6 @@ class SizedModelFactory : public ServedModelFactory {
   bool gated_ ABSL_GUARDED_BY(mu_) = false;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int> creates_{0};
-  std::atomic<int> projections_{0};
   std::atomic<int> live_models_{0};
   HeldBytes held_;
 };

@@ -188,7 +188,7 @@ void BatchingServedModel::Impl::Infer(InferenceCall call,
                    : decoded.status();
   if (!checked.ok()) {
     // Refused before it was queued: counted once, with no durations.
-    recorder_.RecordRequest({checked.status().code()}, absl::Now());
+    recorder_.RecordRequest({checked.status().code()}, queue_.clock().Now());
     return done(checked.status());
   }
   InferenceRequest request(*std::move(checked));
@@ -215,7 +215,8 @@ void BatchingServedModel::Impl::Complete(QueuedPtr queued,
     absl::Status written = queued->request->write_response(*result.outputs);
     if (!written.ok()) result.outputs = std::move(written);
   }
-  const absl::Time now = absl::Now();
+  // The queue's clock: enqueue_time is one of its times.
+  const absl::Time now = queue_.clock().Now();
   recorder_.RecordRequest({result.outputs.status().code(), queued->batch_size,
                            result.queue_duration, result.compute_duration,
                            now - queued->enqueue_time},

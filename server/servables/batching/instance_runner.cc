@@ -70,6 +70,7 @@ void InstanceRunner::Start(RequestQueue* queue, const BatchPlanner* planner,
                            std::shared_ptr<void> keep_alive) {
   complete_ = std::move(complete);
   record_batch_ = std::move(record_batch);
+  clock_ = &queue->clock();
   for (int i = 0; i < options_.instance_count; ++i) {
     threads_.push_back(platform::Executor::Default().StartThread(
         [this, queue, planner, keep_alive] { InstanceLoop(queue, planner); }));
@@ -118,7 +119,7 @@ void InstanceRunner::ReaperLoop(RequestQueue* queue) const {
 }
 
 void InstanceRunner::Reject(std::vector<Rejection> rejections) const {
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_->Now();
   for (Rejection& rejection : rejections) {
     InferenceResult result;
     result.outputs = std::move(rejection.status);
@@ -129,7 +130,7 @@ void InstanceRunner::Reject(std::vector<Rejection> rejections) const {
 }
 
 void InstanceRunner::Execute(std::vector<QueuedPtr> batch) const {
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_->Now();
   int64_t items = 0;
   for (const QueuedPtr& queued : batch) items += queued->batch_size;
   int64_t peak_increase_bytes = 0;
@@ -145,7 +146,7 @@ void InstanceRunner::Execute(std::vector<QueuedPtr> batch) const {
     }
     return;
   }
-  const absl::Time end = absl::Now();
+  const absl::Time end = clock_->Now();
   record_batch_(items, end - start, peak_increase_bytes);
   int64_t offset = 0;
   for (QueuedPtr& queued : batch) {

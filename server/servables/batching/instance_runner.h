@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "models/cancellation.h"
 #include "models/model.h"
+#include "platform/clock.h"
 #include "platform/executor.h"
 #include "server/servables/batching/batch_planner.h"
 #include "server/servables/batching/queued_request.h"
@@ -74,7 +75,8 @@ class InstanceRunner {
   // callback returns (holding `keep_alive`).
   void Join();
 
-  // Runs `batch` (taken from the queue) and completes each of its requests.
+  // Runs `batch` (taken from the queue) and completes each of its requests;
+  // its queue and compute durations read the queue's clock.
   void Execute(std::vector<QueuedPtr> batch) const;
 
   // Completes each of `rejections` (requests the queue gave up: expired,
@@ -97,6 +99,9 @@ class InstanceRunner {
   // Set by Start, before the threads.
   Complete complete_;
   RecordBatch record_batch_;
+  // The queue's (its enqueue times are this clock's); the real one before
+  // Start.
+  platform::Clock* clock_ = &platform::Clock::Real();
   // Written by Start and Join only, which never run concurrently.
   std::vector<std::unique_ptr<platform::Thread>> threads_;
 };

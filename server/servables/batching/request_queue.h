@@ -75,6 +75,10 @@ class RequestQueue {
   // Queued plus running requests.
   int64_t pending_requests() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // What enqueue times and deadlines are times of: every duration measured
+  // from a queued request's enqueue_time reads it too.
+  platform::Clock& clock() const { return *options_.clock; }
+
  private:
   void DropExpiredLocked(absl::Time now, std::vector<Rejection>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

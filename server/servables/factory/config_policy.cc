@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "casting/casting_policy.h"
 #include "casting/codec/storage_format.h"
+#include "platform/sanitized_text.h"
 #include "server/servables/batching/batching_served_model.h"
 #include "server/servables/proto_dtypes.h"
 #include "server/server_flags.h"
@@ -37,7 +38,7 @@ absl::Status CheckConfigLimits(const inference::ModelConfig& config,
   for (const inference::ModelWarmup& warmup : config.model_warmup()) {
     if (warmup.count() > options.max_warmup_count) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "warmup '", warmup.name().substr(0, 64), "' has count ",
+          "warmup '", platform::SanitizeText(warmup.name(), 64), "' has count ",
           warmup.count(), ", above the limit of ", options.max_warmup_count));
     }
   }
@@ -143,9 +144,10 @@ absl::StatusOr<int> IntraOpThreadsFor(const inference::ModelConfig& config,
     int threads = 0;
     if (!absl::SimpleAtoi(value, &threads) || threads < 1 ||
         threads > kMaxThreads) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter ", kIntraOpThreadsParameter, ": '", value.substr(0, 64),
-          "' is not a thread count between 1 and ", kMaxThreads));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter ", kIntraOpThreadsParameter, ": '",
+                       platform::SanitizeText(value, 64),
+                       "' is not a thread count between 1 and ", kMaxThreads));
     }
     return threads;
   }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "platform/file_system.h"
+#include "platform/sanitized_text.h"
 #include "server/servables/factory/model_boundary.h"
 #include "server/servables/proto_dtypes.h"
 
@@ -137,11 +138,11 @@ absl::StatusOr<models::NamedTensors> MakeWarmupRequest(
     const int64_t bytes =
         BytesWithin(shape, at::elementSize(*dtype), max_bytes - request_bytes);
     if (bytes < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("warmup '", warmup.name().substr(0, 64), "' input ",
-                       name, " of shape [", absl::StrJoin(shape, ","),
-                       "] takes the warmup request past the limit of ",
-                       max_bytes, " bytes (--max-message-bytes)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "warmup '", platform::SanitizeText(warmup.name(), 64), "' input ",
+          name, " of shape [", absl::StrJoin(shape, ","),
+          "] takes the warmup request past the limit of ", max_bytes,
+          " bytes (--max-message-bytes)"));
     }
     request_bytes += bytes;
     absl::StatusOr<at::Tensor> tensor = MakeWarmupTensor(

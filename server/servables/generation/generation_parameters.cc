@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "platform/json_parser.h"
-#include "server/lifecycle/model_config_loader.h"
 #include "server/servables/generation/generation_text.h"
 #include "text/unicode/unicode.h"
 
@@ -152,10 +151,7 @@ absl::StatusOr<std::vector<int64_t>> StopTokenIdsOf(
     return WrongType("stop_token_ids", "a JSON array string or an integer",
                      value);
   }
-  for (int64_t id : ids) {
-    if (id < 0) return OutOfRange("stop_token_ids", "ids >= 0", "a negative");
-  }
-  return ids;
+  return ids;  // Inside the vocabulary: models::CheckGenerationRequest.
 }
 
 // One parameter into `out`; keys that are not generation parameters are
@@ -165,11 +161,7 @@ absl::Status ParseOne(const std::string& name, const InferParameter& value,
   if (name == "max_tokens") {
     absl::StatusOr<int64_t> n = IntegerOf(name, value);
     if (!n.ok()) return n.status();
-    if (*n < 1 || *n > kMaxGenerationTokens) {
-      return OutOfRange(name, absl::StrCat("in 1..", kMaxGenerationTokens),
-                        absl::StrCat(*n));
-    }
-    out.max_tokens = *n;
+    out.max_tokens = *n;  // Its range: models::CheckGenerationRequest.
   } else if (name == "temperature" || name == "top_p" ||
              name == "repetition_penalty") {
     absl::StatusOr<double> x = NumberOf(name, value);
@@ -181,9 +173,12 @@ absl::Status ParseOne(const std::string& name, const InferParameter& value,
   } else if (name == "top_k" || name == "seed") {
     absl::StatusOr<int64_t> n = IntegerOf(name, value);
     if (!n.ok()) return n.status();
-    if (*n < 0) return OutOfRange(name, ">= 0", absl::StrCat(*n));
-    if (name == "top_k") out.sampling.top_k = *n;
-    if (name == "seed") out.sampling.seed = static_cast<uint64_t>(*n);
+    if (name == "top_k") out.sampling.top_k = *n;  // Range: the check's.
+    if (name == "seed") {
+      // The seed's bits are a uint64's; a negative one means nothing.
+      if (*n < 0) return OutOfRange(name, ">= 0", absl::StrCat(*n));
+      out.sampling.seed = static_cast<uint64_t>(*n);
+    }
   } else if (name == "stop") {
     absl::StatusOr<std::vector<std::string>> stops = StopStringsOf(value);
     if (!stops.ok()) return stops.status();
@@ -210,12 +205,6 @@ absl::StatusOr<GenerationParameters> ParseGenerationParameters(
     if (absl::Status valid = ParseOne(name, value, parsed); !valid.ok()) {
       return valid;
     }
-  }
-  // Ranges of the sampling parameters, named as the request names them.
-  if (absl::Status valid = models::ValidateSamplingParams(parsed.sampling);
-      !valid.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parameter ", valid.message()));
   }
   return parsed;
 }

@@ -1,16 +1,21 @@
 // GenerationParameters: a generation request's `parameters` map (Triton's
-// generate extension and OpenAI-style names), checked once at the edge into
-// typed values. The README's "Generation" section lists them.
+// generate extension and OpenAI-style names) decoded at the edge into typed
+// values. The README's "Generation" section lists them. This decodes the
+// wire form (types, JSON lists, the bounds on stop strings and ids); the
+// ranges of the values that reach the engine are checked once, with the
+// prompt, by models::CheckGenerationRequest when DecodeGenerationRequest
+// (generation_request.h) builds the checked request.
 //
 //   max_tokens          int     1..kMaxGenerationTokens (else the config's
-//                               default_max_tokens)
-//   temperature         number  >= 0 (0: greedy)
-//   top_k               int     >= 0 (0: off)
-//   top_p               number  (0, 1]
-//   repetition_penalty  number  > 0
+//                               default_max_tokens)            [the check's]
+//   temperature         number  >= 0 (0: greedy)               [the check's]
+//   top_k               int     >= 0 (0: off)                  [the check's]
+//   top_p               number  (0, 1]                         [the check's]
+//   repetition_penalty  number  > 0                            [the check's]
 //   seed                int     >= 0
 //   stop                string  one stop string, or a JSON array of them
 //   stop_token_ids      string  a JSON array of ids, or an int: one id
+//                               (inside the vocabulary: the check's)
 //   ignore_eos          bool
 //   triton_enable_empty_final_response  bool  (Triton's)
 //
@@ -47,7 +52,8 @@ struct GenerationParameters {
   // Non-empty, valid UTF-8 strings; generation ends where one appears in the
   // text, which is then cut before it.
   std::vector<std::string> stop;
-  // Ids >= 0 (the model checks them against its vocabulary).
+  // Not checked here: models::CheckGenerationRequest checks them against
+  // the vocabulary.
   std::vector<int64_t> stop_token_ids;
   // True: the model's EOS ids do not end generation.
   bool ignore_eos = false;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "platform/sanitized_text.h"
 #include "server/servables/tensor_conversion.h"
 #include "text/unicode/unicode.h"
 
@@ -26,7 +27,7 @@ absl::StatusOr<std::vector<std::string>> RequestedOutputs(
     if (!known ||
         std::find(names.begin(), names.end(), output.name()) != names.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "requested output '", output.name().substr(0, 64),
+          "requested output '", platform::SanitizeText(output.name(), 64),
           "' is not an output of the model or is requested twice"));
     }
     names.push_back(output.name());
@@ -72,7 +73,8 @@ absl::StatusOr<std::vector<int64_t>> Prompt(
       ids_index = i;
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "input '", name.substr(0, 64), "' is not an input of the model (",
+          "input '", platform::SanitizeText(name, 64),
+          "' is not an input of the model (",
           absl::StrJoin(*limits.inputs, ", ",
                         [](std::string* out, const TensorSpec& spec) {
                           absl::StrAppend(out, spec.name);
@@ -98,11 +100,11 @@ absl::StatusOr<std::vector<int64_t>> Prompt(
   return std::vector<int64_t>(data, data + ids.numel());
 }
 
-// The sequence's options for `prompt`: the request's parameters over the
-// model's defaults, checked with the prompt by the one check of a generation
-// request (models::CheckGenerationRequest).
-absl::StatusOr<models::GenerationOptions> OptionsFor(
-    const std::vector<int64_t>& prompt, const GenerationParameters& parameters,
+// The request's prompt with the options its parameters give over the
+// model's defaults, checked by the one check of a generation request
+// (models::CheckGenerationRequest).
+absl::StatusOr<models::CheckedGeneration> CheckedGenerationFor(
+    std::vector<int64_t> prompt, const GenerationParameters& parameters,
     const GenerationLimits& limits) {
   if (!parameters.stop.empty() && limits.tokenizer == nullptr) {
     return absl::InvalidArgumentError(
@@ -115,12 +117,8 @@ absl::StatusOr<models::GenerationOptions> OptionsFor(
   if (!parameters.ignore_eos) options.eos_token_ids = limits.eos_token_ids;
   options.stop_token_ids = parameters.stop_token_ids;
   options.sampling = parameters.sampling;
-  if (absl::Status checked = models::CheckGenerationRequest(
-          limits.vocab_size, limits.max_positions, prompt, options);
-      !checked.ok()) {
-    return checked;
-  }
-  return options;
+  return models::CheckGenerationRequest(limits.vocab_size, limits.max_positions,
+                                        std::move(prompt), std::move(options));
 }
 
 }  // namespace
@@ -128,23 +126,19 @@ absl::StatusOr<models::GenerationOptions> OptionsFor(
 absl::StatusOr<CheckedGenerationRequest> DecodeGenerationRequest(
     const inference::ModelInferRequest& request,
     const GenerationLimits& limits) {
-  CheckedGenerationRequest checked;
   absl::StatusOr<std::vector<std::string>> requested =
       RequestedOutputs(request, *limits.outputs);
   if (!requested.ok()) return requested.status();
-  checked.requested_outputs = *std::move(requested);
   absl::StatusOr<GenerationParameters> parameters =
       ParseGenerationParameters(request.parameters());
   if (!parameters.ok()) return parameters.status();
-  checked.parameters = *std::move(parameters);
   absl::StatusOr<std::vector<int64_t>> prompt = Prompt(request, limits);
   if (!prompt.ok()) return prompt.status();
-  checked.prompt = *std::move(prompt);
-  absl::StatusOr<models::GenerationOptions> options =
-      OptionsFor(checked.prompt, checked.parameters, limits);
-  if (!options.ok()) return options.status();
-  checked.options = *std::move(options);
-  return checked;
+  absl::StatusOr<models::CheckedGeneration> generation =
+      CheckedGenerationFor(*std::move(prompt), *parameters, limits);
+  if (!generation.ok()) return generation.status();
+  return CheckedGenerationRequest{*std::move(requested), *std::move(parameters),
+                                  *std::move(generation)};
 }
 
 }  // namespace castserve

@@ -15,15 +15,10 @@
 #include "proto/inference.pb.h"
 #include "server/lifecycle/served_model.h"
 #include "server/servables/generation/generation_parameters.h"
+#include "server/servables/generation/generation_signature.h"
 #include "text/tokenizer.h"
 
 namespace castserve {
-
-// The generation signature's tensors.
-inline constexpr char kTextInputTensor[] = "text_input";
-inline constexpr char kInputIdsTensor[] = "input_ids";
-inline constexpr char kTextOutputTensor[] = "text_output";
-inline constexpr char kOutputIdsTensor[] = "output_ids";
 
 // What a request is checked against: one generation model's signature and
 // limits. Not owned pointers outlive the check.
@@ -41,22 +36,25 @@ struct GenerationLimits {
   std::vector<int64_t> eos_token_ids;
 };
 
+// Made only by DecodeGenerationRequest: its `generation` can only come from
+// models::CheckGenerationRequest, the one check the engine trusts.
 struct CheckedGenerationRequest {
   // The outputs the request names; empty: all.
   std::vector<std::string> requested_outputs;
   GenerationParameters parameters;
-  // 1..max_positions - 1 ids inside the vocabulary.
-  std::vector<int64_t> prompt;
-  // max_new_tokens within the positions the prompt leaves; EOS ids unless
-  // ignore_eos; stop ids inside the vocabulary; valid sampling.
-  models::GenerationOptions options;
+  // The prompt (1..max_positions - 1 ids inside the vocabulary) and the
+  // options: max_new_tokens within the positions the prompt leaves, EOS ids
+  // unless ignore_eos, stop ids inside the vocabulary, valid sampling.
+  models::CheckedGeneration generation;
 };
 
 // `request` checked completely against `limits`: exactly one of text_input
 // and input_ids (text needs a tokenizer and valid UTF-8), outputs of the
-// model named once each, the parameters (ParseGenerationParameters), a stop
-// string only with a tokenizer, the prompt's length and ids, the stop ids
-// and max_tokens. INVALID_ARGUMENT naming what is wrong.
+// model named once each, the parameters' types (ParseGenerationParameters),
+// a stop string only with a tokenizer, then the prompt with the options the
+// parameters give, by models::CheckGenerationRequest: the prompt's length and
+// ids, max_tokens, the stop ids, the sampling parameters' ranges.
+// INVALID_ARGUMENT naming what is wrong.
 absl::StatusOr<CheckedGenerationRequest> DecodeGenerationRequest(
     const inference::ModelInferRequest& request,
     const GenerationLimits& limits);

@@ -27,8 +27,10 @@
 // the checked request. The call's deadline and cancellation reach the sequence.
 //
 // Statistics: every request counts once (success or its failure); tokens,
-// time to first token and inter-token times go to the recorder, the
-// engine's KV bytes to activity().kv_cache and tracked_bytes().
+// time to first token and inter-token times go to the recorder
+// (generation_statistics.h), the engine's KV bytes to activity().kv_cache
+// and tracked_bytes(). The wire responses are generation_responses.h's, the
+// signature generation_signature.h's.
 //
 // Shutdown: once the model's cancellation is set, sequences end before their
 // next step with UNAVAILABLE. Unloading waits for the running ones
@@ -50,17 +52,16 @@
 #include "casting/memory/footprint.h"
 #include "models/cancellation.h"
 #include "models/model.h"
+#include "platform/clock.h"
 #include "proto/model_config.pb.h"
 #include "server/lifecycle/served_model.h"
 #include "server/servables/generation/generation_engine.h"
-#include "server/servables/generation/generation_request.h"
+#include "server/servables/generation/generation_signature.h"
 #include "server/servables/served_model_handle.h"
 #include "server/servables/tracked_model_id.h"
 #include "text/tokenizer.h"
 
 namespace castserve {
-
-// Wire names of the generation signature.
 
 struct GenerationModelParts {
   // Tags the model's memory; may be null. Declared first: released last.
@@ -82,6 +83,8 @@ struct GenerationModelParts {
   // The model's (the manager's shutdown; may be null): once set, running
   // and new sequences end with UNAVAILABLE and its reason.
   std::shared_ptr<const models::Cancellation> cancellation;
+  // What the statistics' times read; null: platform::Clock::Real().
+  platform::Clock* clock = nullptr;
 };
 
 class GenerationServedModel final : public ServedModelHandle {

@@ -1,0 +1,38 @@
+// The generation signature a config.pbtxt states or is given: text_input
+// BYTES [1] (with a tokenizer) and input_ids INT64 [-1] in; text_output BYTES
+// [1] (with a tokenizer) and output_ids INT64 [-1] out
+// (generation_served_model.h).
+#ifndef CASTSERVE_SERVER_SERVABLES_GENERATION_GENERATION_SIGNATURE_H_
+#define CASTSERVE_SERVER_SERVABLES_GENERATION_GENERATION_SIGNATURE_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/model_config.pb.h"
+#include "server/lifecycle/served_model.h"
+
+namespace castserve {
+
+// The generation signature's tensors.
+inline constexpr char kTextInputTensor[] = "text_input";
+inline constexpr char kInputIdsTensor[] = "input_ids";
+inline constexpr char kTextOutputTensor[] = "text_output";
+inline constexpr char kOutputIdsTensor[] = "output_ids";
+
+struct GenerationSignature {
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+};
+
+// The signature of a generation model with (`text`) or without a tokenizer.
+GenerationSignature GenerationSignatureOf(bool text);
+
+// Fills `signature` into `config` where it lists no inputs (outputs);
+// otherwise every listed tensor must be one of the signature's, with its
+// type and dims: InvalidArgument naming the one that is not.
+absl::Status ApplyGenerationSignature(const GenerationSignature& signature,
+                                      inference::ModelConfig& config);
+
+}  // namespace castserve
+
+#endif  // CASTSERVE_SERVER_SERVABLES_GENERATION_GENERATION_SIGNATURE_H_
