@@ -14,6 +14,7 @@
 #include "models/generation.h"
 #include "proto/inference.pb.h"
 #include "server/lifecycle/served_model.h"
+#include "server/servables/generation/chat_prompt.h"
 #include "server/servables/generation/generation_parameters.h"
 #include "text/tokenizer.h"
 
@@ -22,6 +23,9 @@ namespace castserve {
 // The generation signature's tensors.
 inline constexpr char kTextInputTensor[] = "text_input";
 inline constexpr char kInputIdsTensor[] = "input_ids";
+// BYTES [1]: the JSON array of chat messages, rendered by the model's chat
+// template (chat_prompt.h); only models whose folder has one list it.
+inline constexpr char kMessagesTensor[] = "messages";
 inline constexpr char kTextOutputTensor[] = "text_output";
 inline constexpr char kOutputIdsTensor[] = "output_ids";
 
@@ -32,6 +36,8 @@ struct GenerationLimits {
   const std::vector<TensorSpec>* outputs = nullptr;
   // Null: token ids only.
   const text::Tokenizer* tokenizer = nullptr;
+  // Null: the model has no chat template (no `messages` input).
+  const ChatPrompt* chat = nullptr;
   int64_t vocab_size = 0;
   // A prompt plus its new tokens fit in this many positions.
   int64_t max_positions = 0;
@@ -52,8 +58,10 @@ struct CheckedGenerationRequest {
   models::GenerationOptions options;
 };
 
-// `request` checked completely against `limits`: exactly one of text_input
-// and input_ids (text needs a tokenizer and valid UTF-8), outputs of the
+// `request` checked completely against `limits`: exactly one of text_input,
+// messages and input_ids (text needs a tokenizer and valid UTF-8; messages
+// are rendered by the chat template and encoded without the tokenizer's
+// special tokens, as apply_chat_template(tokenize=True) does), outputs of the
 // model named once each, the parameters (ParseGenerationParameters), a stop
 // string only with a tokenizer, the prompt's length and ids, the stop ids
 // and max_tokens. INVALID_ARGUMENT naming what is wrong.

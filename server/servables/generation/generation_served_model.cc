@@ -32,9 +32,10 @@ static_assert(kMaxGenerationTokens == models::kMaxNewTokens,
 // destructor must not stop (join) the engine from here.
 thread_local const void* callback_of = nullptr;
 
-std::vector<TensorSpec> WireInputs(bool text) {
+std::vector<TensorSpec> WireInputs(bool text, bool chat) {
   std::vector<TensorSpec> inputs;
   if (text) inputs.push_back({kTextInputTensor, "BYTES", {1}, true});
+  if (text && chat) inputs.push_back({kMessagesTensor, "BYTES", {1}, true});
   inputs.push_back({kInputIdsTensor, "INT64", {-1}, true});
   return inputs;
 }
@@ -128,6 +129,7 @@ struct GenerationSequence {
   // What ends the sequence after a token besides a stop string: its count,
   // an EOS or stop id.
   int64_t max_new_tokens = 0;
+  int64_t prompt_tokens = 0;
   std::vector<int64_t> end_ids;
   absl::Time arrival;
   absl::Time last_token;
@@ -149,15 +151,20 @@ class GenerationServedModel::Impl final : public ServedModel {
       : tracked_id_(std::move(parts.tracked_id)),
         model_(std::move(parts.model)),
         tokenizer_(std::move(parts.tokenizer)),
+        chat_(tokenizer_ != nullptr ? std::move(parts.chat) : nullptr),
         config_(std::move(parts.config)),
         vocab_size_(parts.vocab_size),
         max_positions_(parts.max_positions),
         eos_token_ids_(std::move(parts.eos_token_ids)),
         inputs_(std::move(inputs)),
         outputs_(std::move(outputs)),
-        limits_{&inputs_,         &outputs_,
-                tokenizer_.get(), vocab_size_,
-                max_positions_,   config_.generation().default_max_tokens(),
+        limits_{&inputs_,
+                &outputs_,
+                tokenizer_.get(),
+                chat_.get(),
+                vocab_size_,
+                max_positions_,
+                config_.generation().default_max_tokens(),
                 eos_token_ids_},
         cancellation_(std::move(parts.cancellation)),
         engine_(std::move(parts.engine)) {}
@@ -226,6 +233,7 @@ class GenerationServedModel::Impl final : public ServedModel {
   const std::unique_ptr<TrackedModelId> tracked_id_;
   const std::shared_ptr<models::Model> model_;
   const std::shared_ptr<const text::Tokenizer> tokenizer_;
+  const std::shared_ptr<const ChatPrompt> chat_;
   const inference::ModelConfig config_;
   const int64_t vocab_size_;
   const int64_t max_positions_;
@@ -258,6 +266,7 @@ void GenerationServedModel::Impl::Infer(
   sequence->requested_outputs = std::move(checked->requested_outputs);
   sequence->parameters = std::move(checked->parameters);
   sequence->max_new_tokens = checked->options.max_new_tokens;
+  sequence->prompt_tokens = static_cast<int64_t>(checked->prompt.size());
   sequence->end_ids = checked->options.eos_token_ids;
   sequence->end_ids.insert(sequence->end_ids.end(),
                            checked->options.stop_token_ids.begin(),
@@ -396,6 +405,8 @@ absl::Status GenerationServedModel::Impl::WriteFinal(
   SetParameter(final_response, "triton_final_response", true);
   (*final_response.mutable_parameters())["finish_reason"].set_string_param(
       finish_reason);
+  (*final_response.mutable_parameters())["prompt_tokens"].set_int64_param(
+      sequence.prompt_tokens);
   if (static_cast<int64_t>(final_response.ByteSizeLong()) >
       sequence.call.max_response_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -465,7 +476,7 @@ GenerationServedModel::Create(GenerationModelParts parts) {
         "vocabulary and a context of 2 positions at least");
   }
   const bool text = parts.tokenizer != nullptr;
-  std::vector<TensorSpec> inputs = WireInputs(text);
+  std::vector<TensorSpec> inputs = WireInputs(text, parts.chat != nullptr);
   std::vector<TensorSpec> outputs = WireOutputs(text);
   inference::ModelConfig& config = parts.config;
   *config.mutable_generation() = WithGenerationDefaults(config.generation());
