@@ -352,7 +352,7 @@ void InferenceCore::ReadyModelConfigs(
   }
   for (const auto& [name, model] : manager_->ReadyModels()) {
     configs->push_back(model->config());
-    if (configs->back().name().empty()) configs->back().set_name(name);
+    configs->back().set_name(name);
   }
   done(absl::OkStatus());
 }

@@ -1,9 +1,9 @@
 #include "server/openai/openai_calls.h"
 
 #include <memory>
+#include <random>
 #include <utility>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/openai/openai_errors.h"
@@ -87,18 +87,17 @@ HttpResponse JsonAnswer(const nlohmann::json& body) {
           {}};
 }
 
-std::string RandomId(absl::string_view prefix) {
+uint64_t RandomUint64() {
   static absl::Mutex mutex(absl::kConstInit);
-  static absl::BitGen* const generator = new absl::BitGen();
-  uint64_t high = 0;
-  uint32_t low = 0;
-  {
-    absl::MutexLock lock(&mutex);
-    high = absl::Uniform<uint64_t>(*generator);
-    low = absl::Uniform<uint32_t>(*generator);
-  }
-  return absl::StrCat(prefix, "-", absl::Hex(high, absl::kZeroPad16),
-                      absl::Hex(low, absl::kZeroPad8));
+  static std::mt19937_64* const generator =
+      new std::mt19937_64(std::random_device{}());
+  absl::MutexLock lock(&mutex);
+  return (*generator)();
+}
+
+std::string RandomId(absl::string_view prefix) {
+  return absl::StrCat(prefix, "-", absl::Hex(RandomUint64(), absl::kZeroPad16),
+                      absl::Hex(RandomUint64() >> 32, absl::kZeroPad8));
 }
 
 }  // namespace castserve::openai

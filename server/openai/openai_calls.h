@@ -6,6 +6,7 @@
 #ifndef CASTSERVE_SERVER_OPENAI_OPENAI_CALLS_H_
 #define CASTSERVE_SERVER_OPENAI_OPENAI_CALLS_H_
 
+#include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -52,6 +53,8 @@ absl::Status WrongKind(const inference::ModelConfig& config,
 
 // 200 with `body`; invalid UTF-8 becomes U+FFFD.
 HttpResponse JsonAnswer(const nlohmann::json& body);
+// A draw of a generator seeded from std::random_device. Thread-safe.
+uint64_t RandomUint64();
 // "<prefix>-" and 24 random hex digits.
 std::string RandomId(absl::string_view prefix);
 

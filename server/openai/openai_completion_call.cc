@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/openai/openai_calls.h"
@@ -53,12 +52,7 @@ void SetParameters(const CompletionRequest& request, uint64_t seed,
 }
 
 // Seeds castserve draws when the request names none: within int64.
-uint64_t RandomSeed() {
-  static absl::Mutex mutex(absl::kConstInit);
-  static absl::BitGen* const generator = new absl::BitGen();
-  absl::MutexLock lock(&mutex);
-  return absl::Uniform<uint64_t>(*generator) >> 2;
-}
+uint64_t RandomSeed() { return RandomUint64() >> 2; }
 
 }  // namespace
 

@@ -68,7 +68,7 @@ absl::Status InvalidField(absl::string_view param, absl::string_view message) {
 }
 
 std::optional<std::string> FieldOf(const absl::Status& status) {
-  std::optional<absl::Cord> param = status.GetPayload(kParamPayload);
+  auto param = status.GetPayload(kParamPayload);
   if (!param.has_value()) return std::nullopt;
   return std::string(*param);
 }
