@@ -65,6 +65,7 @@ LLAMA = "tiny_llama"
 MINILM = "minilm"
 INFER_TOKEN = "openai-infer-token-0123456789"
 ADMIN_TOKEN = "openai-admin-token-0123456789"
+METRICS_TOKEN = "openai-metrics-token-0123456789"
 TIMEOUT_SECONDS = 60
 
 
@@ -93,8 +94,8 @@ class OpenAiTest(unittest.TestCase):
         os.symlink(os.path.realpath(WEIGHTS),
                    os.path.join(cls.repository, MINILM, "hf"))
         cls.tokens = os.path.join(cls.repository, "tokens")
-        write_file(cls.tokens,
-                   f"{INFER_TOKEN} infer\n{ADMIN_TOKEN} admin\n")
+        write_file(cls.tokens, f"{INFER_TOKEN} infer\n{ADMIN_TOKEN} admin\n"
+                   f"{METRICS_TOKEN} metrics\n")
         cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
                             "--grpc-port=0", "--metrics-port=0",
                             "--http-port=0", "--bind-address=127.0.0.1",
@@ -127,8 +128,10 @@ class OpenAiTest(unittest.TestCase):
         return np.asarray(answer["outputs"][0]["data"], np.float32)
 
     def metrics(self):
-        url = f"http://127.0.0.1:{self.daemon.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.daemon.metrics_port}/metrics",
+            headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
             return response.read().decode()
 
     def kv_cache_bytes(self):
@@ -183,8 +186,14 @@ class OpenAiTest(unittest.TestCase):
                                    answer.data[0].embedding, atol=1e-6)
 
     def tokenizer_of_minilm(self):
-        return tokenizers.Tokenizer.from_file(
+        """minilm's tokenizer.json pads and truncates at 128; castserve pads
+        nothing and truncates at sentence-transformers' max_seq_length."""
+        tokenizer = tokenizers.Tokenizer.from_file(
             os.path.join(WEIGHTS, "tokenizer.json"))
+        tokenizer.no_padding()
+        with open(os.path.join(WEIGHTS, "sentence_bert_config.json")) as f:
+            tokenizer.enable_truncation(json.load(f)["max_seq_length"])
+        return tokenizer
 
     def test_embeddings_tokens_base64_and_dimensions(self):
         text = "A man is playing a guitar."
@@ -308,7 +317,7 @@ class OpenAiTest(unittest.TestCase):
     def test_closing_a_stream_frees_the_kv_cache(self):
         stream = self.client.chat.completions.create(
             messages=[{"role": "user", "content": "Tell me everything."}],
-            max_tokens=220, stream=True, **self.greedy())
+            max_tokens=200, stream=True, **self.greedy())
         next(iter(stream))
         self.assertGreater(self.kv_cache_bytes(), 0)
         stream.close()
