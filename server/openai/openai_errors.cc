@@ -2,15 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "absl/strings/cord.h"
 #include "server/core/status_conversion.h"
+#include "server/openai/openai_requests.h"
 
 namespace castserve::openai {
 namespace {
 
 using nlohmann::json;
-
-constexpr char kParamPayload[] = "castserve.openai/param";
 
 // OpenAI's error types by HTTP status.
 const char* ErrorType(int status_code) {
@@ -60,18 +58,6 @@ HttpResponse JsonResponse(int status_code, const json& body) {
 }
 
 }  // namespace
-
-absl::Status InvalidField(absl::string_view param, absl::string_view message) {
-  absl::Status status = absl::InvalidArgumentError(message);
-  status.SetPayload(kParamPayload, absl::Cord(param));
-  return status;
-}
-
-std::optional<std::string> FieldOf(const absl::Status& status) {
-  auto param = status.GetPayload(kParamPayload);
-  if (!param.has_value()) return std::nullopt;
-  return std::string(*param);
-}
 
 HttpResponse ErrorResponse(const absl::Status& status) {
   const int status_code = ToHttpStatusCode(status.code());

@@ -1,7 +1,8 @@
 // The OpenAI API's errors: {"error": {"message", "type", "param", "code"}}
 // with the HTTP status the KServe path gives the same status
 // (server/core/status_conversion.h). A request field that is wrong carries
-// its name as the error's `param` (InvalidField). Stateless; thread-safe.
+// its name as the error's `param` (InvalidField, openai_requests.h).
+// Stateless; thread-safe.
 #ifndef CASTSERVE_SERVER_OPENAI_OPENAI_ERRORS_H_
 #define CASTSERVE_SERVER_OPENAI_OPENAI_ERRORS_H_
 
@@ -13,13 +14,6 @@
 #include "server/http/http_server.h"
 
 namespace castserve::openai {
-
-// INVALID_ARGUMENT about the request field `param` (a JSON path such as
-// "messages[2].content"); `message` names it too.
-absl::Status InvalidField(absl::string_view param, absl::string_view message);
-
-// The field a status from InvalidField names; nullopt for others.
-std::optional<std::string> FieldOf(const absl::Status& status);
 
 // The error body of `status` (not OK) and its HTTP status; UNAUTHENTICATED
 // also says WWW-Authenticate: Bearer.

@@ -1,20 +1,24 @@
 #include "server/openai/openai_requests.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "platform/json_parser.h"
-#include "server/openai/openai_errors.h"
 
 namespace castserve::openai {
 namespace {
 
 using nlohmann::json;
+
+constexpr char kParamPayload[] = "castserve.openai/param";
 
 // ---------------------------------------------------------------------------
 // Typed reads of one field, errors naming it.
@@ -388,6 +392,18 @@ absl::Status ReadMaxTokens(const json& v, const char* field,
 }
 
 }  // namespace
+
+absl::Status InvalidField(absl::string_view param, absl::string_view message) {
+  absl::Status status = absl::InvalidArgumentError(message);
+  status.SetPayload(kParamPayload, absl::Cord(param));
+  return status;
+}
+
+std::optional<std::string> FieldOf(const absl::Status& status) {
+  auto param = status.GetPayload(kParamPayload);
+  if (!param.has_value()) return std::nullopt;
+  return std::string(*param);
+}
 
 absl::StatusOr<EmbeddingsRequest> DecodeEmbeddingsRequest(
     absl::string_view body) {

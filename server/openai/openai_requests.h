@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -75,6 +76,13 @@ struct RerankRequest {
   std::optional<int64_t> top_n;        // >= 1.
   bool return_documents = false;
 };
+
+// INVALID_ARGUMENT about the request field `param` (a JSON path such as
+// "messages[2].content"); `message` names it too. The error's `param`.
+absl::Status InvalidField(absl::string_view param, absl::string_view message);
+
+// The field a status from InvalidField names; nullopt for others.
+std::optional<std::string> FieldOf(const absl::Status& status);
 
 // InvalidArgument naming the field (InvalidField) for a body that is not
 // such a request.

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "server/openai/openai_errors.h"
 
 namespace castserve::openai {
 namespace {
