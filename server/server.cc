@@ -19,6 +19,7 @@
 #include "server/core/inference_core.h"
 #include "server/grpc/inference_service.h"
 #include "server/http/http_server.h"
+#include "server/http/path_prefix_router.h"
 #include "server/http/port_check.h"
 #include "server/lifecycle/model_manager.h"
 #include "server/lifecycle/model_repository.h"
@@ -26,6 +27,7 @@
 #include "server/metrics/metrics_exporter.h"
 #include "server/metrics/process_metrics.h"
 #include "server/metrics/serving_metrics.h"
+#include "server/openai/openai_service.h"
 #include "server/rest/rest_service.h"
 #include "server/servables/factory/hf_served_model_factory.h"
 
@@ -226,10 +228,16 @@ absl::Status Server::StartGrpc(const ServerOptions& options) {
 absl::Status Server::StartRest(const ServerOptions& options) {
   if (!options.http_port.has_value()) return absl::OkStatus();
   rest_service_ = std::make_unique<RestService>(core_.get(), executor_.get());
+  openai_service_ =
+      std::make_unique<openai::OpenAiService>(core_.get(), executor_.get());
+  rest_router_ = std::make_unique<PathPrefixRouter>(
+      std::vector<PathPrefixRouter::Route>{
+          {{"/v1", "/rerank"}, openai_service_.get()}},
+      rest_service_.get());
   HttpServerOptions http = options.http;
   http.limits.max_body_bytes = options.max_message_bytes;
   absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(
-      options.bind_address, *options.http_port, http, rest_service_.get());
+      options.bind_address, *options.http_port, http, rest_router_.get());
   if (!server.ok()) return server.status();
   rest_http_ = *std::move(server);
   return absl::OkStatus();

@@ -27,7 +27,11 @@ class InferenceService;
 class MetricsExporter;
 class ModelManager;
 class ModelRepository;
+class PathPrefixRouter;
 class RestService;
+namespace openai {
+class OpenAiService;
+}
 class ServedModelFactory;
 class TokenAuthenticator;
 
@@ -130,7 +134,11 @@ class Server {
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<RestService> rest_service_;
-  // Destroyed before the service it serves.
+  // The OpenAI API under /v1 on the REST port.
+  std::unique_ptr<openai::OpenAiService> openai_service_;
+  // KServe v2 and the OpenAI API on the one REST port.
+  std::unique_ptr<PathPrefixRouter> rest_router_;
+  // Destroyed before the services it serves.
   std::unique_ptr<HttpServer> rest_http_;
   std::unique_ptr<MetricsExporter> metrics_;
   int grpc_port_ = 0;

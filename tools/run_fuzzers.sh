@@ -16,7 +16,10 @@
 #                          RepositoryModelLoad's JSON config through validation
 #                          and the load's checks; rest_infer: a KServe v2 REST
 #                          inference body (JSON tensors, the binary extension)
-#                          decoded and its inputs encoded back as a response
+#                          decoded and its inputs encoded back as a response;
+#                          openai_request: an OpenAI API body through the
+#                          decoder of each endpoint (bounds kept, refusals
+#                          INVALID_ARGUMENT)
 #   text/fuzz/             tokenizer_encode: Tokenizer::Encode of arbitrary bytes
 #                          over the MiniLM and byte-level BPE tokenizers (ids in
 #                          the vocabulary, BPE decodes back to the text)
@@ -41,7 +44,7 @@ cd "$(dirname "$0")/.."
 
 MAX_TOTAL_TIME="${MAX_TOTAL_TIME:-180}"
 WORK="${WORK:-/tmp/castserve_fuzz}"
-ALL_TARGETS="safetensors torch_zip infer_request config_pbtxt config_json rest_infer tokenizer_encode chat_template"
+ALL_TARGETS="safetensors torch_zip infer_request config_pbtxt config_json rest_infer openai_request tokenizer_encode chat_template"
 read -r -a TARGETS <<<"${*:-$ALL_TARGETS}"
 LIBTORCH="${LIBTORCH:-${CASTSERVE_CACHE:-$HOME/.cache/castserve}/libtorch-2.11.0/torch}"
 mkdir -p "$WORK/obj"
@@ -136,7 +139,8 @@ export WORK CXXFLAGS SANITIZE
 
 declare -A FOLDER=([safetensors]=casting/formats [torch_zip]=casting/formats
   [infer_request]=server [config_pbtxt]=server [config_json]=server
-  [rest_infer]=server [tokenizer_encode]=text [chat_template]=text/jinja)
+  [rest_infer]=server [openai_request]=server [tokenizer_encode]=text
+  [chat_template]=text/jinja)
 # What each target links, as Bazel targets (their sources are compiled here).
 declare -A LINKS=(
   [safetensors]="//casting/formats:safetensors_reader"
@@ -145,6 +149,7 @@ declare -A LINKS=(
   [config_pbtxt]="//server/servables/factory:hf_served_model_factory + //server/lifecycle:model_repository"
   [config_json]="//server/servables/factory:hf_served_model_factory + //server/lifecycle:model_repository"
   [rest_infer]="//server/rest:rest_infer_codec"
+  [openai_request]="//server/openai:openai_requests"
   [tokenizer_encode]="//text:load_tokenizer"
   [chat_template]="//text/jinja:chat_template + //text/jinja:chat_context + //platform:fake_clock_test_util"
 )
@@ -156,7 +161,8 @@ declare -A DICT=([safetensors]=casting/formats/fuzz/safetensors.dict
 # The server targets' inputs are small: a request or a config file.
 declare -A MAX_LEN=([safetensors]=65536 [torch_zip]=65536
   [infer_request]=8192 [config_pbtxt]=16384 [config_json]=16384
-  [rest_infer]=16384 [tokenizer_encode]=16384 [chat_template]=16384)
+  [rest_infer]=16384 [openai_request]=16384 [tokenizer_encode]=16384
+  [chat_template]=16384)
 
 for target in "${TARGETS[@]}"; do
   if [[ -z "${FOLDER[$target]:-}" ]]; then

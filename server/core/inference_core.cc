@@ -344,6 +344,19 @@ void InferenceCore::ModelStatistics(
   done(absl::OkStatus());
 }
 
+void InferenceCore::ReadyModelConfigs(
+    CallContext call, std::vector<inference::ModelConfig>* configs,
+    CallDone done) {
+  if (absl::Status allowed = Authorize(call, Scope::kInfer); !allowed.ok()) {
+    return done(allowed);
+  }
+  for (const auto& [name, model] : manager_->ReadyModels()) {
+    configs->push_back(model->config());
+    configs->back().set_name(name);
+  }
+  done(absl::OkStatus());
+}
+
 void InferenceCore::RepositoryIndex(
     CallContext call, const inference::RepositoryIndexRequest& request,
     inference::RepositoryIndexResponse* response, CallDone done) {

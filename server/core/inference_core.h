@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -118,6 +119,11 @@ class InferenceCore {
                        const inference::ModelStatisticsRequest& request,
                        inference::ModelStatisticsResponse* response,
                        CallDone done);
+  // The effective configs of the READY models, by name (the OpenAI API's
+  // model list). Scope `infer`.
+  void ReadyModelConfigs(CallContext call,
+                         std::vector<inference::ModelConfig>* configs,
+                         CallDone done);
   void RepositoryIndex(CallContext call,
                        const inference::RepositoryIndexRequest& request,
                        inference::RepositoryIndexResponse* response,

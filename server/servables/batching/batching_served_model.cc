@@ -20,6 +20,16 @@
 namespace castserve {
 namespace {
 
+// The tokens of a request's input_ids that are not padding (attention_mask
+// 1), over its whole batch; -1 for a model without input_ids.
+int64_t PromptTokens(const models::NamedTensors& inputs) {
+  auto ids = inputs.find("input_ids");
+  if (ids == inputs.end()) return -1;
+  auto mask = inputs.find("attention_mask");
+  if (mask == inputs.end()) return ids->second.numel();
+  return mask->second.ne(0).sum().item<int64_t>();
+}
+
 // Names, dtypes and non-batch dimensions: what must match for requests to
 // join.
 std::string BatchKeyOf(const models::NamedTensors& inputs) {
@@ -191,17 +201,23 @@ void BatchingServedModel::Impl::Infer(InferenceCall call,
     recorder_.RecordRequest({checked.status().code()}, queue_.clock().Now());
     return done(checked.status());
   }
+  const int64_t prompt_tokens = PromptTokens(checked->tensors());
   InferenceRequest request(*std::move(checked));
   request.batch_size = decoded->batch_size;
   request.requested_outputs = decoded->requested_outputs;
   request.deadline = call.deadline;
   request.is_cancelled = std::move(call.is_cancelled);
   request.write_response = [this, wire, response = call.response,
-                            max_bytes = call.max_response_bytes,
+                            max_bytes = call.max_response_bytes, prompt_tokens,
                             requested = std::move(decoded->requested_outputs)](
                                const models::NamedTensors& outputs) {
-    return FillResponseWithin(*wire, model_->outputs(), requested, outputs,
-                              max_bytes, response);
+    absl::Status written = FillResponseWithin(
+        *wire, model_->outputs(), requested, outputs, max_bytes, response);
+    if (written.ok() && prompt_tokens >= 0) {
+      (*response->mutable_parameters())[kPromptTokensParameter].set_int64_param(
+          prompt_tokens);
+    }
+    return written;
   };
   Enqueue(std::move(request), [done = std::move(done)](InferenceResult result) {
     done(result.outputs.status());

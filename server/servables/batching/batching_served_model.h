@@ -23,6 +23,11 @@
 // equal, and every request's outputs are the ones it would get alone.
 // Without dynamic_batching every request runs alone.
 //
+// A response to a model that takes input_ids carries the parameter
+// prompt_tokens (int64): the request's tokens that are not padding
+// (attention_mask 1), all batch elements together, whether they came as
+// token inputs or as text.
+//
 // Deadlines and cancellation are checked while requests wait (a few
 // milliseconds apart) and right before a batch runs. The queue holds at most
 // default_queue_policy.max_queue_size requests (1024 when 0); beyond that
@@ -59,6 +64,9 @@
 #include "server/servables/tracked_model_id.h"
 
 namespace castserve {
+
+// The response parameter counting a request's prompt tokens.
+inline constexpr char kPromptTokensParameter[] = "prompt_tokens";
 
 // How many instances `config` asks for: the sum of its instance groups'
 // counts (a group counts at least 1), 1 without groups.

@@ -9,7 +9,9 @@
 #include "models/generation/generation.h"
 #include "models/generation/incremental_decoder.h"
 #include "models/loading/model_loader.h"
+#include "platform/file_system.h"
 #include "server/lifecycle/model_config_loader.h"
+#include "server/servables/generation/chat_prompt.h"
 #include "server/servables/generation/generation_served_model.h"
 #include "server/servables/generation/scheduler_generation_engine.h"
 #include "text/tokenizer.h"
@@ -65,12 +67,16 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadGenerationModel(
   if (!tokenizer.ok()) return tokenizer.status();
   absl::StatusOr<std::vector<int64_t>> eos = models::ReadEosTokenIds(folder);
   if (!eos.ok()) return eos.status();
+  absl::StatusOr<std::unique_ptr<ChatPrompt>> chat =
+      ChatPrompt::Load(platform::FileSystem::Default(), folder);
+  if (!chat.ok()) return chat.status();
   GenerationModelParts parts;
   parts.config = config;
   parts.vocab_size = decoder->vocab_size();
   parts.max_positions = decoder->max_positions();
   parts.eos_token_ids = *std::move(eos);
   parts.tokenizer = *std::move(tokenizer);
+  parts.chat = *std::move(chat);
   parts.tracked_id = std::move(tracked_id);
   parts.cancellation = std::move(cancellation);
   parts.model = std::shared_ptr<models::Model>(std::move(model));

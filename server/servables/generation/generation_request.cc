@@ -35,6 +35,33 @@ absl::StatusOr<std::vector<std::string>> RequestedOutputs(
   return names;
 }
 
+// The one string of the BYTES input at `index`, valid UTF-8.
+absl::StatusOr<std::string> StringOfInput(
+    const inference::ModelInferRequest& request, int index) {
+  absl::StatusOr<std::vector<std::string>> strings =
+      StringsOfInput(request, index, /*max_batch_size=*/1);
+  if (!strings.ok()) return strings.status();
+  if (!text::IsValidUtf8(strings->front())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", request.inputs(index).name(), "' is not valid UTF-8"));
+  }
+  return std::move(strings->front());
+}
+
+absl::StatusOr<std::vector<int64_t>> Encode(const text::Tokenizer& tokenizer,
+                                            const std::string& text,
+                                            bool add_special_tokens,
+                                            absl::string_view input) {
+  text::EncodeOptions options;
+  options.add_special_tokens = add_special_tokens;
+  absl::StatusOr<text::Encoding> encoding = tokenizer.Encode(text, options);
+  if (!encoding.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", input, "': ", encoding.status().message()));
+  }
+  return std::move(encoding->ids);
+}
+
 absl::StatusOr<std::vector<int64_t>> PromptFromText(
     const inference::ModelInferRequest& request, int index,
     const text::Tokenizer* tokenizer) {
@@ -43,20 +70,30 @@ absl::StatusOr<std::vector<int64_t>> PromptFromText(
         absl::StrCat("input '", kTextInputTensor,
                      "': the model folder has no tokenizer; send input_ids"));
   }
-  absl::StatusOr<std::vector<std::string>> strings =
-      StringsOfInput(request, index, /*max_batch_size=*/1);
-  if (!strings.ok()) return strings.status();
-  if (!text::IsValidUtf8(strings->front())) {
+  absl::StatusOr<std::string> text = StringOfInput(request, index);
+  if (!text.ok()) return text.status();
+  return Encode(*tokenizer, *text, /*add_special_tokens=*/true,
+                kTextInputTensor);
+}
+
+// The rendered chat template's tokens; the template writes the special
+// tokens it wants (bos_token), so none are added.
+absl::StatusOr<std::vector<int64_t>> PromptFromMessages(
+    const inference::ModelInferRequest& request, int index,
+    const GenerationLimits& limits) {
+  if (limits.chat == nullptr || limits.tokenizer == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("input '", kTextInputTensor, "' is not valid UTF-8"));
+        absl::StrCat("input '", kMessagesTensor,
+                     "': the model folder has no chat template "
+                     "(chat_template.jinja or tokenizer_config.json's "
+                     "chat_template) and tokenizer"));
   }
-  absl::StatusOr<text::Encoding> encoding =
-      tokenizer->Encode(strings->front(), text::EncodeOptions{});
-  if (!encoding.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input '", kTextInputTensor, "': ", encoding.status().message()));
-  }
-  return std::move(encoding->ids);
+  absl::StatusOr<std::string> messages = StringOfInput(request, index);
+  if (!messages.ok()) return messages.status();
+  absl::StatusOr<std::string> prompt = limits.chat->Render(*messages);
+  if (!prompt.ok()) return prompt.status();
+  return Encode(*limits.tokenizer, *prompt, /*add_special_tokens=*/false,
+                kMessagesTensor);
 }
 
 // The prompt of `request`: input_ids, or text_input encoded.
@@ -65,10 +102,14 @@ absl::StatusOr<std::vector<int64_t>> Prompt(
     const GenerationLimits& limits) {
   int text_index = -1;
   int ids_index = -1;
+  int messages_index = -1;
   for (int i = 0; i < request.inputs_size(); ++i) {
     const std::string& name = request.inputs(i).name();
     if (name == kTextInputTensor && text_index < 0) {
       text_index = i;
+    } else if (name == kMessagesTensor && messages_index < 0 &&
+               limits.chat != nullptr) {
+      messages_index = i;
     } else if (name == kInputIdsTensor && ids_index < 0) {
       ids_index = i;
     } else {
@@ -82,10 +123,14 @@ absl::StatusOr<std::vector<int64_t>> Prompt(
           "), or is given twice"));
     }
   }
-  if ((text_index < 0) == (ids_index < 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a generation request gives exactly one of '",
-                     kTextInputTensor, "' and '", kInputIdsTensor, "'"));
+  if ((text_index >= 0) + (ids_index >= 0) + (messages_index >= 0) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a generation request gives exactly one of '", kTextInputTensor, "', ",
+        limits.chat != nullptr ? absl::StrCat("'", kMessagesTensor, "', ") : "",
+        "'", kInputIdsTensor, "'"));
+  }
+  if (messages_index >= 0) {
+    return PromptFromMessages(request, messages_index, limits);
   }
   if (text_index >= 0) {
     return PromptFromText(request, text_index, limits.tokenizer);

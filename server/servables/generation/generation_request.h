@@ -14,6 +14,7 @@
 #include "models/generation/generation.h"
 #include "proto/inference.pb.h"
 #include "server/lifecycle/served_model.h"
+#include "server/servables/generation/chat_prompt.h"
 #include "server/servables/generation/generation_parameters.h"
 #include "server/servables/generation/generation_signature.h"
 #include "text/tokenizer.h"
@@ -27,6 +28,8 @@ struct GenerationLimits {
   const std::vector<TensorSpec>* outputs = nullptr;
   // Null: token ids only.
   const text::Tokenizer* tokenizer = nullptr;
+  // Null: the model has no chat template (no `messages` input).
+  const ChatPrompt* chat = nullptr;
   int64_t vocab_size = 0;
   // A prompt plus its new tokens fit in this many positions.
   int64_t max_positions = 0;
@@ -48,13 +51,13 @@ struct CheckedGenerationRequest {
   models::CheckedGeneration generation;
 };
 
-// `request` checked completely against `limits`: exactly one of text_input
-// and input_ids (text needs a tokenizer and valid UTF-8), outputs of the
-// model named once each, the parameters' types (ParseGenerationParameters),
-// a stop string only with a tokenizer, then the prompt with the options the
-// parameters give, by models::CheckGenerationRequest: the prompt's length and
-// ids, max_tokens, the stop ids, the sampling parameters' ranges.
-// INVALID_ARGUMENT naming what is wrong.
+// `request` checked completely against `limits`: exactly one of text_input,
+// messages and input_ids (text needs a tokenizer and valid UTF-8; messages
+// are rendered by the chat template and encoded without the tokenizer's
+// special tokens, as apply_chat_template(tokenize=True) does), outputs of the
+// model named once each, the parameters (ParseGenerationParameters), a stop
+// string only with a tokenizer, the prompt's length and ids, the stop ids
+// and max_tokens. INVALID_ARGUMENT naming what is wrong.
 absl::StatusOr<CheckedGenerationRequest> DecodeGenerationRequest(
     const inference::ModelInferRequest& request,
     const GenerationLimits& limits);

@@ -10,11 +10,11 @@
 namespace castserve {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using test_util::Double;
 using test_util::Int;
 using test_util::String;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 // A model of 256 token ids and 128 positions, ids only, EOS 2.
 class GenerationRequestTest : public ::testing::Test {

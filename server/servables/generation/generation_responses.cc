@@ -110,6 +110,8 @@ absl::Status WriteFinalResponse(GenerationSequence& sequence,
   SetFinal(final_response, true);
   (*final_response.mutable_parameters())["finish_reason"].set_string_param(
       finish_reason);
+  (*final_response.mutable_parameters())["prompt_tokens"].set_int64_param(
+      sequence.prompt_tokens);
   if (static_cast<int64_t>(final_response.ByteSizeLong()) >
       sequence.call.max_response_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(

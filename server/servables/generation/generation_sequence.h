@@ -38,6 +38,7 @@ struct GenerationSequence {
   // What ends the sequence after a token besides a stop string: its count,
   // an EOS or stop id.
   int64_t max_new_tokens = 0;
+  int64_t prompt_tokens = 0;
   std::vector<int64_t> end_ids;
   absl::Time arrival;
   absl::Time last_token;

@@ -34,11 +34,13 @@ class GenerationServedModel::Impl final : public ServedModel {
       : tracked_id_(std::move(parts.tracked_id)),
         model_(std::move(parts.model)),
         tokenizer_(std::move(parts.tokenizer)),
+        chat_(tokenizer_ != nullptr ? std::move(parts.chat) : nullptr),
         config_(std::move(parts.config)),
         signature_(std::move(signature)),
         limits_{&signature_.inputs,
                 &signature_.outputs,
                 tokenizer_.get(),
+                chat_.get(),
                 parts.vocab_size,
                 parts.max_positions,
                 config_.generation().default_max_tokens(),
@@ -110,6 +112,7 @@ class GenerationServedModel::Impl final : public ServedModel {
   const std::unique_ptr<TrackedModelId> tracked_id_;
   const std::shared_ptr<models::Model> model_;
   const std::shared_ptr<const text::Tokenizer> tokenizer_;
+  const std::shared_ptr<const ChatPrompt> chat_;
   const inference::ModelConfig config_;
   const GenerationSignature signature_;
   // What DecodeGenerationRequest checks a request against.
@@ -139,6 +142,8 @@ void GenerationServedModel::Impl::Infer(
   sequence->parameters = std::move(checked->parameters);
   const models::GenerationOptions& options = checked->generation.options();
   sequence->max_new_tokens = options.max_new_tokens;
+  sequence->prompt_tokens =
+      static_cast<int64_t>(checked->generation.prompt().size());
   sequence->end_ids = options.eos_token_ids;
   sequence->end_ids.insert(sequence->end_ids.end(),
                            options.stop_token_ids.begin(),
@@ -240,7 +245,8 @@ GenerationServedModel::Create(GenerationModelParts parts) {
         "vocabulary and a context of 2 positions at least");
   }
   GenerationSignature signature =
-      GenerationSignatureOf(/*text=*/parts.tokenizer != nullptr);
+      GenerationSignatureOf(/*text=*/parts.tokenizer != nullptr,
+                            /*chat=*/parts.chat != nullptr);
   inference::ModelConfig& config = parts.config;
   *config.mutable_generation() = WithGenerationDefaults(config.generation());
   config.set_max_batch_size(0);

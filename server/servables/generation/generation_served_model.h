@@ -4,6 +4,8 @@
 //   text_input  BYTES [1]   (only when the folder has a tokenizer; encoded
 //                            with its special tokens)
 //   input_ids   INT64 [-1]
+//   messages    BYTES [1]   (only with a tokenizer and a chat template: the
+//                            JSON array of chat messages, chat_prompt.h)
 // and the parameters of generation_parameters.h; it becomes a
 // models::SequenceRequest for the model's GenerationEngine. Outputs:
 // output_ids INT64 [-1] (the new ids, an EOS or stop id included) and, with a
@@ -13,12 +15,14 @@
 // (output_ids [1], text_output: the new piece, see generation_text.h), each
 // with parameter triton_final_response false except the last, which also
 // carries finish_reason ("length" for max_tokens, "stop" otherwise) and is
-// written into call.response. With triton_enable_empty_final_response every
-// token's response goes through partial_response and the final one has no
-// outputs. A token's response goes out as soon as the token is chosen, but
-// for the one that ends the sequence (max_tokens reached, an EOS or stop id,
-// a stop string), which becomes the final response when the engine is done.
-// Unary: one response with all new ids and the whole text.
+// written into call.response. The final response also carries the
+// parameter prompt_tokens (int64: the prompt's length in tokens). With
+// triton_enable_empty_final_response every token's response goes through
+// partial_response and the final one has no outputs. A token's response goes
+// out as soon as the token is chosen, but for the one that ends the sequence
+// (max_tokens reached, an EOS or stop id, a stop string), which becomes the
+// final response when the engine is done. Unary: one response with all new ids
+// and the whole text.
 //
 // Validation happens once, in Infer, before anything is submitted
 // (DecodeGenerationRequest, generation_request.h): inputs, parameters, stop
@@ -55,6 +59,7 @@
 #include "platform/clock.h"
 #include "proto/model_config.pb.h"
 #include "server/lifecycle/served_model.h"
+#include "server/servables/generation/chat_prompt.h"
 #include "server/servables/generation/generation_engine.h"
 #include "server/servables/generation/generation_signature.h"
 #include "server/servables/served_model_handle.h"
@@ -78,6 +83,9 @@ struct GenerationModelParts {
   std::vector<int64_t> eos_token_ids;
   // Null: token ids only.
   std::shared_ptr<const text::Tokenizer> tokenizer;
+  // The folder's chat template; null when it has none. Used only with a
+  // tokenizer: then the signature lists the `messages` input.
+  std::shared_ptr<const ChatPrompt> chat;
   // Over `model`.
   std::unique_ptr<GenerationEngine> engine;
   // The model's (the manager's shutdown; may be null): once set, running

@@ -34,7 +34,8 @@ struct Served {
 };
 
 Served MakeModel(FakeGenerationEngine::NextToken next, bool tokenizer = true,
-                 absl::Duration step = absl::Milliseconds(1)) {
+                 absl::Duration step = absl::Milliseconds(1),
+                 std::shared_ptr<const ChatPrompt> chat = nullptr) {
   GenerationModelParts parts;
   parts.config.set_name("gen");
   parts.config.mutable_generation()->set_kv_cache_bytes(1 << 20);
@@ -42,6 +43,7 @@ Served MakeModel(FakeGenerationEngine::NextToken next, bool tokenizer = true,
   parts.max_positions = kMaxPositions;
   parts.eos_token_ids = {ByteTokenizer::kEos};
   if (tokenizer) parts.tokenizer = std::make_shared<ByteTokenizer>();
+  parts.chat = std::move(chat);
   auto engine = std::make_unique<FakeGenerationEngine>(std::move(next), step);
   Served served;
   served.engine = engine.get();
@@ -153,6 +155,63 @@ TEST(GenerationServedModelTest, ReportsADecoupledGenerationConfig) {
   EXPECT_EQ(config.input(1).name(), "input_ids");
   ASSERT_EQ(config.output_size(), 2);
   EXPECT_EQ(config.output(1).name(), "output_ids");
+}
+
+void AddMessages(inference::ModelInferRequest& request,
+                 const std::string& json) {
+  auto* input = request.add_inputs();
+  input->set_name("messages");
+  input->set_datatype("BYTES");
+  input->add_shape(1);
+  input->mutable_contents()->add_bytes_contents(json);
+}
+
+TEST(GenerationServedModelTest, MessagesAreRenderedByTheChatTemplate) {
+  absl::StatusOr<std::unique_ptr<ChatPrompt>> chat = ChatPrompt::Create(
+      "{% for m in messages %}<{{ m['role'] }}:{{ m['content'] }}>"
+      "{% endfor %}{% if add_generation_prompt %}A:{% endif %}",
+      {});
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  std::vector<int64_t> prompt_seen;
+  Served served = MakeModel(
+      [&prompt_seen](const std::vector<int64_t>& prompt, int64_t step) {
+        if (step == 0) prompt_seen = prompt;
+        return Says("ok")(prompt, step);
+      },
+      /*tokenizer=*/true, absl::Milliseconds(1), *std::move(chat));
+  const auto& inputs = served.model->inputs();
+  ASSERT_EQ(inputs.size(), 3);
+  EXPECT_EQ(inputs[1].name, "messages");
+  inference::ModelInferRequest request;
+  AddMessages(request, R"([{"role": "user", "content": "hi"}])");
+  Outcome unary = Call(*served.model, request, /*stream=*/false);
+  ASSERT_TRUE(unary.status.ok()) << unary.status;
+  EXPECT_EQ(TextOf(unary.final_response), "ok");
+  // The rendered text's bytes, without the tokenizer's BOS.
+  EXPECT_EQ(prompt_seen, ByteIds("<user:hi>A:"));
+  EXPECT_EQ(unary.final_response.parameters().at("prompt_tokens").int64_param(),
+            11);
+
+  inference::ModelInferRequest bad;
+  AddMessages(bad, R"({"role": "user"})");
+  Outcome refused = Call(*served.model, bad, /*stream=*/false);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status.message().find("messages"), std::string::npos)
+      << refused.status;
+}
+
+TEST(GenerationServedModelTest, WithoutAChatTemplateThereIsNoMessagesInput) {
+  Served served = MakeModel(Says("ok"));
+  for (const TensorSpec& input : served.model->inputs()) {
+    EXPECT_NE(input.name, "messages");
+  }
+  inference::ModelInferRequest request;
+  AddMessages(request, R"([{"role": "user", "content": "hi"}])");
+  Outcome refused = Call(*served.model, request, /*stream=*/false);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status.message().find("'messages' is not an input"),
+            std::string::npos)
+      << refused.status;
 }
 
 TEST(GenerationServedModelTest, UnaryReturnsTheWholeGeneration) {

@@ -56,10 +56,11 @@ absl::Status Apply(const std::vector<TensorSpec>& specs, absl::string_view kind,
 
 }  // namespace
 
-GenerationSignature GenerationSignatureOf(bool text) {
+GenerationSignature GenerationSignatureOf(bool text, bool chat) {
   GenerationSignature signature;
   if (text) {
     signature.inputs.push_back({kTextInputTensor, "BYTES", {1}, true});
+    if (chat) signature.inputs.push_back({kMessagesTensor, "BYTES", {1}, true});
     signature.outputs.push_back({kTextOutputTensor, "BYTES", {1}, false});
   }
   signature.inputs.push_back({kInputIdsTensor, "INT64", {-1}, true});

@@ -1,5 +1,6 @@
 // The generation signature a config.pbtxt states or is given: text_input
-// BYTES [1] (with a tokenizer) and input_ids INT64 [-1] in; text_output BYTES
+// BYTES [1] (with a tokenizer), messages BYTES [1] (with a tokenizer and a
+// chat template) and input_ids INT64 [-1] in; text_output BYTES
 // [1] (with a tokenizer) and output_ids INT64 [-1] out
 // (generation_served_model.h).
 #ifndef CASTSERVE_SERVER_SERVABLES_GENERATION_GENERATION_SIGNATURE_H_
@@ -16,6 +17,9 @@ namespace castserve {
 // The generation signature's tensors.
 inline constexpr char kTextInputTensor[] = "text_input";
 inline constexpr char kInputIdsTensor[] = "input_ids";
+// BYTES [1]: the JSON array of chat messages, rendered by the model's chat
+// template (chat_prompt.h); only models whose folder has one list it.
+inline constexpr char kMessagesTensor[] = "messages";
 inline constexpr char kTextOutputTensor[] = "text_output";
 inline constexpr char kOutputIdsTensor[] = "output_ids";
 
@@ -24,8 +28,9 @@ struct GenerationSignature {
   std::vector<TensorSpec> outputs;
 };
 
-// The signature of a generation model with (`text`) or without a tokenizer.
-GenerationSignature GenerationSignatureOf(bool text);
+// The signature of a generation model with (`text`) or without a tokenizer,
+// and with (`chat`, only with a tokenizer) or without a chat template.
+GenerationSignature GenerationSignatureOf(bool text, bool chat);
 
 // Fills `signature` into `config` where it lists no inputs (outputs);
 // otherwise every listed tensor must be one of the signature's, with its

@@ -1,0 +1,91 @@
+// POST /v1/rerank (and /rerank): one request per (query, document) pair to
+// a reranker, whose `scores` output is one logit per pair; relevance_score
+// is its sigmoid, as vLLM and text-embeddings-inference answer for a
+// cross-encoder with one label.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "server/openai/openai_calls.h"
+#include "server/openai/openai_errors.h"
+#include "server/openai/openai_tensors.h"
+
+namespace castserve::openai {
+namespace {
+
+using nlohmann::json;
+
+absl::StatusOr<json> Answer(
+    const RerankRequest& request,
+    std::vector<inference::ModelInferResponse>& responses) {
+  std::vector<double> scores;
+  int64_t tokens = 0;
+  for (const inference::ModelInferResponse& response : responses) {
+    absl::StatusOr<std::vector<float>> logits = Fp32Output(response, "scores");
+    if (!logits.ok()) return logits.status();
+    if (logits->size() != 1) {
+      return absl::InternalError(
+          "the reranker's 'scores' output must hold one logit per pair");
+    }
+    scores.push_back(1 / (1 + std::exp(-double{logits->front()})));
+    tokens += IntParameter(response, "prompt_tokens").value_or(0);
+  }
+  std::vector<size_t> order(scores.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return scores[a] > scores[b]; });
+  const size_t kept = std::min(
+      order.size(), static_cast<size_t>(request.top_n.value_or(order.size())));
+  json results = json::array();
+  for (size_t i = 0; i < kept; ++i) {
+    json result = {{"index", order[i]}, {"relevance_score", scores[order[i]]}};
+    if (request.return_documents) {
+      result["document"] = {{"text", request.documents[order[i]]}};
+    }
+    results.push_back(std::move(result));
+  }
+  return json{{"id", RandomId("rerank")},
+              {"model", request.model},
+              {"results", std::move(results)},
+              {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}};
+}
+
+}  // namespace
+
+void ServeRerank(InferenceCore* core, CallContext call, RerankRequest request,
+                 HttpReply reply) {
+  const std::string model = request.model;
+  WithModelConfig(
+      core, call, model,
+      [core, call, request = std::move(request), reply = std::move(reply)](
+          absl::StatusOr<inference::ModelConfig> config) mutable {
+        if (!config.ok()) return reply(ErrorResponse(config.status()));
+        if (KindOf(*config) != ModelKind::kReranker) {
+          return reply(ErrorResponse(
+              core->RefuseInference(WrongKind(*config, "/v1/rerank"))));
+        }
+        std::vector<inference::ModelInferRequest> requests;
+        for (const std::string& document : request.documents) {
+          inference::ModelInferRequest& infer = requests.emplace_back();
+          infer.set_model_name(request.model);
+          AddBytesInput(*config, "query", request.query, &infer);
+          AddBytesInput(*config, "document", document, &infer);
+          infer.add_outputs()->set_name("scores");
+        }
+        auto shared = std::make_shared<RerankRequest>(std::move(request));
+        InferAll(core, call, std::move(requests),
+                 [shared, reply = std::move(reply)](
+                     absl::Status status,
+                     std::vector<inference::ModelInferResponse> responses) {
+                   if (!status.ok()) return reply(ErrorResponse(status));
+                   absl::StatusOr<json> answer = Answer(*shared, responses);
+                   reply(answer.ok() ? JsonAnswer(*answer)
+                                     : ErrorResponse(answer.status()));
+                 });
+      });
+}
+
+}  // namespace castserve::openai
