@@ -417,7 +417,7 @@ absl::StatusOr<DecodeRun> RunDecode(const Model& model,
   const double one_cpu = CpuSeconds() - cpu_one;
   const absl::Time start = absl::Now();
   const double cpu = CpuSeconds();
-  auto generated = Generate(model, prompt, Greedy(new_tokens));
+  auto generated = GenerateGreedy(model, prompt, new_tokens);
   if (!generated.ok()) return generated.status();
   const double seconds =
       absl::ToDoubleSeconds(absl::Now() - start) - one_seconds;
@@ -463,7 +463,7 @@ absl::Status ComparePaths(const Flags& flags) {
     const auto prompt = Prompts(1, flags.prompt_tokens,
                                 model.incremental_decoder()->vocab_size())[0];
     // Untimed: teaches prefetch the module order.
-    if (auto warm = Generate(model, prompt, Greedy(2)); !warm.ok()) {
+    if (auto warm = GenerateGreedy(model, prompt, 2); !warm.ok()) {
       return warm.status();
     }
     std::vector<DecodeRun> base_runs, copy_runs, storage_runs;
