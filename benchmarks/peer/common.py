@@ -138,7 +138,9 @@ def start_castserve(children, binary, repository, flags, threads, log_path,
 
     `--intra-op-threads=<threads>` is added unless `flags` sets it (castserve
     otherwise uses cores / instances), and
-    `--allow-symlinks-outside-repository` and `--http-port=off` (once each);
+    `--allow-symlinks-outside-repository` and `--http-port=off` (once each;
+    not the latter when `flags` names an --http-port: the native peers
+    drive castserve over REST);
     OMP_NUM_THREADS and MKL_NUM_THREADS are
     set too. A flag castserve rejects as unknown is dropped (with a warning)
     and the daemon started again without it. A daemon that exits without a
@@ -149,6 +151,9 @@ def start_castserve(children, binary, repository, flags, threads, log_path,
     # The benchmark repositories link the checkpoints in (`hf` symlinks);
     # REST is off, or two daemons of one run would both want port 8000.
     for fixed in ("--allow-symlinks-outside-repository", "--http-port=off"):
+        if fixed == "--http-port=off" and any(
+                f.startswith("--http-port") for f in flags):
+            continue
         if fixed not in flags:
             flags.append(fixed)
     silent_exits = 0
