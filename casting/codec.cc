@@ -197,12 +197,19 @@ struct BlockGrid {
   int64_t rows, cols, block_rows, block_cols, grid_cols;
 
   BlockGrid(StorageFormat format, int64_t num_elements, int64_t num_rows)
+      : BlockGrid(
+            ScaleGridOf(format, num_rows,
+                        num_rows > 0 ? num_elements / num_rows : 0, nullptr),
+            num_rows, num_elements) {}
+  int64_t grid_rows() const { return (rows + block_rows - 1) / block_rows; }
+
+ private:
+  BlockGrid(const ScaleGrid& grid, int64_t num_rows, int64_t num_elements)
       : rows(num_rows),
         cols(num_rows > 0 ? num_elements / num_rows : 0),
-        block_rows(format.block_rows),
-        block_cols(format.block_cols),
-        grid_cols((cols + block_cols - 1) / block_cols) {}
-  int64_t grid_rows() const { return (rows + block_rows - 1) / block_rows; }
+        block_rows(grid.block_rows),
+        block_cols(grid.block_cols),
+        grid_cols(grid.grid_cols) {}
   // Elements of column block `b` in each row.
   int64_t Width(int64_t b) const {
     return std::min(block_cols, cols - b * block_cols);

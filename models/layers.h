@@ -25,6 +25,7 @@
 #include "absl/types/span.h"
 #include "models/activation.h"
 #include "models/module.h"
+#include "models/storage_product.h"
 #include "models/weight_factory.h"
 
 namespace castserve::models {
@@ -63,6 +64,10 @@ class Linear : public Module {
   using Module::Module;
   at::Tensor Product(ForwardContext& context, const at::Tensor& x,
                      std::optional<Activation> activation) const;
+
+  // "weight", looked up and classified once at creation.
+  casting::Weight* weight_ = nullptr;
+  StorageReads storage_reads_ = StorageReads::kNever;
 };
 
 // Row lookup. Kind "Embedding"; weight "weight" [num_embeddings,
