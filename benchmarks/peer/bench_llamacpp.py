@@ -178,7 +178,7 @@ def stream_request(side, child, prompt, new_tokens):
         path = "/completion"
         body = {"prompt": prompt, "n_predict": new_tokens, "stream": True,
                 "ignore_eos": True, "temperature": 0, "top_k": 1,
-                "cache_prompt": False}
+                "cache_prompt": False, "return_tokens": True}
     data = json.dumps(body).encode()
     request = urllib.request.Request(
         f"http://127.0.0.1:{child.http_port}{path}", data=data,
@@ -197,14 +197,8 @@ def stream_request(side, child, prompt, new_tokens):
             if "error" in event:
                 raise RuntimeError(f"{side}: {event['error']}")
             now = time.monotonic() - start
-            if side == "castserve":
-                n = len(event.get("output_ids", [])) or 1
-            else:
-                n = len(event.get("tokens", [])) or (1 if event.get("content")
-                                                       else 0)
-                if event.get("stop") and n == 0:
-                    continue
-            times.extend([now] * n)
+            key = "output_ids" if side == "castserve" else "tokens"
+            times.extend([now] * len(event.get(key) or []))
     return times
 
 
