@@ -747,20 +747,21 @@ TEST(PrequantizedGatherTest, GathersRowsWithoutReadingTheWholeTable) {
   ASSERT_TRUE(test_util::WriteSafetensorsFile(
                   path, test_util::MakeHeaderJson(tensors), data)
                   .ok());
-  auto checkpoint = OpenSafetensors(path);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  auto opened = OpenSafetensors(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<const Checkpoint> checkpoint = *std::move(opened);
   WeightOptions options;
   options.residency = Residency::kMapped;
   options.storage = StorageFormat::PerBlock(ElementType::kF8E4M3FN, 8, 128);
   options.scales_entry = "emb.weight_scale_inv";
   options.compute_copy = ComputeCopyPolicy::kTransient;
-  auto weight = Weight::Create(*checkpoint, "emb.weight", options);
+  auto weight = Weight::Create(checkpoint, "emb.weight", options);
   ASSERT_TRUE(weight.ok()) << weight.status();
   const at::Tensor ids = at::tensor({9, 0, 17, 9}, at::kLong);
   auto before = (*weight)->GatherRows(ids);
   ASSERT_TRUE(before.ok()) << before.status();
   // Cut the file half way through the table.
-  const TensorEntry* entry = (*checkpoint)->Find("emb.weight");
+  const TensorEntry* entry = checkpoint->Find("emb.weight");
   ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(entry->offset_bytes +
                                                       entry->size_bytes / 2)),
             0);

@@ -44,7 +44,7 @@ def main():
     parser.add_argument("--convert", required=True,
                         help="llama.cpp's convert_hf_to_gguf.py")
     parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--outtype", required=True, choices=["f32", "bf16", "f16"])
+    parser.add_argument("--outtype", required=True, choices=["f32", "bf16", "f16", "q8_0"])
     parser.add_argument("--outfile", required=True)
     args = parser.parse_args()
 

@@ -2,13 +2,13 @@
 # Builds the llama.cpp peer (benchmarks/peer/README.md, "llama.cpp"):
 #  1. downloads the source distribution of llama-cpp-python (PyPI) pinned by
 #     version and sha256 — it vendors llama.cpp's full tree, converter included;
-#  2. builds llama-server, llama-bench and llama-quantize from it with the
-#     system cmake (CPU only, -DGGML_NATIVE=ON, Release) into $PEER_HOME/bin;
+#  2. builds llama-server from it with the system cmake (CPU only,
+#     -DGGML_NATIVE=ON, Release) into $PEER_HOME/bin;
 #  3. the peer venv (setup_peer_venv.sh) plus the gguf package (0.19.0) from
 #     the same tree, and converts the Llama-1B
 #     benchmark checkpoint (benchmarks/drivers/gen_llama_checkpoint.py --shape
-#     1b, made if missing) to GGUF F32 and BF16 with convert_hf_to_gguf.py,
-#     and to Q8_0 with llama-quantize from the F32 file.
+#     1b, made if missing) to GGUF F32, BF16 and Q8_0 with
+#     convert_hf_to_gguf.py.
 #
 # Usage: benchmarks/peer/setup_llamacpp.sh [--jobs N]
 # Env:   PEER_HOME            (default ~/.cache/castserve/peer)
@@ -24,7 +24,7 @@ PEER_HOME="${PEER_HOME:-${HOME}/.cache/castserve/peer}"
 DATA="${CASTSERVE_BENCH_DIR:-/tmp/castserve-bench}"
 CKPT="${DATA}/llama-1b"
 GGUF_DIR="${DATA}/llama-1b-gguf"
-JOBS=2
+JOBS=4
 if [[ "${1:-}" == "--jobs" ]]; then JOBS="$2"; fi
 
 VERSION="0.3.36"
@@ -44,7 +44,7 @@ if [[ ! -f "${SRC}/CMakeLists.txt" ]]; then
 fi
 
 BUILD="${PEER_HOME}/build-${VERSION}"
-if [[ ! -x "${PEER_HOME}/bin/llama-server" || ! -x "${PEER_HOME}/bin/llama-quantize" ]]; then
+if [[ ! -x "${PEER_HOME}/bin/llama-server" ]]; then
   # No curl/openssl (nothing is downloaded at run time), no prebuilt web UI
   # (it would be fetched), static libraries so the binaries stand alone.
   cmake -S "${SRC}" -B "${BUILD}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -52,10 +52,9 @@ if [[ ! -x "${PEER_HOME}/bin/llama-server" || ! -x "${PEER_HOME}/bin/llama-quant
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF
-  nice cmake --build "${BUILD}" -j "${JOBS}" --target llama-server llama-bench llama-quantize
-  for b in llama-server llama-bench llama-quantize; do
-    cp "${BUILD}/bin/${b}" "${PEER_HOME}/bin/${b}"
-  done
+  # llama-server links the multimodal library too: ~210 compile steps.
+  cmake --build "${BUILD}" -j "${JOBS}" --target llama-server
+  cp "${BUILD}/bin/llama-server" "${PEER_HOME}/bin/llama-server"
 fi
 "${PEER_HOME}/bin/llama-server" --version 2>&1 | head -3
 
@@ -69,14 +68,13 @@ if [[ ! -f "${CKPT}/config.json" ]]; then
   "${VENV}/bin/python" "${ROOT}/benchmarks/drivers/gen_llama_checkpoint.py" --shape 1b --out "${CKPT}"
 fi
 mkdir -p "${GGUF_DIR}"
-for t in f32 bf16; do
+# F32 and BF16 as the checkpoint's bf16 converts; Q8_0 by the same converter
+# (its own Q8_0 quantizer: blocks of 32 with an f16 scale, what llama-quantize
+# writes for Q8_0 too).
+for t in f32 bf16 q8_0; do
   if [[ ! -f "${GGUF_DIR}/llama-1b-${t}.gguf" ]]; then
     "${VENV}/bin/python" "${HERE}/convert_llama_gguf.py" --convert "${SRC}/convert_hf_to_gguf.py" \
       --checkpoint "${CKPT}" --outtype "${t}" --outfile "${GGUF_DIR}/llama-1b-${t}.gguf"
   fi
 done
-if [[ ! -f "${GGUF_DIR}/llama-1b-q8_0.gguf" ]]; then
-  "${PEER_HOME}/bin/llama-quantize" "${GGUF_DIR}/llama-1b-f32.gguf" \
-    "${GGUF_DIR}/llama-1b-q8_0.gguf" Q8_0 1
-fi
 ls -la "${GGUF_DIR}"
