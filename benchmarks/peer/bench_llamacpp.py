@@ -89,6 +89,9 @@ def add_arguments(parser):
                         help="new tokens of each aggregate stream")
     parser.add_argument("--kv-tokens", type=int, default=4096,
                         help="KV capacity of both servers, in tokens")
+    parser.add_argument("--sides", default="castserve,llama.cpp",
+                        help="which servers to run (one alone prints no "
+                             "ratios)")
 
 
 # ---------------------------------------------------------------------------
@@ -298,9 +301,13 @@ def run(args, children, workdir):
     for pair in pairs:
         print(f"\n== pair {pair}: castserve {pair} vs llama.cpp "
               f"{PAIRS[pair][1].upper()}, {args.threads} thread(s)", flush=True)
-        cs = start_castserve(args, children, workdir, pair)
-        ll = start_llama(args, children, workdir, pair)
-        sides = {"castserve": cs, "llama.cpp": ll}
+        wanted = [x.strip() for x in args.sides.split(",")]
+        sides = {}
+        if "castserve" in wanted:
+            sides["castserve"] = start_castserve(args, children, workdir, pair)
+        if "llama.cpp" in wanted:
+            sides["llama.cpp"] = start_llama(args, children, workdir, pair)
+        cs, ll = sides.get("castserve"), sides.get("llama.cpp")
         # Untimed warm-up on both (first-request lazy work, prefetch order).
         for name, child in sides.items():
             stream_request(name, child, prompt_ids(rng, args.prompt_tokens,
@@ -322,13 +329,14 @@ def run(args, children, workdir):
                     f"; others' CPU {foreign.share:.0%}", flush=True)
         memory = {name: common.proc_memory(child.pid)
                   for name, child in sides.items()}
-        breakdown = castserve_breakdown(cs)
         result["pairs"][pair] = {
             "llama_gguf": PAIRS[pair][1], "rounds": rounds, "memory": memory,
-            "castserve_bytes": breakdown, "castserve_kv_bytes": cs.kv_bytes,
-            "castserve_flags": cs.flags, "llama_argv": ll.argv}
-        children.stop(cs)
-        children.stop(ll)
+            "castserve_bytes": castserve_breakdown(cs) if cs else {},
+            "castserve_kv_bytes": cs.kv_bytes if cs else None,
+            "castserve_flags": cs.flags if cs else None,
+            "llama_argv": ll.argv if ll else None}
+        for child in sides.values():
+            children.stop(child)
     report(result)
     common.write_json(args.out, result)
 
@@ -337,7 +345,7 @@ def report(result):
     rows = []
     for pair, data in result["pairs"].items():
         rounds = data["rounds"]
-        for side in ("castserve", "llama.cpp"):
+        for side in [s for s in ("castserve", "llama.cpp") if s in rounds[0]]:
             s = lambda k: common.summary([r[side][k] for r in rounds])  # noqa
             rows.append([
                 f"{side} {pair if side == 'castserve' else data['llama_gguf'].upper()}",
@@ -355,6 +363,8 @@ def report(result):
     ratio_rows = []
     for pair, data in result["pairs"].items():
         rounds = data["rounds"]
+        if not all(s in rounds[0] for s in ("castserve", "llama.cpp")):
+            continue
         med = lambda k: common.summary(  # noqa: E731
             [r["castserve"][k] / r["llama.cpp"][k] for r in rounds])
         rss = (data["memory"]["castserve"].get("VmHWM", 0) /

@@ -141,10 +141,19 @@ def run(args, children, workdir):
                             if name == "castserve":
                                 ns0, n0 = castserve_compute_ns(cs.http_port)
                             times = []
+                            cpu0 = (common.proc_cpu_seconds(cs.pid)
+                                    if name == "castserve" else
+                                    time.process_time())
                             for _ in range(args.iters):
                                 t, out = sides[name](ids)
                                 times.append(t)
+                            cpu1 = (common.proc_cpu_seconds(cs.pid)
+                                    if name == "castserve" else
+                                    time.process_time())
                             cell[name] = statistics.median(times)
+                            # Process CPU per request: does each side keep
+                            # to its threads? (ORT's is this driver's.)
+                            cell[name + "_cpu"] = (cpu1 - cpu0) / args.iters
                             cell[name + "_out"] = out
                             if name == "castserve":
                                 ns1, n1 = castserve_compute_ns(cs.http_port)
@@ -185,11 +194,15 @@ def report(result, batches, seqs):
                          f"{b / ort_ms['median']:.0f}",
                          common.fmt_summary(ratio, 2),
                          common.fmt_summary(ratio_compute, 2),
-                         f"{max(r[k]['max_abs_diff_pooler'] for r in rounds):.1e}"])
+                         f"{max(r[k]['max_abs_diff_pooler'] for r in rounds):.1e}",
+                         common.fmt_summary(get("ort_cpu"), 1, 1e3)
+                         if "ort_cpu" in rounds[0][k] else "-",
+                         common.fmt_summary(get("castserve_cpu"), 1, 1e3)
+                         if "castserve_cpu" in rounds[0][k] else "-"])
     common.print_table(
         f"all-MiniLM-L6-v2, {result['environment']['threads']} thread(s): "
         "latency ms, median (min-max) over rounds; speed ratio castserve/ORT "
         "(>1 castserve faster)",
         ["batch x seq", "ORT in-process", "castserve REST",
          "castserve compute", "ORT sent/s", "speed served", "speed compute",
-         "max |diff|"], rows)
+         "max |diff|", "CPU ms ORT", "CPU ms castserve"], rows)
