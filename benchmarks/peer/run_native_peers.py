@@ -21,9 +21,7 @@ See benchmarks/peer/README.md, "Native peers".
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -55,26 +53,7 @@ def main():
         sub.set_defaults(module=module)
     args = parser.parse_args()
     args.castserve = os.path.abspath(args.castserve)
-    common.offline_env()
-    args.out = args.out or os.path.join(common.BENCH_DIR,
-                                        f"peer_{args.command}.json")
-    os.makedirs(common.BENCH_DIR, exist_ok=True)
-    workdir = tempfile.mkdtemp(prefix=f"peer-{args.command}-",
-                               dir=common.BENCH_DIR)
-    children = common.Children()
-    try:
-        args.module.run(args, children, workdir)
-    except KeyboardInterrupt:
-        print("\ninterrupted; servers stopped", file=sys.stderr)
-        return 130
-    finally:
-        children.stop_all()
-        if args.keep_logs:
-            print(f"logs kept in {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    return 0
-
+    return common.run_subcommand(args)
 
 if __name__ == "__main__":
     sys.exit(main())
