@@ -311,20 +311,65 @@ absl::StatusOr<at::Tensor> Weight::GatherStorageRowsLocked(
     const at::Tensor& ids) const {
   const int64_t rows_total = num_rows();
   const int64_t row_width = rows_total == 0 ? 0 : storage_.numel() / rows_total;
-  const at::Tensor rows =
-      storage_.view({rows_total, row_width}).index_select(0, ids).contiguous();
+  return DecodeStoredRowsLocked(
+      storage_.view({rows_total, row_width}).index_select(0, ids).contiguous(),
+      ids);
+}
+
+absl::StatusOr<at::Tensor> Weight::GatherPrequantizedSourceRowsLocked(
+    const at::Tensor& ids) const {
+  // The fp8 codes of each row, read from the mapping (guarded) into one
+  // host tensor; the rest of the table is never touched.
+  const int64_t rows_total = num_rows();
+  const int64_t row_bytes =
+      rows_total == 0 ? 0
+                      : static_cast<int64_t>(entry_.size_bytes) / rows_total;
+  at::Tensor codes =
+      options_.device.is_cpu()
+          ? at::empty({ids.numel(), row_bytes}, at::kByte)
+          : HostStaging(options_.device, at::kByte, {ids.numel(), row_bytes});
+  uint8_t* out = codes.data_ptr<uint8_t>();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    if (absl::Status status = checkpoint_->CopyRangeTo(
+            entry_, id[i] * row_bytes,
+            {out + i * row_bytes, static_cast<size_t>(row_bytes)});
+        !status.ok()) {
+      return status;
+    }
+  }
+  return DecodeStoredRowsLocked(ToDevice(codes, options_.device),
+                                ToDevice(ids, options_.device));
+}
+
+absl::StatusOr<at::Tensor> Weight::DecodeStoredRowsLocked(
+    const at::Tensor& rows, const at::Tensor& ids) const {
+  // The gathered rows' scales: each row's own (per row), the one (per
+  // tensor), or the grid row of each row's block (per block: the gathered
+  // rows are then a per-block tensor of 1-row blocks).
+  StorageFormat format = options_.storage;
   at::Tensor scales;
-  if (options_.storage.scaling == Scaling::kPerRow) {
-    scales = scales_.index_select(0, ids).contiguous();
-  } else if (options_.storage.scaling == Scaling::kPerTensor) {
+  if (format.scaling == Scaling::kPerRow) {
+    scales = scales_.index_select(0, ids.to(scales_.device())).contiguous();
+  } else if (format.scaling == Scaling::kPerTensor) {
     scales = scales_;
+  } else if (format.scaling == Scaling::kPerBlock) {
+    // Ids are in range, so the table has rows.
+    const ScaleGrid grid =
+        ScaleGridOf(format, num_rows(), entry_.numel() / num_rows(), nullptr);
+    const at::Tensor grid_rows =
+        at::floor_divide(ids.to(scales_.device()), format.block_rows);
+    scales = scales_.view({grid.grid_rows, grid.grid_cols})
+                 .index_select(0, grid_rows)
+                 .contiguous();
+    format.block_rows = 1;
   }
   std::vector<int64_t> shape = entry_.shape;
   shape[0] = ids.numel();
   at::Tensor compute =
       EmptyOn(options_.device, TorchScalarType(options_.compute_dtype), shape);
   absl::Status status = DecodeTensor(
-      options_.storage, ToDevice(rows, options_.device),
+      format, ToDevice(rows, options_.device),
       scales.defined() ? ToDevice(scales, options_.device) : scales,
       ids.numel(), options_.compute_dtype, compute, options_.codec);
   if (!status.ok()) return status;
@@ -410,15 +455,11 @@ absl::StatusOr<at::Tensor> Weight::GatherRows(const at::Tensor& row_ids) {
     return status;
   }
   const absl::Time start = absl::Now();
-  // Pre-quantized mapped rows and per-block storage have no row-wise
-  // reader: the whole tensor is decoded and the rows taken from it.
-  const bool whole = (prequantized() && !resident) ||
-                     options_.storage.scaling == Scaling::kPerBlock;
+  // Only the gathered rows are read and decoded, whatever the format.
   absl::StatusOr<at::Tensor> gathered =
-      whole      ? (resident ? DecodeFromStorage() : DecodeFromSource())
-      : resident ? GatherStorageRowsLocked(ToDevice(ids, StorageDevice()))
-                 : GatherSourceRows(ids);
-  if (whole && gathered.ok()) gathered = gathered->index_select(0, device_ids);
+      resident         ? GatherStorageRowsLocked(ToDevice(ids, StorageDevice()))
+      : prequantized() ? GatherPrequantizedSourceRowsLocked(ids)
+                       : GatherSourceRows(ids);
   if (!gathered.ok()) return gathered.status();
   at::Tensor rows = *std::move(gathered);
   activity_.compute_materializations += 1;
@@ -618,17 +659,34 @@ std::optional<StorageFormat> Weight::storage_format() const {
   return options_.storage;
 }
 
-absl::StatusOr<StorageView> Weight::ReadStorage() {
+absl::StatusOr<const StorageView*> Weight::ReadStorage() {
   if (passthrough_ || !options_.device.is_cpu()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "weight '", entry_.name,
         "': only floating weights on the CPU have a storage view"));
   }
+  // Storage, once made, is never dropped or moved: the view is built on the
+  // first call and then handed out without a lock.
+  if (const StorageView* view = storage_view_.load(std::memory_order_acquire)) {
+    storage_reads_.fetch_add(1, std::memory_order_relaxed);
+    return view;
+  }
+  absl::MutexLock lock(&mu_);
+  if (owned_storage_view_ == nullptr) {
+    absl::StatusOr<StorageView> view = MakeStorageViewLocked();
+    if (!view.ok()) return view.status();
+    owned_storage_view_ = std::make_unique<StorageView>(*std::move(view));
+    storage_view_.store(owned_storage_view_.get(), std::memory_order_release);
+  }
+  storage_reads_.fetch_add(1, std::memory_order_relaxed);
+  return owned_storage_view_.get();
+}
+
+absl::StatusOr<StorageView> Weight::MakeStorageViewLocked() {
   StorageView view;
   view.format = *storage_format();
   view.rows = num_rows();
   view.cols = view.rows == 0 ? 0 : entry_.numel() / view.rows;
-  absl::MutexLock lock(&mu_);
   if (options_.residency == Residency::kMapped) {
     // A pre-quantized mapped weight's scales are read once, as f32.
     if (absl::Status status = LoadSourceScalesLocked(); !status.ok()) {
@@ -653,37 +711,7 @@ absl::StatusOr<StorageView> Weight::ReadStorage() {
         "weight '", entry_.name, "': ", scales_.numel(), " scales for a ",
         view.scales.grid_rows, "x", view.scales.grid_cols, " grid");
   }
-  ++activity_.storage_reads;
   return view;
-}
-
-ScaleGrid ScaleGridOf(const StorageFormat& format, int64_t rows, int64_t cols,
-                      const float* scales) {
-  ScaleGrid grid;
-  grid.data = scales;
-  const int64_t all_rows = std::max<int64_t>(rows, 1);
-  const int64_t all_cols = std::max<int64_t>(cols, 1);
-  switch (format.scaling) {
-    case Scaling::kNone:
-      grid.data = nullptr;
-      break;
-    case Scaling::kPerTensor:
-      grid.block_rows = all_rows;
-      grid.block_cols = all_cols;
-      break;
-    case Scaling::kPerRow:
-      grid.block_rows = 1;
-      grid.block_cols = all_cols;
-      grid.grid_rows = rows;
-      break;
-    case Scaling::kPerBlock:
-      grid.block_rows = format.block_rows;
-      grid.block_cols = format.block_cols;
-      grid.grid_rows = (rows + format.block_rows - 1) / format.block_rows;
-      grid.grid_cols = (cols + format.block_cols - 1) / format.block_cols;
-      break;
-  }
-  return grid;
 }
 
 absl::Status Weight::Materialize() {
@@ -795,7 +823,9 @@ int64_t Weight::compute_builds() const {
 
 WeightActivity Weight::activity() const {
   absl::MutexLock lock(&mu_);
-  return activity_;
+  WeightActivity activity = activity_;
+  activity.storage_reads = storage_reads_.load(std::memory_order_relaxed);
+  return activity;
 }
 
 }  // namespace castserve::casting

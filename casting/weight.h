@@ -49,6 +49,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -133,33 +134,6 @@ struct WeightActivity {
 
   WeightActivity& operator+=(const WeightActivity& other);
 };
-
-// Where a scaled format's scales sit. Seen as a matrix of `rows` (dim 0) by
-// `cols` (the product of the other dims), element (row, col) is multiplied
-// by data[(row / block_rows) * grid_cols + col / block_cols], and the grid
-// has grid_rows x grid_cols scales. Per tensor: one block of rows x cols;
-// per row: blocks of 1 x cols. A per-block format (e.g. 128 x 128 blocks)
-// is the same lookup with a grid of ceil(rows / 128) x ceil(cols / 128), so
-// a kernel that reads ScaleGrid reads it too.
-struct ScaleGrid {
-  const float* data = nullptr;  // Null: unscaled (every scale is 1).
-  int64_t block_rows = 1;
-  int64_t block_cols = 1;
-  int64_t grid_rows = 1;
-  int64_t grid_cols = 1;
-
-  float At(int64_t row, int64_t col) const {
-    return data == nullptr
-               ? 1.0f
-               : data[(row / block_rows) * grid_cols + col / block_cols];
-  }
-};
-
-// The grid of `scales` (f32, row-major, StorageFormat's layout) for a rows x
-// cols weight stored in `format`: one scale per tensor, row or 2-D block
-// (ragged last blocks included); unscaled (null data) for Scaling::kNone.
-ScaleGrid ScaleGridOf(const StorageFormat& format, int64_t rows, int64_t cols,
-                      const float* scales);
 
 // A weight's stored elements as a product kernel reads them, without a
 // compute copy (Weight::ReadStorage). Host memory only.
@@ -249,10 +223,12 @@ class Weight {
   // The stored elements themselves, for a product that reads them instead of
   // a compute copy (models/kernels/storage_product.h): the mapping (kMapped) or
   // the resident storage, made first if missing (kResident). Counts a
-  // storage_read; makes no compute copy. FailedPrecondition on a device
-  // other than the CPU or with storage_on_host, or for integer tensors
-  // passed through; DATA_LOSS as Acquire.
-  absl::StatusOr<StorageView> ReadStorage() ABSL_LOCKS_EXCLUDED(mu_);
+  // storage_read; makes no compute copy. The view is built by the first
+  // call and lives as long as the weight; later calls return it without
+  // taking the weight's lock. FailedPrecondition on a device other than the
+  // CPU or with storage_on_host, or for integer tensors passed through;
+  // DATA_LOSS as Acquire (a later call tries again).
+  absl::StatusOr<const StorageView*> ReadStorage() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The format the elements are stored in between forwards:
   // options().storage when resident, the checkpoint's dtype (plain) when
@@ -350,10 +326,22 @@ class Weight {
   // `host`, a freshly made storage tensor, where storage lives: itself on
   // the CPU, pinned with storage_on_host, else copied to the device.
   at::Tensor PlaceStorage(at::Tensor host) const;
+  // ReadStorage's view, made (with the storage or scales it needs) now.
+  absl::StatusOr<StorageView> MakeStorageViewLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rows `ids` (long, on the storage's device) of the resident storage
   // decoded on the device.
   absl::StatusOr<at::Tensor> GatherStorageRowsLocked(
       const at::Tensor& ids) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rows `ids` (long, on the host) of a pre-quantized mapped source: their
+  // fp8 codes read from the mapping, decoded on the device.
+  absl::StatusOr<at::Tensor> GatherPrequantizedSourceRowsLocked(
+      const at::Tensor& ids) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `rows` ([ids.numel(), row] in options_.storage's elements, gathered
+  // from the storage or the source) decoded with the scales of rows `ids`.
+  absl::StatusOr<at::Tensor> DecodeStoredRowsLocked(const at::Tensor& rows,
+                                                    const at::Tensor& ids) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The device resident storage lives on.
   Device StorageDevice() const;
   // True when the resident storage tensor doubles as the compute copy.
@@ -380,7 +368,12 @@ class Weight {
   at::Tensor compute_ ABSL_GUARDED_BY(mu_);
   int users_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t compute_builds_ ABSL_GUARDED_BY(mu_) = 0;
+  // activity_.storage_reads is storage_reads_ (counted without the lock).
   WeightActivity activity_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> storage_reads_{0};
+  // ReadStorage's view: built once under mu_, then published.
+  std::unique_ptr<StorageView> owned_storage_view_ ABSL_GUARDED_BY(mu_);
+  std::atomic<const StorageView*> storage_view_{nullptr};
 };
 
 }  // namespace castserve::casting

@@ -543,8 +543,9 @@ TEST_F(WeightTest, ReadStorageViewsTheMappingWithoutACopy) {
   options.compute_copy = ComputeCopyPolicy::kTransient;
   std::unique_ptr<Weight> weight = MakeWeight("w_bf16", options);
   EXPECT_EQ(weight->storage_format(), StorageFormat::Plain(ElementType::kBF16));
-  absl::StatusOr<StorageView> view = weight->ReadStorage();
-  ASSERT_TRUE(view.ok()) << view.status();
+  absl::StatusOr<const StorageView*> read = weight->ReadStorage();
+  ASSERT_TRUE(read.ok()) << read.status();
+  const StorageView* view = *read;
   EXPECT_TRUE(view->mapped);
   EXPECT_EQ(view->data,
             checkpoint_->Bytes(*checkpoint_->Find("w_bf16")).data());
@@ -553,8 +554,12 @@ TEST_F(WeightTest, ReadStorageViewsTheMappingWithoutACopy) {
   EXPECT_EQ(view->cols, 8);
   EXPECT_EQ(view->size_bytes(), 64);
   EXPECT_EQ(view->scales.data, nullptr);
+  // Built once: a second read is the same view, counted.
+  absl::StatusOr<const StorageView*> again = weight->ReadStorage();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, view);
   const WeightActivity activity = weight->activity();
-  EXPECT_EQ(activity.storage_reads, 1);
+  EXPECT_EQ(activity.storage_reads, 2);
   EXPECT_EQ(activity.compute_materializations, 0);
   EXPECT_FALSE(weight->has_compute_copy());
 }
@@ -565,8 +570,9 @@ TEST_F(WeightTest, ReadStorageViewsResidentFp8AndItsScaleGrid) {
     options.storage = {ElementType::kF8E4M3FN, scaling};
     options.compute_copy = ComputeCopyPolicy::kTransient;
     std::unique_ptr<Weight> weight = MakeWeight("w_f32", options);
-    absl::StatusOr<StorageView> view = weight->ReadStorage();
-    ASSERT_TRUE(view.ok()) << view.status();
+    absl::StatusOr<const StorageView*> read = weight->ReadStorage();
+    ASSERT_TRUE(read.ok()) << read.status();
+    const StorageView* view = *read;
     EXPECT_FALSE(view->mapped);
     EXPECT_EQ(view->format, options.storage);
     EXPECT_EQ(view->rows, 3);
@@ -716,6 +722,66 @@ TEST_F(PrequantizedWeightTest, PerRowScalesAndBf16Compute) {
   auto rows = (*weight)->GatherRows(ids);
   ASSERT_TRUE(rows.ok()) << rows.status();
   EXPECT_TRUE(at::equal(*rows, handle->tensor().index_select(0, ids)));
+}
+
+// An embedding lookup in a mapped pre-quantized (or per-block) table reads
+// and decodes only the gathered rows: with the file cut inside the table,
+// rows before the cut are still gathered, and only a row past it is an
+// error (a whole-table decode would fail for every lookup).
+TEST(PrequantizedGatherTest, GathersRowsWithoutReadingTheWholeTable) {
+  constexpr int64_t kRows = 64, kCols = 4096;  // 4 KiB a row: a page each.
+  at::manual_seed(5);
+  const at::Tensor codes = at::randint(0, 0x7E, {kRows, kCols}, at::kByte);
+  const at::Tensor scales = at::rand({kRows / 8, kCols / 128}) + 0.5;
+  std::string data;
+  std::vector<HeaderTensor> tensors;
+  auto append = [&](const std::string& name, const std::string& dtype,
+                    const at::Tensor& values) {
+    const uint64_t begin = data.size();
+    data.append(static_cast<const char*>(values.data_ptr()), values.nbytes());
+    tensors.push_back({name, dtype, values.sizes().vec(), begin, data.size()});
+  };
+  append("emb.weight_scale_inv", "F32", scales);  // Before the table.
+  append("emb.weight", "F8_E4M3", codes);
+  const std::string path = TempPath("prequantized_gather.safetensors");
+  ASSERT_TRUE(test_util::WriteSafetensorsFile(
+                  path, test_util::MakeHeaderJson(tensors), data)
+                  .ok());
+  auto opened = OpenSafetensors(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<const Checkpoint> checkpoint = *std::move(opened);
+  WeightOptions options;
+  options.residency = Residency::kMapped;
+  options.storage = StorageFormat::PerBlock(ElementType::kF8E4M3FN, 8, 128);
+  options.scales_entry = "emb.weight_scale_inv";
+  options.compute_copy = ComputeCopyPolicy::kTransient;
+  auto weight = Weight::Create(checkpoint, "emb.weight", options);
+  ASSERT_TRUE(weight.ok()) << weight.status();
+  const at::Tensor ids = at::tensor({9, 0, 17, 9}, at::kLong);
+  auto before = (*weight)->GatherRows(ids);
+  ASSERT_TRUE(before.ok()) << before.status();
+  // Cut the file half way through the table.
+  const TensorEntry* entry = checkpoint->Find("emb.weight");
+  ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(entry->offset_bytes +
+                                                      entry->size_bytes / 2)),
+            0);
+  auto after = (*weight)->GatherRows(ids);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(at::equal(*after, *before));
+  // Each row equals the scalar reference times its block's scale.
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    const int64_t row = ids[i].item<int64_t>();
+    for (int64_t col : {int64_t{0}, int64_t{127}, int64_t{128}, kCols - 1}) {
+      const float expected = ElementBitsToF32(ElementType::kF8E4M3FN,
+                                              codes[row][col].item<int>()) *
+                             scales[row / 8][col / 128].item<float>();
+      EXPECT_EQ((*after)[i][col].item<float>(), expected)
+          << "row " << row << " col " << col;
+    }
+  }
+  auto past = (*weight)->GatherRows(at::tensor({kRows - 1}, at::kLong));
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.status().code(), absl::StatusCode::kDataLoss) << past.status();
 }
 
 TEST_F(PrequantizedWeightTest, CreateRefusesScalesThatDoNotFit) {

@@ -137,6 +137,11 @@ class Module {
                                    const ForwardContext& context) const {
     return false;
   }
+  // The module whose weights this one's forward multiplies by, holding
+  // their compute copies while it runs (a tied lm_head: the embedding
+  // table), or null. The configured footprint counts those copies on this
+  // module's path (models/configured_footprint.h).
+  virtual const Module* BorrowsWeightsOf() const { return nullptr; }
   const std::map<std::string, std::unique_ptr<casting::Weight>>& weights()
       const {
     return weights_;

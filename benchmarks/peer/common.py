@@ -138,7 +138,9 @@ def start_castserve(children, binary, repository, flags, threads, log_path,
 
     `--intra-op-threads=<threads>` is added unless `flags` sets it (castserve
     otherwise uses cores / instances), and
-    `--allow-symlinks-outside-repository` and `--http-port=off` (once each);
+    `--allow-symlinks-outside-repository` and `--http-port=off` (once each;
+    not the latter when `flags` names an --http-port: the native peers
+    drive castserve over REST);
     OMP_NUM_THREADS and MKL_NUM_THREADS are
     set too. A flag castserve rejects as unknown is dropped (with a warning)
     and the daemon started again without it. A daemon that exits without a
@@ -149,6 +151,9 @@ def start_castserve(children, binary, repository, flags, threads, log_path,
     # The benchmark repositories link the checkpoints in (`hf` symlinks);
     # REST is off, or two daemons of one run would both want port 8000.
     for fixed in ("--allow-symlinks-outside-repository", "--http-port=off"):
+        if fixed == "--http-port=off" and any(
+                f.startswith("--http-port") for f in flags):
+            continue
         if fixed not in flags:
             flags.append(fixed)
     silent_exits = 0
@@ -447,3 +452,31 @@ def wait_for_file(path, timeout=120, what="file"):
             raise FileNotFoundError(f"{what} {path} not found")
         print(f"waiting for {what} {path}", file=sys.stderr)
         time.sleep(10)
+
+
+def run_subcommand(args):
+    """Runs `args.module.run(args, children, workdir)` (a run_peer.py or
+    run_native_peers.py subcommand): `--out` defaults to
+    BENCH_DIR/peer_<command>.json; servers' repositories and logs go to a
+    scratch folder, removed with the servers unless --keep-logs. Returns the
+    exit status (130 on Ctrl-C)."""
+    import shutil
+    import tempfile
+
+    offline_env()
+    args.out = args.out or os.path.join(BENCH_DIR, f"peer_{args.command}.json")
+    os.makedirs(BENCH_DIR, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix=f"peer-{args.command}-", dir=BENCH_DIR)
+    children = Children()
+    try:
+        args.module.run(args, children, workdir)
+    except KeyboardInterrupt:
+        print("\ninterrupted; servers stopped", file=sys.stderr)
+        return 130
+    finally:
+        children.stop_all()
+        if args.keep_logs:
+            print(f"logs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0

@@ -20,9 +20,7 @@ See benchmarks/peer/README.md.
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -100,28 +98,7 @@ def main():
     import common
 
     common.offline_env()
-    args = parse_args()
-    args.out = args.out or os.path.join(common.BENCH_DIR,
-                                        f"peer_{args.command}.json")
-    os.makedirs(common.BENCH_DIR, exist_ok=True)
-    # Servers' repositories and logs; removed with the servers unless
-    # --keep-logs.
-    workdir = tempfile.mkdtemp(prefix=f"peer-{args.command}-",
-                               dir=common.BENCH_DIR)
-    children = common.Children()
-    try:
-        args.module.run(args, children, workdir)
-    except KeyboardInterrupt:
-        print("\ninterrupted; servers stopped", file=sys.stderr)
-        return 130
-    finally:
-        children.stop_all()
-        if args.keep_logs:
-            print(f"logs kept in {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    return 0
-
+    return common.run_subcommand(parse_args())
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -194,15 +194,19 @@ void DecodePerRow(const ConvertJob& job, internal::ConvertFn multiply,
 // The blocks of a [rows, cols] tensor under format.block_rows x block_cols;
 // the last block row and column may be ragged.
 struct BlockGrid {
-  int64_t rows, cols, block_rows, block_cols, grid_cols;
+  int64_t rows, cols, block_rows = 1, block_cols = 1, grid_cols = 1;
+  int64_t grid_rows_ = 1;
 
   BlockGrid(StorageFormat format, int64_t num_elements, int64_t num_rows)
-      : rows(num_rows),
-        cols(num_rows > 0 ? num_elements / num_rows : 0),
-        block_rows(format.block_rows),
-        block_cols(format.block_cols),
-        grid_cols((cols + block_cols - 1) / block_cols) {}
-  int64_t grid_rows() const { return (rows + block_rows - 1) / block_rows; }
+      : rows(num_rows), cols(num_rows > 0 ? num_elements / num_rows : 0) {
+    // The layout is ScaleGridOf's (casting/storage_format.h).
+    const ScaleGrid grid = ScaleGridOf(format, rows, cols, nullptr);
+    block_rows = grid.block_rows;
+    block_cols = grid.block_cols;
+    grid_rows_ = grid.grid_rows;
+    grid_cols = grid.grid_cols;
+  }
+  int64_t grid_rows() const { return grid_rows_; }
   // Elements of column block `b` in each row.
   int64_t Width(int64_t b) const {
     return std::min(block_cols, cols - b * block_cols);

@@ -7,6 +7,7 @@
 
 #include "casting/codec/codec_internal.h"
 #include "casting/codec/codec_simd.h"
+#include "casting/codec/element_loads.h"
 
 namespace castserve::casting::internal {
 namespace {
@@ -103,16 +104,11 @@ struct Avx2Ops {
 
   template <ElementType kType>
   static Vec Load(const uint8_t* src) {
-    const auto* src128 = reinterpret_cast<const __m128i*>(src);
-    if constexpr (kType == ElementType::kF32) {
-      return _mm256_loadu_ps(reinterpret_cast<const float*>(src));
-    } else if constexpr (kType == ElementType::kBF16) {
-      const __m256i words = _mm256_cvtepu16_epi32(_mm_loadu_si128(src128));
-      return _mm256_castsi256_ps(_mm256_slli_epi32(words, 16));
-    } else if constexpr (kType == ElementType::kF16) {
-      return _mm256_cvtph_ps(_mm_loadu_si128(src128));
+    if constexpr (IsFp8(kType)) {
+      return DecodeFp8<kType>(_mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src))));
     } else {
-      return DecodeFp8<kType>(_mm256_cvtepu8_epi32(_mm_loadl_epi64(src128)));
+      return LoadWide8<kType>(src);
     }
   }
 

@@ -6,6 +6,7 @@
 
 #include "casting/codec/codec_internal.h"
 #include "casting/codec/codec_simd.h"
+#include "casting/codec/element_loads.h"
 
 namespace castserve::casting::internal {
 namespace {
@@ -95,18 +96,11 @@ struct Avx512Ops {
 
   template <ElementType kType>
   static Vec Load(const uint8_t* src) {
-    if constexpr (kType == ElementType::kF32) {
-      return _mm512_loadu_ps(src);
-    } else if constexpr (kType == ElementType::kBF16) {
-      const __m512i words = _mm512_cvtepu16_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-      return _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
-    } else if constexpr (kType == ElementType::kF16) {
-      return _mm512_cvtph_ps(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-    } else {
+    if constexpr (IsFp8(kType)) {
       return DecodeFp8<kType>(_mm512_cvtepu8_epi32(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
+    } else {
+      return LoadWide16<kType>(src);
     }
   }
 

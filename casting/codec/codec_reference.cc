@@ -10,6 +10,7 @@
 #include "casting/codec/codec.h"
 #include "casting/codec/codec_internal.h"
 #include "casting/codec/codec_simd.h"
+#include "casting/codec/element_loads.h"
 
 namespace castserve::casting {
 namespace {
@@ -167,21 +168,6 @@ uint32_t F32ToElementBits(ElementType type, float value) {
 
 namespace internal {
 namespace {
-
-template <ElementType kType>
-uint32_t LoadBits(const uint8_t* src) {
-  if constexpr (ElementSizeBytes(kType) == 4) {
-    uint32_t bits;
-    std::memcpy(&bits, src, 4);
-    return bits;
-  } else if constexpr (ElementSizeBytes(kType) == 2) {
-    uint16_t bits;
-    std::memcpy(&bits, src, 2);
-    return bits;
-  } else {
-    return *src;
-  }
-}
 
 template <ElementType kType>
 void StoreBits(uint8_t* dst, uint32_t bits) {

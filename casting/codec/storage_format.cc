@@ -1,5 +1,6 @@
 #include "casting/codec/storage_format.h"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -197,11 +198,10 @@ absl::StatusOr<std::vector<int64_t>> StorageFormat::ScaleShape(
         absl::StrCat("per-block scaling needs a tensor of rank >= 2, not [",
                      absl::StrJoin(shape, ", "), "]"));
   }
-  const int64_t rows = shape[0];
   absl::StatusOr<int64_t> cols = NumElements(shape.subspan(1));
   if (!cols.ok()) return cols.status();  // Only when rows == 0.
-  return std::vector<int64_t>{(rows + block_rows - 1) / block_rows,
-                              (*cols + block_cols - 1) / block_cols};
+  const ScaleGrid grid = ScaleGridOf(*this, shape[0], *cols, nullptr);
+  return std::vector<int64_t>{grid.grid_rows, grid.grid_cols};
 }
 
 absl::StatusOr<int64_t> StorageFormat::NumScales(
@@ -252,6 +252,35 @@ absl::Span<const StorageFormat> AllStorageFormats() {
       {ElementType::kF8E5M2, Scaling::kPerRow},
   };
   return kFormats;
+}
+
+ScaleGrid ScaleGridOf(const StorageFormat& format, int64_t rows, int64_t cols,
+                      const float* scales) {
+  ScaleGrid grid;
+  grid.data = scales;
+  const int64_t all_rows = std::max<int64_t>(rows, 1);
+  const int64_t all_cols = std::max<int64_t>(cols, 1);
+  switch (format.scaling) {
+    case Scaling::kNone:
+      grid.data = nullptr;
+      break;
+    case Scaling::kPerTensor:
+      grid.block_rows = all_rows;
+      grid.block_cols = all_cols;
+      break;
+    case Scaling::kPerRow:
+      grid.block_rows = 1;
+      grid.block_cols = all_cols;
+      grid.grid_rows = rows;
+      break;
+    case Scaling::kPerBlock:
+      grid.block_rows = format.block_rows;
+      grid.block_cols = format.block_cols;
+      grid.grid_rows = (rows + format.block_rows - 1) / format.block_rows;
+      grid.grid_cols = (cols + format.block_cols - 1) / format.block_cols;
+      break;
+  }
+  return grid;
 }
 
 }  // namespace castserve::casting

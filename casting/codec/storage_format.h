@@ -130,6 +130,35 @@ absl::StatusOr<int64_t> NumElements(absl::Span<const int64_t> shape);
 // and checks that sweep formats; the per-block kernels have their own tests.
 absl::Span<const StorageFormat> AllStorageFormats();
 
+// Where a scaled format's scales sit. Seen as a matrix of `rows` (dim 0) by
+// `cols` (the product of the other dims), element (row, col) is multiplied
+// by data[(row / block_rows) * grid_cols + col / block_cols], and the grid
+// has grid_rows x grid_cols scales. Per tensor: one block of rows x cols;
+// per row: blocks of 1 x cols. A per-block format (e.g. 128 x 128 blocks)
+// is the same lookup with a grid of ceil(rows / 128) x ceil(cols / 128), so
+// a kernel that reads ScaleGrid reads it too.
+struct ScaleGrid {
+  const float* data = nullptr;  // Null: unscaled (every scale is 1).
+  int64_t block_rows = 1;
+  int64_t block_cols = 1;
+  int64_t grid_rows = 1;
+  int64_t grid_cols = 1;
+
+  float At(int64_t row, int64_t col) const {
+    return data == nullptr
+               ? 1.0f
+               : data[(row / block_rows) * grid_cols + col / block_cols];
+  }
+};
+
+// The grid of `scales` (f32, row-major) for a rows x cols weight stored in
+// `format`: one scale per tensor, row or 2-D block (ragged last blocks
+// included); unscaled (null data) for Scaling::kNone. The one statement of
+// the scale layout: ScaleShape, the codec, the weight's views and the
+// product kernels read it from here.
+ScaleGrid ScaleGridOf(const StorageFormat& format, int64_t rows, int64_t cols,
+                      const float* scales);
+
 }  // namespace castserve::casting
 
 #endif  // CASTSERVE_CASTING_CODEC_STORAGE_FORMAT_H_

@@ -225,6 +225,25 @@ TEST(LlamaTest, MistralSlidingWindowMatchesReference) {
   ExpectMatchesReference(tiny, "mistral_window");
 }
 
+// A model config's `architecture` names the decoder that reads config.json,
+// whatever its model_type says: the Llama fixture read as Mistral (whose
+// reader takes the same keys, sliding_window absent) is a Mistral model;
+// before, the override was found in the registry but the spec was still
+// read as config.json's model_type, so the model came out a Llama.
+TEST(LlamaTest, ArchitectureOverrideChoosesTheDecoder) {
+  auto as_llama = LoadHfModel("models/testdata/llama", {});
+  ASSERT_TRUE(as_llama.ok()) << as_llama.status();
+  EXPECT_EQ((*as_llama)->architecture(), "llama");
+  auto as_mistral = LoadHfModel("models/testdata/llama", {}, "mistral");
+  ASSERT_TRUE(as_mistral.ok()) << as_mistral.status();
+  EXPECT_EQ((*as_mistral)->architecture(), "mistral");
+  // An override whose reader refuses the config fails naming the override.
+  auto as_gemma = LoadHfModel("models/testdata/mistral", {}, "gemma3_text");
+  ASSERT_FALSE(as_gemma.ok());
+  EXPECT_THAT(std::string(as_gemma.status().message()),
+              ::testing::HasSubstr("as gemma3_text"));
+}
+
 TEST(LlamaTest, ModulesCarryCheckpointNamesAndKinds) {
   TinyModel tiny;
   tiny.model_type = "qwen2";

@@ -39,6 +39,10 @@ class TiedLmHead : public Module {
     return ProductWithWeight(*embedding_, ctx, "weight", x, at::Tensor());
   }
 
+  // Above StorageProductMaxRows() rows (prefill) the product takes a compute
+  // copy of the whole table, held while it runs.
+  const Module* BorrowsWeightsOf() const override { return embedding_; }
+
  private:
   const Embedding* embedding_;
 };
@@ -329,16 +333,6 @@ SpecRegistry& GetSpecRegistry() {
   return *registry;
 }
 
-absl::StatusOr<std::unique_ptr<Model>> CreateRegisteredDecoder(
-    const HfConfig& config,
-    std::shared_ptr<const casting::Checkpoint> checkpoint,
-    const WeightPolicyOptions& options) {
-  absl::StatusOr<DecoderSpec> spec = ReadDecoderSpec(config);
-  if (!spec.ok()) return spec.status();
-  WeightFactory weights(std::move(checkpoint), options);
-  return CreateDecoderForCausalLM(*spec, weights);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> CreateDecoderForCausalLM(
@@ -355,8 +349,21 @@ DecoderRegistration::DecoderRegistration(std::string model_type,
   }
   ArchitectureTraits traits;
   traits.generates = true;
-  const ArchitectureRegistration registration(std::move(model_type),
-                                              &CreateRegisteredDecoder, traits);
+  // The factory reads the spec with this registration's reader, not the one
+  // config.json's model_type names: a model config's `architecture`
+  // override (LoadHfModel) chooses the decoder.
+  const ArchitectureRegistration registration(
+      std::move(model_type),
+      [read](const HfConfig& config,
+             std::shared_ptr<const casting::Checkpoint> checkpoint,
+             const WeightPolicyOptions& options)
+          -> absl::StatusOr<std::unique_ptr<Model>> {
+        absl::StatusOr<DecoderSpec> spec = read(config);
+        if (!spec.ok()) return spec.status();
+        WeightFactory weights(std::move(checkpoint), options);
+        return CreateDecoderForCausalLM(*spec, weights);
+      },
+      traits);
 }
 
 absl::StatusOr<DecoderSpec> ReadDecoderSpec(const HfConfig& config) {

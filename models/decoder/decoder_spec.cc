@@ -87,14 +87,26 @@ absl::Status ReadLongRope(const HfConfig& scaling, const HfConfig& root,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status DecoderSpec::Validate() const {
-  if (num_attention_heads % num_key_value_heads != 0) {
+// Each key/value head serves a whole group of query heads.
+absl::Status CheckHeadsDivide(int64_t num_attention_heads,
+                              int64_t num_key_value_heads) {
+  if (num_key_value_heads <= 0 ||
+      num_attention_heads % num_key_value_heads != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_attention_heads (", num_attention_heads,
                      ") must be a multiple of num_key_value_heads (",
                      num_key_value_heads, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DecoderSpec::Validate() const {
+  if (absl::Status status =
+          CheckHeadsDivide(num_attention_heads, num_key_value_heads);
+      !status.ok()) {
+    return status;
   }
   if (ropes.empty() ||
       layers.size() != static_cast<size_t>(num_hidden_layers)) {
@@ -142,11 +154,11 @@ absl::Status ReadDecoderSizes(const HfConfig& config, DecoderSpec& spec) {
       config.GetSize("num_key_value_heads", spec.num_attention_heads);
   if (!kv_heads.ok()) return kv_heads.status();
   spec.num_key_value_heads = *kv_heads;
-  if (spec.num_attention_heads % spec.num_key_value_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        config.label(), ": num_attention_heads (", spec.num_attention_heads,
-        ") must be a multiple of num_key_value_heads (",
-        spec.num_key_value_heads, ")"));
+  if (absl::Status status =
+          CheckHeadsDivide(spec.num_attention_heads, spec.num_key_value_heads);
+      !status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.label(), ": ", status.message()));
   }
   // Without head_dim, transformers splits hidden_size between the heads.
   if (!config.Has("head_dim") &&

@@ -41,12 +41,7 @@ internal::KernelWeight KernelWeightOf(const casting::StorageView& view) {
   w.element = view.format.element;
   w.out_features = view.rows;
   w.in_features = view.cols;
-  if (view.format.is_scaled()) {
-    w.scales = view.scales.data;
-    w.scale_block_rows = view.scales.block_rows;
-    w.scale_block_cols = view.scales.block_cols;
-    w.scale_grid_cols = view.scales.grid_cols;
-  }
+  if (view.format.is_scaled()) w.scales = view.scales;
   return w;
 }
 
@@ -89,21 +84,26 @@ int64_t StorageProductMaxRows() {
   return max_rows.load(std::memory_order_relaxed);
 }
 
-bool ReadsStorageFor(const casting::Weight& weight, int64_t rows) {
+StorageReads StorageReadsOf(const casting::Weight& weight) {
   const casting::WeightOptions& options = weight.options();
-  if (rows > StorageProductMaxRows() || StorageProductMaxRows() == 0 ||
-      !options.device.is_cpu() || weight.shape().size() != 2) {
-    return false;
+  if (!options.device.is_cpu() || weight.shape().size() != 2) {
+    return StorageReads::kNever;
   }
   const std::optional<casting::StorageFormat> format = weight.storage_format();
   if (!format.has_value() || format->element == casting::ElementType::kF32) {
-    return false;
+    return StorageReads::kNever;
   }
-  const bool storage_is_compute =
-      options.residency == casting::Residency::kResident &&
-      *format == casting::StorageFormat::Plain(options.compute_dtype);
-  if (storage_is_compute) return rows <= kStorageIsComputeMaxRows;
-  return options.compute_copy == casting::ComputeCopyPolicy::kTransient;
+  if (options.residency == casting::Residency::kResident &&
+      *format == casting::StorageFormat::Plain(options.compute_dtype)) {
+    return StorageReads::kStorageIsCompute;
+  }
+  return options.compute_copy == casting::ComputeCopyPolicy::kTransient
+             ? StorageReads::kTransient
+             : StorageReads::kNever;
+}
+
+bool ReadsStorageFor(const casting::Weight& weight, int64_t rows) {
+  return ReadsStorageFor(StorageReadsOf(weight), rows);
 }
 
 absl::StatusOr<at::Tensor> StorageProduct(

@@ -60,12 +60,38 @@ inline constexpr int64_t kStorageIsComputeMaxRows = 4;
 void SetStorageProductMaxRows(int64_t rows);
 int64_t StorageProductMaxRows();
 
+// Which products with a weight may read its storage; fixed by the weight's
+// options, so a layer classifies its weight once (StorageReadsOf) and then
+// decides per product with the rows alone (ReadsStorageFor).
+enum class StorageReads {
+  kNever,             // Not on the CPU, not rank 2, F32, or a cached copy.
+  kTransient,         // Up to StorageProductMaxRows() rows.
+  kStorageIsCompute,  // Up to min(that, kStorageIsComputeMaxRows) rows.
+};
+
+// On the CPU, rank 2, stored in a format narrower than F32 (resident or
+// mapped), with a compute copy that would be transient (kTransient) or is
+// the storage itself (kStorageIsCompute); else kNever (a cached copy is
+// made once and then read).
+StorageReads StorageReadsOf(const casting::Weight& weight);
+
 // True when a product of `rows` activation rows (negative: not known yet,
-// counted as few) with `weight` reads its storage: on the CPU, rank 2,
-// stored in a format narrower than F32 (resident or mapped), with a compute
-// copy that would be transient (rows <= StorageProductMaxRows()) or is the
-// storage itself (rows <= min(that, kStorageIsComputeMaxRows)); never with
-// a cached copy, which is made once and then read.
+// counted as few) reads the storage of a weight classified `reads`.
+inline bool ReadsStorageFor(StorageReads reads, int64_t rows) {
+  const int64_t max_rows = StorageProductMaxRows();
+  switch (reads) {
+    case StorageReads::kNever:
+      return false;
+    case StorageReads::kTransient:
+      return rows <= max_rows && max_rows > 0;
+    case StorageReads::kStorageIsCompute:
+      return rows <= max_rows && max_rows > 0 &&
+             rows <= kStorageIsComputeMaxRows;
+  }
+  return false;
+}
+
+// ReadsStorageFor(StorageReadsOf(weight), rows).
 bool ReadsStorageFor(const casting::Weight& weight, int64_t rows);
 
 // y = x W^T + b for `x` [..., in] (f32, bf16 or f16: the compute dtype),

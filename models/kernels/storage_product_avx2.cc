@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "casting/codec/element_loads.h"
 #include "models/kernels/storage_product_kernels.h"
 #include "models/kernels/storage_product_simd.h"
 
@@ -27,15 +28,8 @@ struct Avx2ProductOps {
   // fp8 as f16 bit patterns, as in storage_product_avx512.cc.
   template <ElementType kType>
   static Vec LoadWeight(const uint8_t* src) {
-    if constexpr (kType == ElementType::kF32) {
-      return _mm256_loadu_ps(reinterpret_cast<const float*>(src));
-    } else if constexpr (kType == ElementType::kBF16) {
-      const __m256i words = _mm256_cvtepu16_epi32(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-      return _mm256_castsi256_ps(_mm256_slli_epi32(words, 16));
-    } else if constexpr (kType == ElementType::kF16) {
-      return _mm256_cvtph_ps(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+    if constexpr (!casting::IsFp8(kType)) {
+      return casting::internal::LoadWide8<kType>(src);
     } else {
       static_assert(
           kType == ElementType::kF8E5M2 || kType == ElementType::kF8E4M3FN,

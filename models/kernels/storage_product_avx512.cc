@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "casting/codec/element_loads.h"
 #include "models/kernels/storage_product_kernels.h"
 #include "models/kernels/storage_product_simd.h"
 
@@ -26,15 +27,8 @@ struct Avx512ProductOps {
   // one NaN magnitude (0x7F) is set apart.
   template <ElementType kType>
   static Vec LoadWeight(const uint8_t* src) {
-    if constexpr (kType == ElementType::kF32) {
-      return _mm512_loadu_ps(src);
-    } else if constexpr (kType == ElementType::kBF16) {
-      const __m512i words = _mm512_cvtepu16_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-      return _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
-    } else if constexpr (kType == ElementType::kF16) {
-      return _mm512_cvtph_ps(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+    if constexpr (!casting::IsFp8(kType)) {
+      return casting::internal::LoadWide16<kType>(src);
     } else {
       static_assert(
           kType == ElementType::kF8E5M2 || kType == ElementType::kF8E4M3FN,

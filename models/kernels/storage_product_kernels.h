@@ -13,19 +13,14 @@ namespace castserve::models::internal {
 
 // A weight matrix as a kernel reads it: `out_features` rows of
 // `in_features` elements of `element`, row-major and contiguous, at `data`
-// (any alignment). With `scales` non-null, element (f, c) is multiplied by
-// scales[(f / scale_block_rows) * scale_grid_cols + c / scale_block_cols]:
-// per tensor is one block of the whole matrix, per row a block of 1 x
-// in_features, per block (e.g. 128 x 128) a grid (casting::ScaleGrid).
+// (any alignment). With scales.data non-null, element (f, c) is multiplied
+// by scales.At(f, c) (casting::ScaleGrid: per tensor, per row or per block).
 struct KernelWeight {
   const uint8_t* data = nullptr;
   casting::ElementType element = casting::ElementType::kF32;
   int64_t out_features = 0;
   int64_t in_features = 0;
-  const float* scales = nullptr;
-  int64_t scale_block_rows = 1;
-  int64_t scale_block_cols = 1;
-  int64_t scale_grid_cols = 1;
+  casting::ScaleGrid scales;
 };
 
 // y[r * w.out_features + f] = sum_c x[r * w.in_features + c] * W(f, c), in

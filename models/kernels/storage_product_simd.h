@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "casting/codec/codec.h"
+#include "casting/codec/element_loads.h"
 #include "casting/codec/storage_format.h"
 #include "models/kernels/storage_product_kernels.h"
 
@@ -45,32 +46,22 @@ using casting::ElementType;
 
 template <ElementType kType>
 float ScalarWeight(const uint8_t* src) {
-  constexpr int64_t kBytes = casting::ElementSizeBytes(kType);
-  uint32_t bits = 0;
-  if constexpr (kBytes == 4) {
-    std::memcpy(&bits, src, 4);
-  } else if constexpr (kBytes == 2) {
-    uint16_t half;
-    std::memcpy(&half, src, 2);
-    bits = half;
-  } else {
-    bits = *src;
-  }
-  return casting::ElementBitsToF32(kType, bits);
+  return casting::ElementBitsToF32(kType,
+                                   casting::internal::LoadBits<kType>(src));
 }
 
 // The scale of feature `f` in column block `block` (1 when unscaled).
 inline float ScaleOf(const KernelWeight& w, int64_t f, int64_t block) {
-  if (w.scales == nullptr) return 1.0f;
-  return w.scales[(f / w.scale_block_rows) * w.scale_grid_cols + block];
+  if (w.scales.data == nullptr) return 1.0f;
+  return w.scales.data[(f / w.scales.block_rows) * w.scales.grid_cols + block];
 }
 
 // Columns per block of the kernel's loop: the scale grid's, or all of them.
 inline int64_t ColumnBlock(const KernelWeight& w) {
-  if (w.scales == nullptr || w.scale_block_cols >= w.in_features) {
+  if (w.scales.data == nullptr || w.scales.block_cols >= w.in_features) {
     return std::max<int64_t>(w.in_features, 1);
   }
-  return w.scale_block_cols;
+  return w.scales.block_cols;
 }
 
 // kRows rows of x from `x` times kFeatures features whose rows start at

@@ -233,15 +233,16 @@ TEST(StorageProductTest, ReadsAMappedWeightUnderTheGuard) {
   absl::StatusOr<std::unique_ptr<casting::Weight>> weight =
       casting::Weight::Create(std::move(*checkpoint), "w", options);
   ASSERT_TRUE(weight.ok()) << weight.status();
-  absl::StatusOr<casting::StorageView> view = (*weight)->ReadStorage();
-  ASSERT_TRUE(view.ok()) << view.status();
-  ASSERT_TRUE(view->mapped);
+  absl::StatusOr<const casting::StorageView*> read = (*weight)->ReadStorage();
+  ASSERT_TRUE(read.ok()) << read.status();
+  const casting::StorageView& view = **read;
+  ASSERT_TRUE(view.mapped);
   const at::Tensor x = at::randn({2, kIn});
-  absl::StatusOr<at::Tensor> y = StorageProduct(x, *view, at::Tensor());
+  absl::StatusOr<at::Tensor> y = StorageProduct(x, view, at::Tensor());
   ASSERT_TRUE(y.ok()) << y.status();
   ExpectNearReference(*y, x, w.to(at::kFloat), "mapped");
   ASSERT_EQ(truncate(path.c_str(), 0), 0);
-  absl::StatusOr<at::Tensor> cut = StorageProduct(x, *view, at::Tensor());
+  absl::StatusOr<at::Tensor> cut = StorageProduct(x, view, at::Tensor());
   ASSERT_FALSE(cut.ok());
   EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss) << cut.status();
 }

@@ -48,8 +48,31 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(
     status = AddParameter(*linear, weights, "bias", {out_features});
   }
   if (!status.ok()) return status;
+  linear->weight_ = linear->weight("weight");
+  linear->storage_reads_ = StorageReadsOf(*linear->weight_);
   return linear;
 }
+
+namespace {
+
+// ProductWithWeight once the rows are noted and the storage decision made.
+at::Tensor ProductWith(const Module& owner, ForwardContext& context,
+                       absl::string_view weight_name, casting::Weight& weight,
+                       bool reads_storage, const at::Tensor& x,
+                       const at::Tensor& bias,
+                       std::optional<Activation> activation) {
+  if (!reads_storage || context.Find(&owner, weight_name) != nullptr) {
+    return LinearProduct(x, owner.Param(context, weight_name), bias,
+                         activation);
+  }
+  absl::StatusOr<const casting::StorageView*> view = weight.ReadStorage();
+  if (!view.ok()) throw WeightUnavailableError(weight.name(), view.status());
+  absl::StatusOr<at::Tensor> y = StorageProduct(x, **view, bias, activation);
+  if (!y.ok()) throw WeightUnavailableError(weight.name(), y.status());
+  return *std::move(y);
+}
+
+}  // namespace
 
 at::Tensor ProductWithWeight(const Module& owner, ForwardContext& context,
                              absl::string_view weight_name, const at::Tensor& x,
@@ -58,25 +81,20 @@ at::Tensor ProductWithWeight(const Module& owner, ForwardContext& context,
   const int64_t rows = RowsOf(x);
   context.NoteActivationRows(rows);
   casting::Weight& weight = *owner.weight(weight_name);
-  if (context.Find(&owner, weight_name) != nullptr ||
-      !ReadsStorageFor(weight, rows)) {
-    return LinearProduct(x, owner.Param(context, weight_name), bias,
-                         activation);
-  }
-  absl::StatusOr<casting::StorageView> view = weight.ReadStorage();
-  if (!view.ok()) throw WeightUnavailableError(weight.name(), view.status());
-  absl::StatusOr<at::Tensor> y = StorageProduct(x, *view, bias, activation);
-  if (!y.ok()) throw WeightUnavailableError(weight.name(), y.status());
-  return *std::move(y);
+  return ProductWith(owner, context, weight_name, weight,
+                     ReadsStorageFor(weight, rows), x, bias, activation);
 }
 
 at::Tensor Linear::Product(ForwardContext& context, const at::Tensor& x,
                            std::optional<Activation> activation) const {
-  // Before the hooks run: they ask ComputesFromStorage with these rows.
-  context.NoteActivationRows(RowsOf(x));
+  // Noted before the hooks run: they ask ComputesFromStorage with these
+  // rows, which decides as reads_storage does.
+  const int64_t rows = RowsOf(x);
+  context.NoteActivationRows(rows);
+  const bool reads_storage = ReadsStorageFor(storage_reads_, rows);
   ModuleCall call(*this, context);
-  return ProductWithWeight(*this, context, "weight", x,
-                           OptionalParam(context, "bias"), activation);
+  return ProductWith(*this, context, "weight", *weight_, reads_storage, x,
+                     OptionalParam(context, "bias"), activation);
 }
 
 at::Tensor Linear::Forward(ForwardContext& context, const at::Tensor& x) const {
@@ -91,8 +109,8 @@ at::Tensor Linear::ForwardActivated(ForwardContext& context,
 
 bool Linear::ComputesFromStorage(absl::string_view local_name,
                                  const ForwardContext& context) const {
-  return local_name == "weight" &&
-         ReadsStorageFor(*weight("weight"), context.activation_rows());
+  return ReadsStorageFor(storage_reads_, context.activation_rows()) &&
+         local_name == "weight";
 }
 
 absl::StatusOr<std::unique_ptr<Embedding>> Embedding::Create(

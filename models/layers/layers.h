@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "models/kernels/storage_product.h"
 #include "models/layers/activation.h"
 #include "models/loading/weight_factory.h"
 #include "models/module.h"
@@ -63,6 +64,10 @@ class Linear : public Module {
   using Module::Module;
   at::Tensor Product(ForwardContext& context, const at::Tensor& x,
                      std::optional<Activation> activation) const;
+
+  // "weight", looked up and classified once at creation.
+  casting::Weight* weight_ = nullptr;
+  StorageReads storage_reads_ = StorageReads::kNever;
 };
 
 // Row lookup. Kind "Embedding"; weight "weight" [num_embeddings,

@@ -47,7 +47,22 @@ TransientBound Walk(const Module& module, casting::Footprint* held,
     (*shapes)[{weight->options().compute_dtype, transient_bytes}] =
         transient_bytes;
   }
-  TransientBound bound{own_transient_bytes, own_transient_bytes};
+  // A borrowed table's copy (a tied lm_head's embedding, with more rows
+  // than the storage product takes) is held on this module's path; it is
+  // never prefetched, so it stays out of the prefetch term (module_bytes).
+  int64_t borrowed_transient_bytes = 0;
+  if (const Module* lender = module.BorrowsWeightsOf()) {
+    for (const auto& [local_name, weight] : lender->weights()) {
+      const int64_t transient_bytes =
+          weight->ConfiguredFootprint().transient_compute_bytes();
+      if (transient_bytes == 0) continue;
+      borrowed_transient_bytes += transient_bytes;
+      (*shapes)[{weight->options().compute_dtype, transient_bytes}] =
+          transient_bytes;
+    }
+  }
+  TransientBound bound{own_transient_bytes + borrowed_transient_bytes,
+                       own_transient_bytes};
   int64_t deepest_child_bytes = 0;
   for (const Module* child : module.children()) {
     const TransientBound child_bound = Walk(*child, held, shapes);

@@ -30,6 +30,10 @@ namespace castserve::models {
 //   per (dtype, bytes) shape and its total. Modules that read their own
 //   weights (Module::ReadsOwnWeights: an embedding gathering rows) hold no
 //   whole copies and are left out: their gathered rows are activations.
+//   A module that multiplies by another's weights (Module::BorrowsWeightsOf:
+//   a tied lm_head with more rows than the storage product takes) holds
+//   their copies on its own path; they count there (not in the prefetch
+//   term: a borrowed copy is never prefetched).
 //
 // owned_bytes() of the result is what the model's weights may hold at most.
 casting::Footprint ConfiguredFootprint(const Module& root,

@@ -121,6 +121,41 @@ TEST(ConfiguredFootprintTest, BoundsTheTransientCopiesAForwardHolds) {
   }
 }
 
+// A tied lm_head (qwen2's fixture ties it) multiplies by the embedding
+// table; with more rows than the storage product takes (a prefill), that is
+// a compute copy of the whole table, held during the head's forward: larger
+// here than any layer's weights, so a bound without it is exceeded.
+TEST(ConfiguredFootprintTest, CountsATiedHeadsCopyOfTheEmbedding) {
+  for (bool prefetch : {false, true}) {
+    const WeightPolicyOptions options = Casting(
+        ElementType::kF8E4M3FN, ComputeCopyPolicy::kTransient, prefetch);
+    absl::StatusOr<std::unique_ptr<Model>> loaded =
+        LoadHfModel("models/testdata/qwen2", options);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    Module& root = (*loaded)->root();
+    const int64_t bound =
+        ConfiguredFootprint(root, options, 1).transient_compute_bytes();
+    absl::Mutex mu;
+    int64_t most_alive_bytes = 0;
+    auto sample = [&](const Module&, ForwardContext&) {
+      const int64_t alive = HeldNow(root).transient_compute_bytes();
+      absl::MutexLock lock(&mu);
+      most_alive_bytes = std::max(most_alive_bytes, alive);
+    };
+    root.Visit([&](Module& module) {
+      module.AddPreForwardHook(sample);
+      module.AddPostForwardHook(sample);
+    });
+    // 24 tokens: above the storage product's 16 rows.
+    const NamedTensors prefill = {
+        {"input_ids", at::arange(3, 27, at::kLong).view({1, 24})}};
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE((*loaded)->Forward(prefill).ok());
+    // The table's f32 copy: 192 x 32 floats.
+    EXPECT_GE(most_alive_bytes, 192 * 32 * 4) << "the head copied the table";
+    EXPECT_LE(most_alive_bytes, bound) << "prefetch " << prefetch;
+  }
+}
+
 TEST(ConfiguredFootprintTest, ScalesTheTransientBoundWithConcurrentForwards) {
   const WeightPolicyOptions options =
       Casting(ElementType::kBF16, ComputeCopyPolicy::kTransient);

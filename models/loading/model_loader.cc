@@ -20,10 +20,14 @@
 namespace castserve::models {
 namespace {
 
+struct Registered {
+  ArchitectureFactory factory;
+  ArchitectureTraits traits;
+};
+
 struct Registry {
   absl::Mutex mu;
-  std::map<std::string, ArchitectureFactory> factories ABSL_GUARDED_BY(mu);
-  std::map<std::string, ArchitectureTraits> traits ABSL_GUARDED_BY(mu);
+  std::map<std::string, Registered> architectures ABSL_GUARDED_BY(mu);
 };
 
 Registry& GetRegistry() {
@@ -82,11 +86,12 @@ absl::Status RegisterArchitecture(std::string model_type,
   }
   Registry& registry = GetRegistry();
   absl::MutexLock lock(&registry.mu);
-  if (!registry.factories.emplace(model_type, std::move(factory)).second) {
+  if (!registry.architectures
+           .emplace(model_type, Registered{std::move(factory), traits})
+           .second) {
     return absl::AlreadyExistsError(
         absl::StrCat("architecture '", model_type, "' is already registered"));
   }
-  registry.traits[model_type] = traits;
   return absl::OkStatus();
 }
 
@@ -105,7 +110,9 @@ std::vector<std::string> RegisteredArchitectures() {
   Registry& registry = GetRegistry();
   absl::MutexLock lock(&registry.mu);
   std::vector<std::string> names;
-  for (const auto& [name, factory] : registry.factories) names.push_back(name);
+  for (const auto& [name, registered] : registry.architectures) {
+    names.push_back(name);
+  }
   return names;  // std::map keeps them sorted.
 }
 
@@ -113,8 +120,8 @@ std::vector<std::string> GenerativeArchitectures() {
   Registry& registry = GetRegistry();
   absl::MutexLock lock(&registry.mu);
   std::vector<std::string> names;
-  for (const auto& [name, traits] : registry.traits) {
-    if (traits.generates) names.push_back(name);
+  for (const auto& [name, registered] : registry.architectures) {
+    if (registered.traits.generates) names.push_back(name);
   }
   return names;
 }
@@ -145,10 +152,12 @@ absl::StatusOr<ArchitectureFactory> FindArchitecture(
     absl::string_view model_type, absl::string_view config_label) {
   Registry& registry = GetRegistry();
   absl::MutexLock lock(&registry.mu);
-  auto it = registry.factories.find(std::string(model_type));
-  if (it != registry.factories.end()) return it->second;
+  auto it = registry.architectures.find(std::string(model_type));
+  if (it != registry.architectures.end()) return it->second.factory;
   std::vector<std::string> names;
-  for (const auto& [name, factory] : registry.factories) names.push_back(name);
+  for (const auto& [name, registered] : registry.architectures) {
+    names.push_back(name);
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "unsupported architecture '", model_type, "' (model_type of ",
       config_label, "); supported: ",
