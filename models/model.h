@@ -156,6 +156,10 @@ class Model {
   // the load log line and the served config's parameters: a pre-quantized
   // checkpoint's note (models/prequantized_weights.h); empty otherwise. Set
   // by LoadHfModel before the model is shared; then read-only.
+  // The names of the last dimension of a classifier's `scores` output
+  // (config.json's id2label), in label order; empty for other models.
+  virtual std::vector<std::string> output_labels() const { return {}; }
+
   const std::string& storage_note() const { return storage_note_; }
   void set_storage_note(std::string note) { storage_note_ = std::move(note); }
 

@@ -141,7 +141,7 @@ declare -A FOLDER=([safetensors]=casting [torch_zip]=casting
 declare -A LINKS=(
   [safetensors]="//casting:safetensors_reader"
   [torch_zip]="//casting:torch_zip_reader"
-  [infer_request]="//server/servables:tensor_conversion + //models:bert"
+  [infer_request]="//server/servables:tensor_conversion + //models/architectures"
   [config_pbtxt]="//server/servables/factory:hf_served_model_factory + //server/lifecycle:model_repository"
   [config_json]="//server/servables/factory:hf_served_model_factory + //server/lifecycle:model_repository"
   [rest_infer]="//server/rest:rest_infer_codec"
