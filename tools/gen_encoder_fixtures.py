@@ -20,6 +20,14 @@ pair template for the BERT one), and reference.safetensors:
                           F8_E4M3FN with per-row scales and back
   xlm_roberta_reranker  XLMRobertaForSequenceClassification, num_labels 1
   bert_reranker         BertForSequenceClassification, 3 labels (id2label)
+  qwen3_embedding       Qwen3Model (Qwen3-Embedding's layout: no lm_head, keys
+                        without "model.") + Pooling(lasttoken) + Normalize;
+                        the tokenizer appends <|endoftext|> and pads on the
+                        left, as Qwen3-Embedding's does
+    input.<name>          the texts right-padded (what castserve's text input
+                          makes)
+    output.last_hidden_state  Qwen3Model on those inputs
+    output.sentence_embedding SentenceTransformer.encode (left padding)
     input.<name>          tokenizer(queries, documents): the pair template
     output.scores         the model's logits, f32 [pairs, labels]
     output.cross_encoder  CrossEncoder.predict(pairs, activation_fn=Identity)
@@ -44,7 +52,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_model_fixtures as fixtures  # noqa: E402
 
 OUT = os.path.join(fixtures.REPO_ROOT, "models", "testdata")
-SEEDS = {"xlm_roberta": 1011, "xlm_roberta_reranker": 1012, "bert_reranker": 1013}
+SEEDS = {"xlm_roberta": 1011, "xlm_roberta_reranker": 1012, "bert_reranker": 1013,
+         "qwen3_embedding": 1014}
 CAST_FORMAT = "F8_E4M3FN:per_row"
 TRUNCATE_AT = 12
 HEAD_GAIN = 100.0
@@ -76,7 +85,10 @@ def make_tokenizer(kind):
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
     words = sorted({w for t in TEXTS + QUERIES + DOCUMENTS for w in t.split()})
-    if kind == "xlm":
+    if kind == "qwen":
+        specials = ["<|endoftext|>", "<unk>"]
+        unk = "<unk>"
+    elif kind == "xlm":
         specials = ["<s>", "<pad>", "</s>", "<unk>"]
         unk = "<unk>"
     else:
@@ -90,7 +102,11 @@ def make_tokenizer(kind):
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     ids = {t: i for i, t in enumerate(vocab)}
-    if kind == "xlm":
+    if kind == "qwen":
+        tok.post_processor = processors.TemplateProcessing(
+            single="$A <|endoftext|>", pair="$A <|endoftext|> $B:1 <|endoftext|>:1",
+            special_tokens=[("<|endoftext|>", ids["<|endoftext|>"])])
+    elif kind == "xlm":
         tok.post_processor = processors.RobertaProcessing(("</s>", ids["</s>"]), ("<s>", ids["<s>"]))
     else:
         tok.post_processor = processors.TemplateProcessing(
@@ -103,6 +119,10 @@ def make_tokenizer(kind):
 def fast_tokenizer(tok, kind):
     from transformers import PreTrainedTokenizerFast
 
+    if kind == "qwen":
+        return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+                                       pad_token="<|endoftext|>", unk_token="<unk>",
+                                       padding_side="left", model_max_length=64)
     if kind == "xlm":
         return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
                                        sep_token="</s>", cls_token="<s>", pad_token="<pad>",
@@ -125,6 +145,14 @@ def build(name, vocab_size):
                                      layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0,
                                      eos_token_id=2, **common)
         model = tf.XLMRobertaModel(config, add_pooling_layer=True)
+    elif name == "qwen3_embedding":
+        config = tf.Qwen3Config(
+            attn_implementation="eager", vocab_size=vocab_size, hidden_size=32,
+            intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+            rms_norm_eps=1e-6, rope_theta=1000000.0, hidden_act="silu",
+            tie_word_embeddings=True, pad_token_id=0, eos_token_id=0)
+        model = tf.Qwen3Model(config)
     elif name == "xlm_roberta_reranker":
         config = tf.XLMRobertaConfig(max_position_embeddings=66, type_vocab_size=1,
                                      layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0,
@@ -139,7 +167,7 @@ def build(name, vocab_size):
     else:
         raise ValueError(name)
     fixtures.reinit_(model, seed)
-    if name != "xlm_roberta":
+    if name.endswith("_reranker"):
         # Random heads give scores within ~1e-3 of each other; a larger last
         # layer spreads them, so that a pair scored wrong shows.
         head = model.classifier if name == "bert_reranker" else model.classifier.out_proj
@@ -171,12 +199,13 @@ def save(path, tensors, metadata):
     fixtures.canonicalize_safetensors_header(path)
 
 
-def write_classic_pipeline(folder):
+def write_classic_pipeline(folder, pooling="mean"):
     """sentence-transformers 6 saves its own layout (module types under
     sentence_transformers.base..., "pooling_mode"); the hub's models (bge-m3,
     multilingual-e5) ship the classic one, which castserve reads and
     sentence-transformers 6 still loads: the folder gets that."""
     def dump(rel, value):
+        os.makedirs(os.path.dirname(os.path.join(folder, rel)), exist_ok=True)
         with open(os.path.join(folder, rel), "w") as f:
             json.dump(value, f, indent=2)
             f.write("\n")
@@ -188,9 +217,9 @@ def write_classic_pipeline(folder):
          "type": "sentence_transformers.models.Normalize"}])
     dump("1_Pooling/config.json", {
         "word_embedding_dimension": 32, "pooling_mode_cls_token": False,
-        "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
-        "pooling_mode_lasttoken": False, "include_prompt": True})
+        "pooling_mode_lasttoken": pooling == "lasttoken", "include_prompt": True})
     dump("2_Normalize/config.json", {})
     dump("sentence_bert_config.json", {"max_seq_length": 64, "do_lower_case": False})
 
@@ -255,6 +284,39 @@ def write_pair_reference(folder):
         f.write("\n")
 
 
+def make_qwen3_embedding_fixture(name, folder):
+    import torch
+    from sentence_transformers import SentenceTransformer, models as st_models
+
+    tok, vocab_size = make_tokenizer("qwen")
+    model = build(name, vocab_size)
+    fixtures.fresh_dir(folder)
+    model.save_pretrained(folder, safe_serialization=True)
+    fast = fast_tokenizer(tok, "qwen")
+    fast.save_pretrained(folder)
+    write_classic_pipeline(folder, pooling="lasttoken")
+    st = SentenceTransformer(folder, device="cpu")
+    assert st.tokenizer.padding_side == "left", st.tokenizer.padding_side
+    embeddings = st.encode(TEXTS, convert_to_numpy=True, batch_size=len(TEXTS))
+    fast.padding_side = "right"
+    batch = to_numpy(fast(TEXTS, padding=True, return_tensors="pt"))
+    batch.pop("token_type_ids", None)
+    tensors = {f"input.{k}": v for k, v in batch.items()}
+    hidden = forward(model, batch, ["last_hidden_state"])["last_hidden_state"]
+    tensors["output.last_hidden_state"] = hidden
+    tensors["output.sentence_embedding"] = embeddings.astype(np.float32)
+    rt = fixtures.round_tripped_model(model, CAST_FORMAT)
+    tensors[f"roundtrip.{CAST_FORMAT}.output.last_hidden_state"] = forward(
+        rt, batch, ["last_hidden_state"])["last_hidden_state"]
+    # The pipeline's own check: the last real token of the right-padded
+    # batch, normalized, is the left-padded pipeline's embedding.
+    last = batch["attention_mask"].sum(1) - 1
+    pooled = torch.from_numpy(hidden[np.arange(len(TEXTS)), last])
+    pooled = torch.nn.functional.normalize(pooled, dim=-1).numpy()
+    assert np.allclose(pooled, embeddings, atol=1e-5), "padding side changed the embedding"
+    return model, tensors, {"texts": TEXTS}
+
+
 def make_reranker_fixture(name, folder):
     import torch
     from sentence_transformers import CrossEncoder
@@ -292,7 +354,8 @@ def make(name, report):
     import transformers as tf
 
     folder = os.path.join(OUT, name)
-    maker = make_sentence_fixture if name == "xlm_roberta" else make_reranker_fixture
+    maker = {"xlm_roberta": make_sentence_fixture,
+             "qwen3_embedding": make_qwen3_embedding_fixture}.get(name, make_reranker_fixture)
     model, tensors, metadata = maker(name, folder)
     metadata.update({"fixture": name, "model_class": type(model).__name__,
                      "model_type": model.config.model_type, "seed": str(SEEDS[name]),

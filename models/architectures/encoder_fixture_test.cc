@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/encoder/encoder_model.h"
+#include "models/incremental_decoder.h"
 #include "models/model_loader.h"
 #include "models/test_util/tensor_files.h"
 
@@ -133,6 +134,79 @@ TEST(XlmRobertaTest, PositionsStartAfterPaddingIdx) {
   auto too_long =
       (*model)->Forward({{"input_ids", at::zeros({1, 65}, at::kLong)}});
   EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+constexpr char kQwen3Embedding[] = "models/testdata/qwen3_embedding";
+
+// The rows of `hidden` [batch, seq, dim] where `mask` is 1: [tokens, dim].
+at::Tensor RealTokens(const at::Tensor& hidden, const at::Tensor& mask) {
+  return hidden.reshape({-1, hidden.size(-1)})
+      .index_select(0, mask.flatten().nonzero().flatten());
+}
+
+TEST(Qwen3EmbeddingTest, MatchesTransformersAndSentenceTransformers) {
+  const Tensors reference = Reference(kQwen3Embedding);
+  const NamedTensors inputs = Inputs(reference, "input.");
+  const at::Tensor& mask = inputs.at("attention_mask");
+  for (const WeightPolicyOptions& options : PlainPolicies()) {
+    NamedTensors out = Run(kQwen3Embedding, options, inputs);
+    ASSERT_TRUE(out.count("last_hidden_state") &&
+                out.count("sentence_embedding"));
+    EXPECT_LE(test_util::RelativeMaxError(
+                  RealTokens(out["last_hidden_state"], mask),
+                  RealTokens(reference.at("output.last_hidden_state"), mask)),
+              1e-4);
+    const at::Tensor& expected = reference.at("output.sentence_embedding");
+    EXPECT_LE(test_util::RelativeMaxError(out["sentence_embedding"], expected),
+              1e-4);
+    EXPECT_GE(at::cosine_similarity(out["sentence_embedding"], expected, 1)
+                  .min()
+                  .item<double>(),
+              0.9999);
+  }
+  NamedTensors cast = Run(kQwen3Embedding, Casting(), inputs);
+  EXPECT_LE(
+      test_util::RelativeMaxError(
+          RealTokens(cast["last_hidden_state"], mask),
+          RealTokens(reference.at(absl::StrCat("roundtrip.", kCastFormat,
+                                               ".output.last_hidden_state")),
+                     mask)),
+      1e-4);
+}
+
+TEST(Qwen3EmbeddingTest, LeftPaddingGivesTheSameEmbeddings) {
+  const Tensors reference = Reference(kQwen3Embedding);
+  const at::Tensor& ids = reference.at("input.input_ids");
+  const at::Tensor& mask = reference.at("input.attention_mask");
+  // Each row's tokens moved to the right end, the padding before them.
+  at::Tensor left_ids = at::zeros_like(ids), left_mask = at::zeros_like(mask);
+  for (int64_t r = 0; r < ids.size(0); ++r) {
+    const int64_t n = mask[r].sum().item<int64_t>();
+    left_ids[r].narrow(0, ids.size(1) - n, n).copy_(ids[r].narrow(0, 0, n));
+    left_mask[r].narrow(0, ids.size(1) - n, n).fill_(1);
+  }
+  NamedTensors out =
+      Run(kQwen3Embedding, {},
+          {{"input_ids", left_ids}, {"attention_mask", left_mask}});
+  EXPECT_LE(
+      test_util::RelativeMaxError(out["sentence_embedding"],
+                                  reference.at("output.sentence_embedding")),
+      1e-4);
+}
+
+TEST(Qwen3EmbeddingTest, ABackboneAloneServesHiddenStatesAndDoesNotGenerate) {
+  auto model = LoadHfModel(kQwen3Embedding, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->architecture(), "qwen3");
+  EXPECT_EQ((*model)->incremental_decoder(), nullptr);
+  std::vector<std::string> outputs;
+  for (const TensorSpec& spec : (*model)->outputs())
+    outputs.push_back(spec.name);
+  EXPECT_THAT(outputs, ElementsAre("last_hidden_state", "sentence_embedding"));
+  // The same architecture with lm_head still generates.
+  auto generator = LoadHfModel("models/testdata/qwen3", {});
+  ASSERT_TRUE(generator.ok()) << generator.status();
+  EXPECT_NE((*generator)->incremental_decoder(), nullptr);
 }
 
 struct RerankerCase {
