@@ -53,6 +53,7 @@ WeightPolicyOptions Casting() {
   casting::CastingPolicy::Options policy;
   policy.storage_dtype = storage->element;
   policy.scaling = storage->scaling;
+  policy.compute_dtype = casting::ElementType::kF32;
   WeightPolicyOptions options;
   options.compute_copy = casting::ComputeCopyPolicy::kTransient;
   options.casting = *casting::CastingPolicy::Create(policy);
@@ -60,8 +61,9 @@ WeightPolicyOptions Casting() {
   return options;
 }
 
-NamedTensors Run(const std::string& folder, const WeightPolicyOptions& options,
-                 const NamedTensors& inputs) {
+NamedTensors RunModel(const std::string& folder,
+                      const WeightPolicyOptions& options,
+                      const NamedTensors& inputs) {
   auto model = LoadHfModel(folder, options);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return {};
@@ -83,7 +85,8 @@ constexpr char kXlmRoberta[] = "models/testdata/xlm_roberta";
 TEST(XlmRobertaTest, MatchesTransformersAndSentenceTransformers) {
   const Tensors reference = Reference(kXlmRoberta);
   for (const WeightPolicyOptions& options : PlainPolicies()) {
-    NamedTensors out = Run(kXlmRoberta, options, Inputs(reference, "input."));
+    NamedTensors out =
+        RunModel(kXlmRoberta, options, Inputs(reference, "input."));
     for (const char* name :
          {"last_hidden_state", "pooler_output", "sentence_embedding"}) {
       ASSERT_TRUE(out.count(name)) << name;
@@ -101,7 +104,8 @@ TEST(XlmRobertaTest, MatchesTransformersAndSentenceTransformers) {
 
 TEST(XlmRobertaTest, LayerwiseFp8MatchesRoundTripReference) {
   const Tensors reference = Reference(kXlmRoberta);
-  NamedTensors out = Run(kXlmRoberta, Casting(), Inputs(reference, "input."));
+  NamedTensors out =
+      RunModel(kXlmRoberta, Casting(), Inputs(reference, "input."));
   for (const char* name : {"last_hidden_state", "pooler_output"}) {
     EXPECT_LE(test_util::RelativeMaxError(
                   out[name], reference.at(absl::StrCat(
@@ -149,7 +153,7 @@ TEST(Qwen3EmbeddingTest, MatchesTransformersAndSentenceTransformers) {
   const NamedTensors inputs = Inputs(reference, "input.");
   const at::Tensor& mask = inputs.at("attention_mask");
   for (const WeightPolicyOptions& options : PlainPolicies()) {
-    NamedTensors out = Run(kQwen3Embedding, options, inputs);
+    NamedTensors out = RunModel(kQwen3Embedding, options, inputs);
     ASSERT_TRUE(out.count("last_hidden_state") &&
                 out.count("sentence_embedding"));
     EXPECT_LE(test_util::RelativeMaxError(
@@ -164,7 +168,7 @@ TEST(Qwen3EmbeddingTest, MatchesTransformersAndSentenceTransformers) {
                   .item<double>(),
               0.9999);
   }
-  NamedTensors cast = Run(kQwen3Embedding, Casting(), inputs);
+  NamedTensors cast = RunModel(kQwen3Embedding, Casting(), inputs);
   EXPECT_LE(
       test_util::RelativeMaxError(
           RealTokens(cast["last_hidden_state"], mask),
@@ -186,8 +190,8 @@ TEST(Qwen3EmbeddingTest, LeftPaddingGivesTheSameEmbeddings) {
     left_mask[r].narrow(0, ids.size(1) - n, n).fill_(1);
   }
   NamedTensors out =
-      Run(kQwen3Embedding, {},
-          {{"input_ids", left_ids}, {"attention_mask", left_mask}});
+      RunModel(kQwen3Embedding, {},
+               {{"input_ids", left_ids}, {"attention_mask", left_mask}});
   EXPECT_LE(
       test_util::RelativeMaxError(out["sentence_embedding"],
                                   reference.at("output.sentence_embedding")),
@@ -220,7 +224,7 @@ TEST_P(RerankerTest, ScoresMatchTransformersAndCrossEncoder) {
   const std::string folder = GetParam().folder;
   const Tensors reference = Reference(folder);
   for (const WeightPolicyOptions& options : PlainPolicies()) {
-    NamedTensors out = Run(folder, options, Inputs(reference, "input."));
+    NamedTensors out = RunModel(folder, options, Inputs(reference, "input."));
     ASSERT_EQ(out.size(), 1u);
     const at::Tensor& scores = out[kScoresOutput];
     EXPECT_LE(
@@ -230,7 +234,7 @@ TEST_P(RerankerTest, ScoresMatchTransformersAndCrossEncoder) {
                                           reference.at("output.cross_encoder")),
               1e-4);
   }
-  NamedTensors cast = Run(folder, Casting(), Inputs(reference, "input."));
+  NamedTensors cast = RunModel(folder, Casting(), Inputs(reference, "input."));
   EXPECT_LE(test_util::RelativeMaxError(
                 cast[kScoresOutput],
                 reference.at(
