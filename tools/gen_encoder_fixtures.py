@@ -127,8 +127,11 @@ def fast_tokenizer(tok, kind):
         return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
                                        sep_token="</s>", cls_token="<s>", pad_token="<pad>",
                                        unk_token="<unk>", model_max_length=64)
+    # BERT's tokenizers give token_type_ids (the pair template's types).
     return PreTrainedTokenizerFast(tokenizer_object=tok, cls_token="[CLS]", sep_token="[SEP]",
-                                   pad_token="[PAD]", unk_token="[UNK]", model_max_length=64)
+                                   pad_token="[PAD]", unk_token="[UNK]", model_max_length=64,
+                                   model_input_names=["input_ids", "token_type_ids",
+                                                      "attention_mask"])
 
 
 def build(name, vocab_size):
