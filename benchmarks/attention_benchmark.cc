@@ -18,8 +18,8 @@
 #include <functional>
 #include <string>
 
-#include "casting/tracking_allocator.h"
-#include "models/attention.h"
+#include "casting/memory/tracking_allocator.h"
+#include "models/layers/attention.h"
 
 namespace castserve {
 namespace {

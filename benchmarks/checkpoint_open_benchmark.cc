@@ -20,8 +20,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "casting/safetensors_reader.h"
-#include "casting/test_util/safetensors_writer.h"
+#include "casting/formats/safetensors_reader.h"
+#include "casting/formats/test_util/safetensors_writer.h"
 
 namespace castserve::casting {
 namespace {

@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "casting/codec.h"
-#include "casting/storage_format.h"
-#include "casting/torch_types.h"
+#include "casting/codec/codec.h"
+#include "casting/codec/storage_format.h"
+#include "casting/device/torch_types.h"
 
 namespace castserve::casting {
 namespace {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "models/model_loader.h"
+#include "models/loading/model_loader.h"
 
 namespace castserve {
 namespace {

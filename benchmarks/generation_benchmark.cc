@@ -30,8 +30,8 @@
 // use). Default: resident/F32,cast/BF16/F32,cast/F8_E4M3FN:per_row/F32.
 //
 // --compare_paths: instead of the above, single-stream decode with and
-// without compute from storage (models/storage_product.h), interleaved in
-// one run: the --baseline model (default resident/F32) stays loaded, and for
+// without compute from storage (models/kernels/storage_product.h), interleaved
+// in one run: the --baseline model (default resident/F32) stays loaded, and for
 // each config, --rounds times, in rotating order: the baseline, the config
 // with every product on a compute copy (SetStorageProductMaxRows(0): the
 // path before compute from storage; "copy"), and the config with decode
@@ -64,12 +64,12 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "casting/casting_policy.h"
-#include "casting/storage_format.h"
-#include "casting/tracking_allocator.h"
-#include "models/generation.h"
-#include "models/generation_scheduler.h"
-#include "models/model_loader.h"
-#include "models/storage_product.h"
+#include "casting/codec/storage_format.h"
+#include "casting/memory/tracking_allocator.h"
+#include "models/generation/generation.h"
+#include "models/generation/generation_scheduler.h"
+#include "models/kernels/storage_product.h"
+#include "models/loading/model_loader.h"
 
 namespace castserve::models {
 namespace {

@@ -52,11 +52,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "casting/codec.h"
-#include "casting/footprint.h"
-#include "casting/tracking_allocator.h"
+#include "casting/codec/codec.h"
+#include "casting/memory/footprint.h"
+#include "casting/memory/tracking_allocator.h"
 #include "casting/weight.h"
-#include "models/model_loader.h"
+#include "models/loading/model_loader.h"
 #include "models/module.h"
 
 namespace castserve::models {

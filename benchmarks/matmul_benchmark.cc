@@ -1,11 +1,12 @@
 // The layer products of castserve's architectures on this CPU, each kernel
-// beside the other in one process, interleaved (models/matmul.h):
+// beside the other in one process, interleaved (models/kernels/matmul.h):
 //  - f32: LibTorch's BLAS (at::linear, MKL in the PyPI wheel) against
 //    oneDNN's matmul (what --cpu-f32-matmul=auto measures once at start);
 //  - f32 and bf16 with an activation: the product then the activation
 //    (two passes) against oneDNN with the activation fused into the
 //    product (Linear::ForwardActivated).
-//  - compute from storage (models/storage_product.h): the fused product that
+//  - compute from storage (models/kernels/storage_product.h): the fused product
+//  that
 //    reads bf16 / fp8 weights against decoding an f32 copy then the f32
 //    product (layerwise casting before it), and the f32 product on an f32
 //    weight (resident f32), at decode-sized rows, with the GB/s of weight
@@ -29,10 +30,10 @@
 #include <string>
 #include <vector>
 
-#include "casting/codec.h"
-#include "casting/storage_format.h"
-#include "models/matmul.h"
-#include "models/storage_product.h"
+#include "casting/codec/codec.h"
+#include "casting/codec/storage_format.h"
+#include "models/kernels/matmul.h"
+#include "models/kernels/storage_product.h"
 
 namespace castserve {
 namespace {

@@ -35,9 +35,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "casting/malloc_settings.h"
-#include "casting/tracking_allocator.h"
-#include "models/model_loader.h"
+#include "casting/memory/malloc_settings.h"
+#include "casting/memory/tracking_allocator.h"
+#include "models/loading/model_loader.h"
 
 namespace castserve::models {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "casting/storage_format.h"
+#include "casting/codec/storage_format.h"
 
 namespace castserve::casting {
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "casting/storage_format.h"
+#include "casting/codec/storage_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

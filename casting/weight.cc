@@ -10,8 +10,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "casting/device_codec.h"
-#include "casting/torch_types.h"
+#include "casting/device/device_codec.h"
+#include "casting/device/torch_types.h"
 
 namespace castserve::casting {
 namespace {

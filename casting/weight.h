@@ -27,20 +27,20 @@
 // CUDA model larger than the GPU), in pinned host memory; mapped storage is
 // the file's pages in host memory. Storage is encoded on the host and
 // copied to the device once. Every decode, copy and transfer to the device
-// goes through casting/device_codec.h: on CUDA, castserve's CUDA kernels into
-// tensors from the caching allocator, enqueued on the calling thread's
+// goes through casting/device/device_codec.h: on CUDA, castserve's CUDA kernels
+// into tensors from the caching allocator, enqueued on the calling thread's
 // current stream, with host sources staged through pinned memory. Acquire
 // declares the compute copy used on the caller's current stream
 // (RecordOnCurrentStream), so a copy prefetched on a side stream is not
 // reused early; the caller orders that stream after the prefetch's
-// (casting/side_stream.h). Transient/cached semantics, pass-through and
+// (casting/device/side_stream.h). Transient/cached semantics, pass-through and
 // scaled formats are the same on every device. On CUDA the buffer pool is
 // not used (the caching allocator reuses freed copies) and WeightActivity's
 // times are those of enqueueing the work, not of the device running it.
 //
 // Products may also read the storage itself instead of a compute copy
-// (ReadStorage, used by models/storage_product.h): no copy is made, and the
-// view names the bytes, the format and the scales a kernel needs.
+// (ReadStorage, used by models/kernels/storage_product.h): no copy is made, and
+// the view names the bytes, the format and the scales a kernel needs.
 //
 // Thread safety: all methods are safe to call concurrently. The Weight must
 // outlive every ComputeHandle and StorageView it handed out.
@@ -58,12 +58,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "casting/buffer_pool.h"
-#include "casting/checkpoint.h"
-#include "casting/codec.h"
-#include "casting/device.h"
-#include "casting/footprint.h"
-#include "casting/storage_format.h"
+#include "casting/codec/codec.h"
+#include "casting/codec/storage_format.h"
+#include "casting/device/device.h"
+#include "casting/formats/checkpoint.h"
+#include "casting/memory/buffer_pool.h"
+#include "casting/memory/footprint.h"
 
 namespace castserve::casting {
 
@@ -82,13 +82,13 @@ struct WeightOptions {
   // Format of the resident copy; ignored for kMapped, whose storage format
   // is the checkpoint's dtype (or, pre-quantized, `storage` itself).
   StorageFormat storage = StorageFormat::Plain(ElementType::kF32);
-  // Non-empty: the entry is pre-quantized (models/prequantized_weights.h):
-  // it holds `storage`'s fp8 elements as they are, and the checkpoint entry
-  // named here holds their scales (F32, BF16 or F16, storage.NumScales of
-  // the entry's shape elements, in the layout of casting/storage_format.h).
-  // The storage is then the file's bytes, mapped or a resident copy of them
-  // as `residency` says, never re-encoded; the scales are read once, as f32,
-  // at first use.
+  // Non-empty: the entry is pre-quantized
+  // (models/loading/prequantized_weights.h): it holds `storage`'s fp8 elements
+  // as they are, and the checkpoint entry named here holds their scales (F32,
+  // BF16 or F16, storage.NumScales of the entry's shape elements, in the layout
+  // of casting/codec/storage_format.h). The storage is then the file's bytes,
+  // mapped or a resident copy of them as `residency` says, never re-encoded;
+  // the scales are read once, as f32, at first use.
   std::string scales_entry;
   // F32, F16 or BF16.
   ElementType compute_dtype = ElementType::kF32;
@@ -96,7 +96,7 @@ struct WeightOptions {
   CodecOptions codec;
   // Integer and bool tensors (token type ids, position ids) pass through
   // uncast. False makes them an error like any dtype the codec cannot read:
-  // a layer's parameters must be floating (models/weight_factory.h).
+  // a layer's parameters must be floating (models/loading/weight_factory.h).
   bool pass_through_integers = true;
   // Where compute copies are made: the model's device.
   Device device;
@@ -247,8 +247,8 @@ class Weight {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // The stored elements themselves, for a product that reads them instead of
-  // a compute copy (models/storage_product.h): the mapping (kMapped) or the
-  // resident storage, made first if missing (kResident). Counts a
+  // a compute copy (models/kernels/storage_product.h): the mapping (kMapped) or
+  // the resident storage, made first if missing (kResident). Counts a
   // storage_read; makes no compute copy. FailedPrecondition on a device
   // other than the CPU or with storage_on_host, or for integer tensors
   // passed through; DATA_LOSS as Acquire.
@@ -284,7 +284,7 @@ class Weight {
   // the storage copy in its format (scales included), plus the compute copy
   // unless the storage doubles as it. The compute copy counts as cached or,
   // with transient copies, as transient: the bytes one copy takes while it is
-  // in use (models/configured_footprint.h bounds how many are in use at
+  // in use (models/loading/configured_footprint.h bounds how many are in use at
   // once). footprint() after Materialize and an Acquire that still holds
   // its handle equals this.
   Footprint ConfiguredFootprint() const;

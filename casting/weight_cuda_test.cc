@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "casting/device_probe.h"
-#include "casting/safetensors_reader.h"
-#include "casting/test_util/safetensors_writer.h"
+#include "casting/device/device_probe.h"
+#include "casting/formats/safetensors_reader.h"
+#include "casting/formats/test_util/safetensors_writer.h"
 #include "casting/weight.h"
 #include "gtest/gtest.h"
 

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "casting/safetensors_reader.h"
-#include "casting/test_util/safetensors_writer.h"
+#include "casting/formats/safetensors_reader.h"
+#include "casting/formats/test_util/safetensors_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -3,7 +3,7 @@
 #include <optional>
 #include <string>
 
-#include "casting/tracking_allocator.h"
+#include "casting/memory/tracking_allocator.h"
 
 namespace castserve::models {
 namespace {

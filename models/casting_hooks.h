@@ -28,10 +28,10 @@
 // build. Decode steps then build no compute copies at all.
 //
 // On CUDA (Options::device) the prefetch runs on its own stream
-// (casting/side_stream.h): the decodes and host-to-device copies of module
-// i+1 are enqueued there while module i computes on the forward's stream;
-// the pre-hook of module i+1 makes the forward's stream wait for the side
-// stream's event (no host wait once the prefetch was enqueued), and
+// (casting/device/side_stream.h): the decodes and host-to-device copies of
+// module i+1 are enqueued there while module i computes on the forward's
+// stream; the pre-hook of module i+1 makes the forward's stream wait for the
+// side stream's event (no host wait once the prefetch was enqueued), and
 // Weight::Acquire records the compute copies on the forward's stream so the
 // caching allocator does not hand their memory out early. On the CPU the
 // prefetch thread decodes directly.
@@ -56,8 +56,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "casting/device.h"
-#include "casting/side_stream.h"
+#include "casting/device/device.h"
+#include "casting/device/side_stream.h"
 #include "models/module.h"
 #include "models/prefetch_counts.h"
 #include "platform/executor.h"

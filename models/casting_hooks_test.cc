@@ -9,9 +9,9 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "casting/safetensors_reader.h"
-#include "casting/tracking_allocator.h"
-#include "models/layers.h"
+#include "casting/formats/safetensors_reader.h"
+#include "casting/memory/tracking_allocator.h"
+#include "models/layers/layers.h"
 #include "models/test_util/tensor_files.h"
 
 namespace castserve::models {

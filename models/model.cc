@@ -12,8 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "c10/core/InferenceMode.h"
 #include "c10/util/Exception.h"
-#include "casting/device_codec.h"
-#include "casting/torch_types.h"
+#include "casting/device/device_codec.h"
+#include "casting/device/torch_types.h"
 
 namespace castserve::models {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "c10/util/Exception.h"
-#include "casting/device.h"
+#include "casting/device/device.h"
 #include "models/module.h"
 #include "models/prefetch_counts.h"
 
@@ -35,7 +35,7 @@ struct TensorSpec {
 using NamedTensors = std::map<std::string, at::Tensor>;
 
 class Model;
-class IncrementalDecoder;  // models/incremental_decoder.h
+class IncrementalDecoder;  // models/generation/incremental_decoder.h
 
 // Inputs a model accepted: their names, dtypes and shapes match its
 // signature and they are within its limits (vocabulary, position table).
@@ -96,8 +96,8 @@ class Model {
   virtual Module& root() = 0;
 
   // Where the model's weights, buffers and forward live (the weight policy's
-  // device, models/weight_policy.h). Architectures built on another device
-  // than the CPU override it.
+  // device, models/loading/weight_policy.h). Architectures built on another
+  // device than the CPU override it.
   virtual casting::Device device() const { return casting::Device::Cpu(); }
 
   // The one check of in-process tensors (warmups, benchmarks, fuzzers,
@@ -146,20 +146,20 @@ class Model {
   }
 
   // Decoder-only language models: incremental decoding over a KV cache
-  // (models/generation.h uses it); owned by the model. nullptr for the
-  // other architectures.
+  // (models/generation/generation.h uses it); owned by the model. nullptr for
+  // the other architectures.
   virtual const IncrementalDecoder* incremental_decoder() const {
     return nullptr;
   }
 
-  // What the loader says once about how this model's weights are kept, for
-  // the load log line and the served config's parameters: a pre-quantized
-  // checkpoint's note (models/prequantized_weights.h); empty otherwise. Set
-  // by LoadHfModel before the model is shared; then read-only.
   // The names of the last dimension of a classifier's `scores` output
   // (config.json's id2label), in label order; empty for other models.
   virtual std::vector<std::string> output_labels() const { return {}; }
 
+  // What the loader says once about how this model's weights are kept, for
+  // the load log line and the served config's parameters: a pre-quantized
+  // checkpoint's note (models/loading/prequantized_weights.h); empty otherwise.
+  // Set by LoadHfModel before the model is shared; then read-only.
   const std::string& storage_note() const { return storage_note_; }
   void set_storage_note(std::string note) { storage_note_ = std::move(note); }
 

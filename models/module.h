@@ -130,8 +130,8 @@ class Module {
   // compute copies: the casting hooks neither acquire nor prefetch them.
   virtual bool ReadsOwnWeights() const { return false; }
   // True when this forward's use of own weight `local_name` reads its
-  // storage instead of a compute copy (models/storage_product.h), given the
-  // rows `context` noted: the casting hooks then neither acquire nor
+  // storage instead of a compute copy (models/kernels/storage_product.h), given
+  // the rows `context` noted: the casting hooks then neither acquire nor
   // prefetch a compute copy of it.
   virtual bool ComputesFromStorage(absl::string_view local_name,
                                    const ForwardContext& context) const {

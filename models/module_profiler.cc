@@ -1,6 +1,6 @@
 #include "models/module_profiler.h"
 
-#include "casting/tracking_allocator.h"
+#include "casting/memory/tracking_allocator.h"
 
 namespace castserve::models {
 namespace {

@@ -1,8 +1,8 @@
 #include "models/module_profiler.h"
 
-#include "casting/tracking_allocator.h"
+#include "casting/memory/tracking_allocator.h"
 #include "gtest/gtest.h"
-#include "models/model_loader.h"
+#include "models/loading/model_loader.h"
 #include "models/test_util/tensor_files.h"
 
 namespace castserve::models {

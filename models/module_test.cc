@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "casting/safetensors_reader.h"
+#include "casting/formats/safetensors_reader.h"
 #include "models/test_util/tensor_files.h"
 
 namespace castserve::models {

@@ -12,8 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "casting/device_memory.h"
-#include "casting/tracking_allocator.h"
+#include "casting/memory/device_memory.h"
+#include "casting/memory/tracking_allocator.h"
 #include "platform/executor.h"
 #include "server/core/auth.h"
 #include "server/core/inference_core.h"

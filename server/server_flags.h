@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "models/matmul_kernel.h"
+#include "models/kernels/matmul_kernel.h"
 #include "server/http/http_server_options.h"
 #include "server/log.h"
 
@@ -67,7 +67,8 @@ struct ServerFlags {
   // instance count) and LibTorch's inter-op pool (0: its default).
   int intra_op_threads = 0;
   int inter_op_threads = 0;
-  // The CPU kernel of f32 layer products (models/matmul.h); kAuto measures.
+  // The CPU kernel of f32 layer products (models/kernels/matmul.h); kAuto
+  // measures.
   models::F32MatmulKernel cpu_f32_matmul = models::F32MatmulKernel::kAuto;
   // Limits on model configs: instances of one model, and how long a model's
   // warmups may run before its load fails.

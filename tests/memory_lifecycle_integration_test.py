@@ -60,7 +60,7 @@ CALL_TIMEOUT_SECONDS = 60
 CYCLES = 50
 RSS_TOLERANCE = 0.05
 # Freed memory glibc may keep at the top of an arena instead of returning it
-# (the daemon's trim threshold, casting/malloc_settings.cc: 8 MiB), for the
+# (the daemon's trim threshold, casting/memory/malloc_settings.cc: 8 MiB), for the
 # two arenas a load and a forward leave warm. A model left behind per cycle
 # (>4 MiB of fp8 storage each) passes this allowance by the fifth cycle.
 ALLOCATOR_CACHE_BYTES = 2 * (8 << 20)

@@ -250,7 +250,7 @@ class MetricsIntegrationTest(unittest.TestCase):
                                    ("bert_cast", FP8_FORMAT),
                                    ("bert_cast", "f32"))))
         # A cast batch of SEQUENCE rows multiplies its linear layers
-        # straight from their fp8 storage (models/storage_product.h): no
+        # straight from their fp8 storage (models/kernels/storage_product.h): no
         # batch holds even the f32 copy of the largest layer, which is what
         # each batch held when products needed compute copies (the refused
         # requests never ran).
@@ -328,7 +328,7 @@ class MetricsIntegrationTest(unittest.TestCase):
         # its module ran, except that the three embedding tables decode
         # only the SEQUENCE rows each request looks up, and that the linear
         # layers' matrices are not decoded at all: a request's SEQUENCE rows
-        # are few enough (at most 16, models/storage_product.h) for the
+        # are few enough (at most 16, models/kernels/storage_product.h) for the
         # product to read their fp8 storage directly.
         tables = [array for name, array in self.weights.items()
                   if name.endswith("_embeddings.weight")]

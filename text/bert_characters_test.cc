@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "text/normalizer.h"
-#include "text/pre_tokenizer.h"
+#include "text/pipeline/normalizer.h"
+#include "text/pipeline/pre_tokenizer.h"
 #include "text/test_util/reference_corpus.h"
-#include "text/unicode.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve::text {
 namespace {

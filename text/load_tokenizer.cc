@@ -4,10 +4,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "platform/file_system.h"
-#include "text/json_tokenizer.h"
-#include "text/sentencepiece_tokenizer.h"
+#include "text/pipeline/json_tokenizer.h"
+#include "text/pipeline/tokenizer_json.h"
+#include "text/sentencepiece/sentencepiece_tokenizer.h"
 #include "text/tokenizer.h"
-#include "text/tokenizer_json.h"
 
 namespace castserve::text {
 

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "text/test_util/reference_corpus.h"
 #include "text/tokenizer.h"
-#include "text/unicode.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve::text {
 namespace {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes the small checkpoint fixtures under casting/testdata/ckpt_*.
+"""Writes the small checkpoint fixtures under casting/formats/testdata/ckpt_*.
 
 Run once with Debian's python3 and python3-torch (LibTorch 1.13):
     /usr/bin/python3 tools/gen_checkpoint_fixtures.py
@@ -27,7 +27,7 @@ import struct
 import torch
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                   "casting", "testdata")
+                   "casting", "formats", "testdata")
 
 # (name, safetensors dtype, torch dtype or None for raw bytes, shape, values)
 MIXED = [

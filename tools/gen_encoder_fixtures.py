@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Builds the encoder fixtures of the architectures on the shared encoder
-blocks (models/encoder/, models/architectures/): an XLM-RoBERTa
+blocks (models/encoders/, models/architectures/): an XLM-RoBERTa
 sentence-transformers folder and two cross-encoders (rerankers).
 
 Each is a small, randomly initialised transformers 5 model (fixed seed) saved

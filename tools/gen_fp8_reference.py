@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes casting/testdata/fp8_reference.txt, the codec's ground truth.
+"""Writes casting/codec/testdata/fp8_reference.txt, the codec's ground truth.
 
 The fixture records what ml_dtypes (fp8, bfloat16) and numpy (float16) give,
-so that casting/codec_test.cc can check the C++ codec bit for bit without
+so that casting/codec/codec_test.cc can check the C++ codec bit for bit without
 Python. Lines (all numbers hex, no prefix):
 
   decode <TYPE> <code> <f32 bits>   TYPE code -> float32
@@ -108,7 +108,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     parser.add_argument("--output", default=os.path.join(
-        root, "casting", "testdata", "fp8_reference.txt"))
+        root, "casting", "codec", "testdata", "fp8_reference.txt"))
     args = parser.parse_args()
     rng = np.random.default_rng(20240229)
     lines = [

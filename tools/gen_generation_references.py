@@ -7,13 +7,13 @@ to it: transformers' generate(do_sample=False) from two prompts of different
 lengths, 32 new tokens with EOS disabled (so all 32 are produced), and one
 case whose EOS is forced to a token the greedy run produces mid-way (so the
 generation stops there, the EOS token included). The C++ tests
-(models/generation_test.cc) compare castserve's Generate with these files.
+(models/generation/generation_test.cc) compare castserve's Generate with these files.
 
 It also writes generation_batch_reference.json: one batched
 generate(do_sample=False) over prompts of different lengths (left-padded,
 with the attention mask, so each row's positions start at 0 at its first
 real token), 32 new tokens each, EOS disabled. The scheduler's test
-(models/generation_scheduler_test.cc) runs the prompts concurrently and
+(models/generation/generation_scheduler_test.cc) runs the prompts concurrently and
 compares every token.
 
 Run with a Python that has torch and transformers (the peer venv):

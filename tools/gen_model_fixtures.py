@@ -41,7 +41,7 @@ for FORMAT in BF16, F16, F8_E4M3FN, F8_E5M2 and the scaled fp8 formats
 F8_E4M3FN:per_row, F8_E5M2:per_row, F8_E4M3FN:per_tensor, F8_E5M2:per_tensor.
 Its __metadata__ records the model class, the cast modules and the inputs and
 outputs. Which weights are castable and how a round trip rounds mirror
-casting/casting_policy.h (default skip patterns) and casting/codec.h.
+casting/casting_policy.h (default skip patterns) and casting/codec/codec.h.
 
 models/testdata/README.md is written by this script (fixture table, versions,
 accuracy of each storage format against the unquantized reference).
@@ -100,7 +100,7 @@ FLT_MIN = np.float32(np.finfo(np.float32).tiny)
 
 
 # ----------------------------------------------------------------------------
-# Storage-format round trips (mirror casting/codec.h).
+# Storage-format round trips (mirror casting/codec/codec.h).
 # ----------------------------------------------------------------------------
 
 
@@ -729,7 +729,7 @@ def write_readme(out_dir, report, versions):
         "  Conv*, ConvTranspose*, Embedding, not normalization, no default skip pattern",
         "  (" + ", ".join(f"`{p}`" for p in DEFAULT_SKIP_PATTERNS) + ") in the dotted name or an",
         "  ancestor's; all own parameters (weight and bias) of a cast module are cast. Round trips",
-        "  follow casting/codec.h (RNE, saturating fp8, absmax scales per tensor / per dim-0 row).",
+        "  follow casting/codec/codec.h (RNE, saturating fp8, absmax scales per tensor / per dim-0 row).",
         "- `__metadata__`: fixture, model_class, inputs, outputs, formats, cast_modules (JSON list),",
         "  not_cast_modules (JSON object name -> reason), seed.",
         "",

@@ -1,7 +1,7 @@
 // Reads PyTorch zip checkpoints (torch.save) with LibTorch's own reader and
 // says, per file, whether it could and what it found. It is the measurement
 // behind castserve keeping its own restricted unpickler
-// (casting/state_dict_unpickler.h): see the README's "Written by hand".
+// (casting/formats/state_dict_unpickler.h): see the README's "Written by hand".
 //
 //   bazel run //tools:libtorch_unpickler_check -- FILE.bin [FILE.bin...]
 //

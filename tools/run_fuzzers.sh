@@ -7,23 +7,23 @@
 # $WORK/artifacts_<target>/ (until the next run), the log in
 # $WORK/<target>.log.
 #
-#   casting/fuzz/  safetensors, torch_zip: the checkpoint readers (the
-#                  safetensors header through platform/json_parser.h, i.e.
-#                  nlohmann/json's parser and castserve's bounded builder)
-#   server/fuzz/   infer_request: a ModelInferRequest against the BERT
-#                  fixture (conversion, checks, forward, response);
-#                  config_pbtxt, config_json: config.pbtxt text and
-#                  RepositoryModelLoad's JSON config through validation
-#                  and the load's checks; rest_infer: a KServe v2 REST
-#                  inference body (JSON tensors, the binary extension)
-#                  decoded and its inputs encoded back as a response
-#   text/          tokenizer_encode: Tokenizer::Encode of arbitrary bytes
-#                  over the MiniLM and byte-level BPE tokenizers (ids in
-#                  the vocabulary, BPE decodes back to the text)
-#   text/jinja/    chat_template: ChatTemplate::Create and Render of
-#                  arbitrary templates and JSON contexts (only the
-#                  contract's error codes, output within its limit, renders
-#                  deterministic)
+#   casting/formats/fuzz/  safetensors, torch_zip: the checkpoint readers (the
+#                          safetensors header through platform/json_parser.h, i.e.
+#                          nlohmann/json's parser and castserve's bounded builder)
+#   server/fuzz/           infer_request: a ModelInferRequest against the BERT
+#                          fixture (conversion, checks, forward, response);
+#                          config_pbtxt, config_json: config.pbtxt text and
+#                          RepositoryModelLoad's JSON config through validation
+#                          and the load's checks; rest_infer: a KServe v2 REST
+#                          inference body (JSON tensors, the binary extension)
+#                          decoded and its inputs encoded back as a response
+#   text/fuzz/             tokenizer_encode: Tokenizer::Encode of arbitrary bytes
+#                          over the MiniLM and byte-level BPE tokenizers (ids in
+#                          the vocabulary, BPE decodes back to the text)
+#   text/jinja/fuzz/       chat_template: ChatTemplate::Create and Render of
+#                          arbitrary templates and JSON contexts (only the
+#                          contract's error codes, output within its limit,
+#                          renders deterministic)
 #
 # The committed seed corpora (<folder>/corpus_<target>) are copied to a
 # scratch corpus in $WORK first, so runs never grow them (the scratch corpus
@@ -114,7 +114,7 @@ compile() {
   local flags="$CXXFLAGS -I. -I$WORK/gen $TORCH_INCLUDES -w"
   case "$src" in
     */gen/*) flags="-std=c++17 -O0 -I$WORK/gen -w" ;;  # Generated: plain.
-    casting/codec.cc)
+    casting/codec/codec.cc)
       # clang 14 lacks __builtin_cpu_supports("f16c"): g++, uninstrumented.
       up_to_date "$obj" || g++ -std=c++17 -O1 -I. -MMD -MF "$obj.d" \
         -c "$src" -o "$obj" || { rm -f "$obj"; return 1; }
@@ -134,13 +134,13 @@ compile() {
 export -f compile up_to_date
 export WORK CXXFLAGS SANITIZE
 
-declare -A FOLDER=([safetensors]=casting [torch_zip]=casting
+declare -A FOLDER=([safetensors]=casting/formats [torch_zip]=casting/formats
   [infer_request]=server [config_pbtxt]=server [config_json]=server
   [rest_infer]=server [tokenizer_encode]=text [chat_template]=text/jinja)
 # What each target links, as Bazel targets (their sources are compiled here).
 declare -A LINKS=(
-  [safetensors]="//casting:safetensors_reader"
-  [torch_zip]="//casting:torch_zip_reader"
+  [safetensors]="//casting/formats:safetensors_reader"
+  [torch_zip]="//casting/formats:torch_zip_reader"
   [infer_request]="//server/servables:tensor_conversion + //models/architectures"
   [config_pbtxt]="//server/servables/factory:hf_served_model_factory + //server/lifecycle:model_repository"
   [config_json]="//server/servables/factory:hf_served_model_factory + //server/lifecycle:model_repository"
@@ -151,7 +151,7 @@ declare -A LINKS=(
 # libFuzzer dictionaries (tokens the mutator splices in), where a target has
 # one: the safetensors header's JSON grammar, keys and dtype names; Jinja's
 # tags, filters and tests.
-declare -A DICT=([safetensors]=casting/fuzz/safetensors.dict
+declare -A DICT=([safetensors]=casting/formats/fuzz/safetensors.dict
   [chat_template]=text/jinja/fuzz/chat_template.dict)
 # The server targets' inputs are small: a request or a config file.
 declare -A MAX_LEN=([safetensors]=65536 [torch_zip]=65536

@@ -30,10 +30,10 @@ if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   # libtorch_cuda (install_deps.sh fetched its CUDA runtime wheels); the
   # kernels' per-element conversions also run on the host against the
   # reference. The GPU tests run: without a device they report SKIPPED.
-  bazel build --config=cuda //casting:codec_cuda //casting:codec_cuda_check \
+  bazel build --config=cuda //casting/codec:codec_cuda //casting/codec:codec_cuda_check \
     //server:castserve
-  bazel test --config=cuda //casting:codec_cuda_test \
-    //casting:device_probe_test //casting:device_codec_test
+  bazel test --config=cuda //casting/codec:codec_cuda_test \
+    //casting/device:device_probe_test //casting/device:device_codec_test
   bazel test --config=cuda --build_tests_only --test_tag_filters=gpu //...
 elif [[ "${CI:-}" == "true" ]]; then
   echo "test_all: CI needs /usr/local/cuda/bin/nvcc for the CUDA compile check" >&2

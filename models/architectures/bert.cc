@@ -5,7 +5,7 @@
 // serve the encoder (their "cls." head is not run),
 // BertForSequenceClassification serves its classifier's scores (a
 // cross-encoder: pooler, then "classifier").
-#include "models/encoder/encoder_model.h"
+#include "models/encoders/encoder_model.h"
 
 namespace castserve::models {
 namespace {

@@ -5,7 +5,8 @@
 // round-tripped weights (one sequence and continuously batched), bf16
 // compute, the module tree, and the config errors of each. Greedy
 // generation in f32 is checked with the other decoders in
-// models/generation_test.cc and models/generation_scheduler_test.cc.
+// models/generation/generation_test.cc and
+// models/generation/generation_scheduler_test.cc.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -24,10 +25,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/decoder/decoder_model.h"
-#include "models/generation.h"
-#include "models/generation_scheduler.h"
-#include "models/incremental_decoder.h"
-#include "models/model_loader.h"
+#include "models/generation/generation.h"
+#include "models/generation/generation_scheduler.h"
+#include "models/generation/incremental_decoder.h"
+#include "models/loading/model_loader.h"
 #include "models/test_util/tensor_files.h"
 #include "platform/json_parser.h"
 

@@ -17,9 +17,9 @@
 #include "casting/casting_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "models/encoder/encoder_model.h"
-#include "models/incremental_decoder.h"
-#include "models/model_loader.h"
+#include "models/encoders/encoder_model.h"
+#include "models/generation/incremental_decoder.h"
+#include "models/loading/model_loader.h"
 #include "models/test_util/tensor_files.h"
 
 namespace castserve::models {

@@ -8,7 +8,7 @@
 // its classifier's scores (a cross-encoder such as bge-reranker: the first
 // token through classifier.dense, tanh, classifier.out_proj).
 #include "absl/strings/str_cat.h"
-#include "models/encoder/encoder_model.h"
+#include "models/encoders/encoder_model.h"
 
 namespace castserve::models {
 namespace {

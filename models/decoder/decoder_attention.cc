@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "models/attention.h"
 #include "models/decoder/rotary_table.h"
+#include "models/layers/attention.h"
 
 namespace castserve::models {
 

@@ -23,11 +23,11 @@
 #include "absl/status/statusor.h"
 #include "models/decoder/decoder_norm.h"
 #include "models/decoder/decoder_spec.h"
-#include "models/kv_cache.h"
-#include "models/layers.h"
+#include "models/generation/kv_cache.h"
+#include "models/layers/layers.h"
+#include "models/layers/rotary.h"
+#include "models/loading/weight_factory.h"
 #include "models/module.h"
-#include "models/rotary.h"
-#include "models/weight_factory.h"
 
 namespace castserve::models {
 

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "gtest/gtest.h"
-#include "models/attention.h"
+#include "models/layers/attention.h"
 
 namespace castserve::models {
 namespace {

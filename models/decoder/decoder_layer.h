@@ -18,8 +18,8 @@
 #include "models/decoder/decoder_norm.h"
 #include "models/decoder/decoder_spec.h"
 #include "models/decoder/gated_mlp.h"
+#include "models/loading/weight_factory.h"
 #include "models/module.h"
-#include "models/weight_factory.h"
 
 namespace castserve::models {
 

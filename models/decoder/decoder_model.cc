@@ -13,15 +13,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "c10/util/Exception.h"
-#include "casting/device_codec.h"
-#include "models/attention.h"
+#include "casting/device/device_codec.h"
 #include "models/decoder/decoder_layer.h"
 #include "models/decoder/decoder_norm.h"
 #include "models/decoder/rotary_table.h"
-#include "models/incremental_decoder.h"
-#include "models/layers.h"
-#include "models/matmul.h"
-#include "models/model_loader.h"
+#include "models/generation/incremental_decoder.h"
+#include "models/kernels/matmul.h"
+#include "models/layers/attention.h"
+#include "models/layers/layers.h"
+#include "models/loading/model_loader.h"
 
 namespace castserve::models {
 namespace {

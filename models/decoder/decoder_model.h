@@ -8,8 +8,9 @@
 // Model::Run is one forward pass. Positions are 0..seq-1 in every row, as
 // transformers uses when no position_ids are given: pad on the right for
 // results independent of the padding. The model is also an
-// IncrementalDecoder (models/incremental_decoder.h): decode steps over a
-// per-sequence KV cache, for models/generation.h and the scheduler.
+// IncrementalDecoder (models/generation/incremental_decoder.h): decode steps
+// over a per-sequence KV cache, for models/generation/generation.h and the
+// scheduler.
 //
 // A checkpoint of the backbone alone (transformers' <Prefix>Model, as
 // Qwen3-Embedding ships: keys without "model.", no lm_head) builds the same
@@ -31,9 +32,9 @@
 
 #include "absl/status/statusor.h"
 #include "models/decoder/decoder_spec.h"
-#include "models/hf_config.h"
+#include "models/loading/hf_config.h"
+#include "models/loading/weight_factory.h"
 #include "models/model.h"
-#include "models/weight_factory.h"
 
 namespace castserve::models {
 
@@ -52,7 +53,7 @@ using DecoderSpecReader = absl::StatusOr<DecoderSpec> (*)(const HfConfig&);
 // cc_library sets alwayslink = 1):
 //   const DecoderRegistration kRegistration("qwen3", &ReadQwen3Spec);
 // registers `model_type` with the architecture registry
-// (models/model_loader.h) as a generating architecture. Aborts on a
+// (models/loading/model_loader.h) as a generating architecture. Aborts on a
 // duplicate name.
 class DecoderRegistration {
  public:

@@ -1,5 +1,6 @@
 // A decoder's norm of the kind its spec names (DecoderNorm): Llama's
-// RMSNorm (models/layers.h, kind "RMSNorm") or Gemma's OffsetRMSNorm (kind
+// RMSNorm (models/layers/layers.h, kind "RMSNorm") or Gemma's OffsetRMSNorm
+// (kind
 // "<class_prefix>RMSNorm"), added as a child of the module that owns it.
 // An empty name is no norm: Forward then returns its input.
 #ifndef CASTSERVE_MODELS_DECODER_DECODER_NORM_H_
@@ -13,9 +14,9 @@
 #include "absl/status/status.h"
 #include "models/decoder/decoder_spec.h"
 #include "models/decoder/offset_rms_norm.h"
-#include "models/layers.h"
+#include "models/layers/layers.h"
+#include "models/loading/weight_factory.h"
 #include "models/module.h"
-#include "models/weight_factory.h"
 
 namespace castserve::models {
 

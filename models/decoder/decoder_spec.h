@@ -19,9 +19,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "models/activation.h"
-#include "models/hf_config.h"
-#include "models/rotary.h"
+#include "models/layers/activation.h"
+#include "models/layers/rotary.h"
+#include "models/loading/hf_config.h"
 
 namespace castserve::models {
 

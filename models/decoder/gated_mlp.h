@@ -12,11 +12,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "models/activation.h"
 #include "models/decoder/decoder_spec.h"
-#include "models/layers.h"
+#include "models/layers/activation.h"
+#include "models/layers/layers.h"
+#include "models/loading/weight_factory.h"
 #include "models/module.h"
-#include "models/weight_factory.h"
 
 namespace castserve::models {
 

@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "models/layers.h"
+#include "models/layers/layers.h"
 
 namespace castserve::models {
 

@@ -13,8 +13,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "models/loading/weight_factory.h"
 #include "models/module.h"
-#include "models/weight_factory.h"
 
 namespace castserve::models {
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "casting/device_codec.h"
+#include "casting/device/device_codec.h"
 
 namespace castserve::models {
 namespace {

@@ -10,9 +10,9 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "casting/device.h"
+#include "casting/device/device.h"
 #include "models/decoder/decoder_spec.h"
-#include "models/rotary.h"
+#include "models/layers/rotary.h"
 
 namespace castserve::models {
 

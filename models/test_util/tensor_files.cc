@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "casting/safetensors_reader.h"
-#include "casting/storage_format.h"
-#include "casting/test_util/safetensors_writer.h"
-#include "casting/torch_types.h"
+#include "casting/codec/storage_format.h"
+#include "casting/device/torch_types.h"
+#include "casting/formats/safetensors_reader.h"
+#include "casting/formats/test_util/safetensors_writer.h"
 
 namespace castserve::models::test_util {
 

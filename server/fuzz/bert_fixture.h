@@ -13,8 +13,8 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "models/loading/model_loader.h"
 #include "models/model.h"
-#include "models/model_loader.h"
 
 namespace castserve::fuzz {
 

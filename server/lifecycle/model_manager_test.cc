@@ -14,7 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "casting/footprint.h"
+#include "casting/memory/footprint.h"
 #include "gtest/gtest.h"
 #include "platform/test_util/fake_clock.h"
 #include "platform/test_util/manual_executor.h"

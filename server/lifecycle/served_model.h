@@ -16,8 +16,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "casting/device.h"
-#include "casting/footprint.h"
+#include "casting/device/device.h"
+#include "casting/memory/footprint.h"
 #include "models/prefetch_counts.h"
 #include "proto/inference.pb.h"
 #include "proto/model_config.pb.h"
@@ -86,7 +86,7 @@ struct ServedModelActivity {
   // without a tracking allocator.
   int64_t peak_tracked_bytes = 0;
   // The model's peak on its CUDA device since it was loaded
-  // (casting/device_model_memory.h); 0 on the CPU.
+  // (casting/memory/device_model_memory.h); 0 on the CPU.
   int64_t peak_device_bytes = 0;
 };
 
@@ -130,7 +130,7 @@ class ServedModel {
   // The device the model's weights and forwards are on.
   virtual casting::Device device() const { return casting::Device::Cpu(); }
   // The part of tracked_bytes() on device() when it is a CUDA device
-  // (casting/device_model_memory.h); 0 on the CPU.
+  // (casting/memory/device_model_memory.h); 0 on the CPU.
   virtual int64_t device_bytes() const { return 0; }
   // Weight copies and prefetches since load; zeros where not measured.
   virtual ServedModelActivity activity() const { return {}; }

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "casting/footprint.h"
+#include "casting/memory/footprint.h"
 
 namespace castserve {
 namespace {

@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "casting/memory_stats.h"
+#include "casting/memory/memory_stats.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "server/lifecycle/served_model.h"
@@ -53,8 +53,8 @@ struct ServingMetricsOptions {
   const UnroutedRequests* unrouted = &UnroutedRequests::Global();
   // The devices whose memory is exported, labelled with their DeviceName()
   // (not owned): the CPU tracking allocator, and CUDA devices' caching
-  // allocators when LibTorch has CUDA (casting/cuda_memory_stats.h). Empty
-  // exports no device families.
+  // allocators when LibTorch has CUDA (casting/memory/cuda_memory_stats.h).
+  // Empty exports no device families.
   std::vector<const casting::DeviceMemoryStats*> devices;
   // --memory-budget-bytes, exported as castserve_memory_budget_bytes (0 = no
   // budget) so that alerts and dashboards can compare usage with it.

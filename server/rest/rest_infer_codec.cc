@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "casting/codec.h"
-#include "casting/dtype_table.h"
+#include "casting/codec/codec.h"
+#include "casting/codec/dtype_table.h"
 #include "platform/json_parser.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,

@@ -3,8 +3,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "casting/dtype_table.h"
-#include "casting/torch_types.h"
+#include "casting/codec/dtype_table.h"
+#include "casting/device/torch_types.h"
 
 namespace castserve {
 namespace {

@@ -1,5 +1,5 @@
-// The dtype table's (casting/dtype_table.h) protobuf and wire columns as the
-// server sees them: KServe datatype strings, model_config.proto enums and
+// The dtype table's (casting/codec/dtype_table.h) protobuf and wire columns as
+// the server sees them: KServe datatype strings, model_config.proto enums and
 // LibTorch dtypes. The one place in server/ that translates dtypes; the
 // protobuf enums are reached by their names (DataType_Parse of the table's
 // config_name, and the STORAGE_DTYPE_/COMPUTE_DTYPE_/SCALING_ prefix plus the
@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "c10/core/ScalarType.h"
-#include "casting/storage_format.h"
+#include "casting/codec/storage_format.h"
 #include "proto/model_config.pb.h"
 
 namespace castserve {

@@ -5,8 +5,8 @@
 #include <utility>
 #include <vector>
 
-#include "casting/dtype_table.h"
-#include "casting/torch_types.h"
+#include "casting/codec/dtype_table.h"
+#include "casting/device/torch_types.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -5,8 +5,8 @@
 #include "absl/memory/memory.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "casting/device_model_memory.h"
-#include "casting/tracking_allocator.h"
+#include "casting/memory/device_model_memory.h"
+#include "casting/memory/tracking_allocator.h"
 
 namespace castserve {
 

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "absl/strings/string_view.h"
-#include "casting/device.h"
+#include "casting/device/device.h"
 
 namespace castserve {
 
@@ -37,7 +37,7 @@ class TrackedModelId {
   // asks what kind of device its model is on.
   static bool HasDeviceBytes(const casting::Device& device);
   // The same as live_bytes() and peak_bytes() on `device` when it
-  // HasDeviceBytes (casting/device_model_memory.h; the id is registered
+  // HasDeviceBytes (casting/memory/device_model_memory.h; the id is registered
   // there too), else 0: also 0 without CUDA or without the tracking
   // allocator (whose tag the attribution reads).
   int64_t device_live_bytes(const casting::Device& device) const;

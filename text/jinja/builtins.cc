@@ -16,7 +16,7 @@
 #include "text/jinja/bound_args.h"
 #include "text/jinja/operators.h"
 #include "text/jinja/python_string.h"
-#include "text/unicode.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve::text::jinja {
 namespace {

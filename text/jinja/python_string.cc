@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "text/jinja/lexer.h"
-#include "text/unicode.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve::text::jinja {
 

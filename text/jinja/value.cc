@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "text/unicode.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve::text::jinja {
 

@@ -24,11 +24,11 @@ readonly targets=(
   //server:castserve
   //client:castserve-client
   //benchmarks:layerwise_casting_benchmark
-  //casting:codec_cuda_device_test
+  //casting/device:codec_cuda_device_test
   //casting:weight_cuda_test
-  //casting:device_model_memory_cuda_test
-  //casting:side_stream_test
-  //models:cuda_model_test
+  //casting/memory:device_model_memory_cuda_test
+  //casting/device:side_stream_test
+  //models/encoders:cuda_model_test
 )
 
 if (( build )); then

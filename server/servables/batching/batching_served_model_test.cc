@@ -16,7 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "c10/util/Exception.h"
-#include "casting/tracking_allocator.h"
+#include "casting/memory/tracking_allocator.h"
 #include "gtest/gtest.h"
 #include "models/model.h"
 #include "server/servables/text_input.h"

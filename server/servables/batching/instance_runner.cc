@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "casting/device_model_memory.h"
-#include "casting/tracking_allocator.h"
+#include "casting/memory/device_model_memory.h"
+#include "casting/memory/tracking_allocator.h"
 
 namespace castserve {
 namespace {

@@ -44,7 +44,7 @@ class InstanceRunner {
     // for none.
     std::string model_tag;
     // The model runs on a CUDA device: each batch's peak is the rise of the
-    // model's device bytes (casting/device_model_memory.h, under
+    // model's device bytes (casting/memory/device_model_memory.h, under
     // `model_tag`), not of the CPU tracking allocator's.
     bool device_batch_peak = false;
     // Once set, running forwards stop at their next module: CANCELLED.

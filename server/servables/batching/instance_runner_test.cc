@@ -12,8 +12,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "c10/util/Exception.h"
-#include "casting/device_model_memory.h"
-#include "casting/tracking_allocator.h"
+#include "casting/memory/device_model_memory.h"
+#include "casting/memory/tracking_allocator.h"
 #include "gtest/gtest.h"
 #include "models/module.h"
 
@@ -167,8 +167,8 @@ TEST(InstanceRunnerTest, InstancesRunWhatTheQueueHandsThem) {
 }
 
 // PlusOneModel that, like a CUDA forward seen by the caching allocator's
-// tracker (casting/device_memory_cuda.cc), reports device blocks under the
-// forward thread's model tag: 3000 + 1000 bytes made, then freed.
+// tracker (casting/memory/device_memory_cuda.cc), reports device blocks under
+// the forward thread's model tag: 3000 + 1000 bytes made, then freed.
 class DeviceFeedingModel : public PlusOneModel {
  protected:
   models::NamedTensors ForwardImpl(

@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "casting/casting_policy.h"
-#include "casting/storage_format.h"
+#include "casting/codec/storage_format.h"
 #include "server/servables/batching/batching_served_model.h"
 #include "server/servables/proto_dtypes.h"
 #include "server/server_flags.h"

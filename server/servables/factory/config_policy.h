@@ -6,8 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "casting/device.h"
-#include "models/weight_policy.h"
+#include "casting/device/device.h"
+#include "models/loading/weight_policy.h"
 #include "proto/model_config.pb.h"
 #include "server/servables/factory/factory_options.h"
 
@@ -23,7 +23,8 @@ absl::Status CheckConfigLimits(const inference::ModelConfig& config,
 // KIND_GPU with gpus [N] (cuda:0 when gpus is empty), the CPU for KIND_CPU,
 // KIND_AUTO and KIND_MODEL groups or none. INVALID_ARGUMENT for a negative
 // ordinal; UNIMPLEMENTED for more than one device (instances share one set
-// of weights). Does not check that the device exists (casting/device_probe.h).
+// of weights). Does not check that the device exists
+// (casting/device/device_probe.h).
 absl::StatusOr<casting::Device> DeviceFromConfig(
     const inference::ModelConfig& config);
 

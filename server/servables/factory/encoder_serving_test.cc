@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "casting/safetensors_reader.h"
+#include "casting/formats/safetensors_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/test_util/tensor_files.h"

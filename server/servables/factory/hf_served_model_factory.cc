@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "casting/device_memory.h"
-#include "casting/device_probe.h"
-#include "casting/tracking_allocator.h"
-#include "models/configured_footprint.h"
-#include "models/model_loader.h"
+#include "casting/device/device_probe.h"
+#include "casting/memory/device_memory.h"
+#include "casting/memory/tracking_allocator.h"
+#include "models/loading/configured_footprint.h"
+#include "models/loading/model_loader.h"
 #include "server/lifecycle/model_config_loader.h"
 #include "server/log.h"
 #include "server/servables/batching/batching_served_model.h"
@@ -28,8 +28,9 @@ namespace {
 constexpr char kStorageNoteParameter[] = "castserve_weight_storage";
 
 // `config` with the model's storage note (a pre-quantized checkpoint's,
-// models/prequantized_weights.h) as the parameter kStorageNoteParameter,
-// said once in the log; `config` itself when there is none.
+// models/loading/prequantized_weights.h) as the parameter
+// kStorageNoteParameter, said once in the log; `config` itself when there is
+// none.
 inference::ModelConfig WithStorageNote(const inference::ModelConfig& config,
                                        const models::Model& model) {
   const std::string& note = model.storage_note();
@@ -82,7 +83,7 @@ HfServedModelFactory::HfServedModelFactory(FactoryOptions options)
         {{"error", installed.status().ToString()}});
   }
   // Per-model GPU bytes, attributed under the tracking allocator's tags
-  // (casting/device_model_memory.h); a no-op without CUDA or a device.
+  // (casting/memory/device_model_memory.h); a no-op without CUDA or a device.
   casting::InstallCudaModelMemoryTracker();
 }
 

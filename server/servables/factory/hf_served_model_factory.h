@@ -21,9 +21,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "casting/device.h"
+#include "casting/device/device.h"
+#include "models/loading/weight_factory.h"
 #include "models/model.h"
-#include "models/weight_factory.h"
 #include "proto/model_config.pb.h"
 #include "server/lifecycle/model_manager.h"
 #include "server/lifecycle/served_model.h"
@@ -60,8 +60,8 @@ class HfServedModelFactory final : public ServedModelFactory {
 
   // Builds the model lazily (eager or not: no tensor data is read) and
   // returns the owned bytes of its configured footprint
-  // (models/configured_footprint.h) for the config's instance count, plus
-  // the buffers the build allocated (the tracking allocator's bytes) and,
+  // (models/loading/configured_footprint.h) for the config's instance count,
+  // plus the buffers the build allocated (the tracking allocator's bytes) and,
   // for a generation model, its KV-cache pool (generation.kv_cache_bytes).
   // Create's errors for a bad config or checkpoint.
   absl::StatusOr<int64_t> ProjectedBytes(

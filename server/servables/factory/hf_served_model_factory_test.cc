@@ -9,8 +9,8 @@
 #include <string>
 
 #include "casting/casting_policy.h"
-#include "casting/device_probe.h"
-#include "casting/tracking_allocator.h"
+#include "casting/device/device_probe.h"
+#include "casting/memory/tracking_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/test_util/tensor_files.h"
@@ -288,8 +288,9 @@ TEST(HfServedModelFactoryTest, SentencePieceFolderNeverFailsTheLoad) {
   ASSERT_TRUE(model.ok()) << model.status();
   InferenceResult result = InferNow(**model, ReferenceRequest(Reference()));
   EXPECT_TRUE(result.outputs.ok()) << result.outputs.status();
-  // libsentencepiece is loaded in isolation (text/sentencepiece_model.cc),
-  // so the tokenizer loads and the model takes text.
+  // libsentencepiece is loaded in isolation
+  // (text/sentencepiece/sentencepiece_model.cc), so the tokenizer loads and the
+  // model takes text.
   EXPECT_EQ((*model)->inputs().back().name, "text");
   const absl::Status status = InferText(**model, "hello world");
   if (!status.ok()) {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "models/hf_config.h"
+#include "models/loading/hf_config.h"
 #include "models/test_util/tensor_files.h"
 #include "server/lifecycle/model_config_loader.h"
 #include "server/servables/factory/hf_served_model_factory.h"

@@ -32,7 +32,7 @@ absl::StatusOr<std::unique_ptr<TextInput>> LoadTextInput(
         absl::StrCat("the tokenizer of ", folder,
                      " does not load: ", tokenizer.status().message()));
   }
-  // A cross-encoder (models/encoder/encoder_model.h) takes text pairs.
+  // A cross-encoder (models/encoders/encoder_model.h) takes text pairs.
   const bool scores = std::any_of(
       model.outputs().begin(), model.outputs().end(),
       [](const models::TensorSpec& spec) { return spec.name == "scores"; });

@@ -2,13 +2,13 @@
 // daemon's engine is the model's models::GenerationScheduler
 // (scheduler_generation_engine.h); tests substitute a scripted one
 // (test_util/fake_generation_engine.h). The contract is the scheduler's
-// (models/generation_scheduler.h): Submit runs request.on_done exactly once,
-// callbacks run on the engine's step thread, Stop ends every sequence with
-// UNAVAILABLE and joins it.
+// (models/generation/generation_scheduler.h): Submit runs request.on_done
+// exactly once, callbacks run on the engine's step thread, Stop ends every
+// sequence with UNAVAILABLE and joins it.
 #ifndef CASTSERVE_SERVER_SERVABLES_GENERATION_GENERATION_ENGINE_H_
 #define CASTSERVE_SERVER_SERVABLES_GENERATION_GENERATION_ENGINE_H_
 
-#include "models/generation_scheduler.h"
+#include "models/generation/generation_scheduler.h"
 
 namespace castserve {
 

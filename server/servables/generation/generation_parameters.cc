@@ -8,7 +8,7 @@
 #include "platform/json_parser.h"
 #include "server/lifecycle/model_config_loader.h"
 #include "server/servables/generation/generation_text.h"
-#include "text/unicode.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve {
 namespace {

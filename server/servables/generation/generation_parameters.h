@@ -29,7 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "google/protobuf/map.h"
-#include "models/sampling.h"
+#include "models/generation/sampling.h"
 #include "proto/inference.pb.h"
 #include "server/core/generation_parameter_names.h"
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/servables/tensor_conversion.h"
-#include "text/unicode.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve {
 namespace {

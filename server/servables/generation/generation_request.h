@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "models/generation.h"
+#include "models/generation/generation.h"
 #include "proto/inference.pb.h"
 #include "server/lifecycle/served_model.h"
 #include "server/servables/generation/generation_parameters.h"

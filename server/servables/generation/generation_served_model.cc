@@ -20,7 +20,7 @@
 #include "server/servables/generation/generation_parameters.h"
 #include "server/servables/generation/generation_text.h"
 #include "server/servables/tensor_conversion.h"
-#include "text/unicode.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve {
 namespace {

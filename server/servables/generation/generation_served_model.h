@@ -47,7 +47,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "casting/footprint.h"
+#include "casting/memory/footprint.h"
 #include "models/cancellation.h"
 #include "models/model.h"
 #include "proto/model_config.pb.h"

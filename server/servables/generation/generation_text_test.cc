@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "server/test_util/byte_tokenizer.h"
-#include "text/unicode.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve {
 namespace {

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "models/generation_scheduler.h"
+#include "models/generation/generation_scheduler.h"
 #include "models/model.h"
 #include "server/servables/generation/generation_engine.h"
 

@@ -1,0 +1,193 @@
+// GenerationScheduler: iteration-level (continuous) batching of generation
+// for one decoder model (llama, mistral, qwen2). Sequences join the running
+// batch and leave it between decode steps; every step runs the new tokens of
+// all running sequences (a joining sequence's prompt, one token of each
+// other) through the model together, so that every weight is read, decoded
+// and cast once per step instead of once per sequence.
+//
+// KV-cache memory comes in blocks of `block_tokens` tokens from a pool of
+// at most `pool_bytes` per model: a sequence takes the blocks of its prompt
+// when it joins and one more block each time it crosses a block boundary,
+// and gives all of them back when it ends, fails or is cancelled. When the
+// pool cannot take a new sequence, it waits (at most `max_waiting` of them,
+// each until its deadline) instead of failing the running ones.
+//
+// Policy. Admission: waiting sequences join in arrival order (a preempted
+// one first), between steps, while the batch has a place and the pool has
+// the blocks of the sequence's tokens plus one (the first new token's); the
+// first that does not fit stops admission for the step (no overtaking, so a
+// long prompt is not starved by short ones). Growth: before each step every
+// running sequence takes the blocks its new tokens need, oldest first; when
+// the pool is empty, the newest running sequence is preempted (its blocks
+// freed, its tokens kept; it waits at the front of the line and on joining
+// again recomputes its cache from its prompt and the tokens it generated,
+// its sampler's state kept, so its output is what it would have been up to
+// the rounding of a prefill against one-token steps), so that the sequences
+// running longest finish first and newcomers never fail running ones. A
+// sequence that alone needs more than the whole pool fails with
+// RESOURCE_EXHAUSTED. Deadlines and is_cancelled are checked for every
+// sequence, waiting or running, before every step.
+//
+// Threads: the scheduler owns one step thread (joined by Stop()); forwards,
+// sampling and every callback run on it. Submit, Stop and stats are
+// thread-safe.
+#ifndef CASTSERVE_MODELS_GENERATION_GENERATION_SCHEDULER_H_
+#define CASTSERVE_MODELS_GENERATION_GENERATION_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "models/cancellation.h"
+#include "models/generation/generation.h"
+#include "models/generation/incremental_decoder.h"
+#include "models/generation/kv_block_pool.h"
+#include "models/model.h"
+#include "platform/executor.h"
+
+namespace castserve::models {
+
+struct SchedulerOptions {
+  // The KV-cache pool's size in bytes (> 0), rounded down to whole blocks;
+  // InvalidArgument when it cannot hold one sequence of one block.
+  int64_t pool_bytes = 0;
+  // Tokens per block (> 0).
+  int64_t block_tokens = 16;
+  // Sequences in the running batch at most (> 0).
+  int64_t max_running = 8;
+  // Sequences waiting for room (pool or batch) at most (>= 0); one more is
+  // refused with RESOURCE_EXHAUSTED. A sequence submitted while the batch
+  // has a free place does not count (it joins at the next step).
+  int64_t max_waiting = 64;
+  // The tracking allocator's model id (casting::ScopedModelTag) that the
+  // step thread's allocations count for: the pool's blocks and each step's
+  // transients (CPU tracking allocator; device ledger on CUDA). Empty: the
+  // id the thread calling Create is tagged with, if any.
+  std::string model_tag;
+};
+
+// The pool and the batch, now.
+struct SchedulerStats {
+  int64_t pool_capacity_bytes = 0;  // Whole blocks of pool_bytes.
+  int64_t kv_bytes_in_use = 0;      // Blocks held by sequences.
+  int64_t kv_bytes_peak = 0;        // Highest kv_bytes_in_use since Create.
+  int64_t running = 0;
+  int64_t waiting = 0;
+};
+
+// One sequence to generate. Callbacks run on the step thread, must not
+// block, and must not call back into the scheduler.
+struct SequenceRequest {
+  // Token ids, non-empty, within the vocabulary.
+  std::vector<int64_t> prompt;
+  // As for Generate (generation.h); validated the same way.
+  GenerationOptions options;
+  // The sequence fails with DEADLINE_EXCEEDED after this, waiting or
+  // running (its blocks are freed).
+  absl::Time deadline = absl::InfiniteFuture();
+  // Polled before every step; true ends the sequence with CANCELLED (its
+  // blocks are freed). May be null.
+  std::function<bool()> is_cancelled;
+  // Each new token as soon as it is chosen, in order. Returning false ends
+  // the sequence after this token with Stop::kStoppedByCaller (a stop
+  // string matched, the caller has what it needs). May be null.
+  std::function<bool(int64_t token)> on_token;
+  // Exactly once: the result (every new token, the stop reason, the KV bytes
+  // the sequence held at most), or the error: InvalidArgument as Generate's
+  // checks, RESOURCE_EXHAUSTED when the waiting line is full or the prompt
+  // alone needs more than the whole pool, DEADLINE_EXCEEDED, CANCELLED,
+  // UNAVAILABLE after Stop(), the model's errors. Inline when Submit refuses
+  // the sequence at once, else on the step thread.
+  std::function<void(absl::StatusOr<GenerationResult>)> on_done;
+};
+
+class GenerationScheduler {
+ public:
+  // InvalidArgument when `model` has no incremental decoder or `options`
+  // are out of range. The pool's memory is allocated on the model's device
+  // as blocks are first needed (tracked like the model's other
+  // allocations). `model` must outlive the scheduler.
+  static absl::StatusOr<std::unique_ptr<GenerationScheduler>> Create(
+      const Model& model, const SchedulerOptions& options);
+  // Stop().
+  ~GenerationScheduler();
+
+  GenerationScheduler(const GenerationScheduler&) = delete;
+  GenerationScheduler& operator=(const GenerationScheduler&) = delete;
+
+  // Validates `request` and queues it; request.on_done runs exactly once.
+  void Submit(SequenceRequest request);
+
+  // Ends every waiting and running sequence with UNAVAILABLE, refuses new
+  // ones, and joins the step thread. Idempotent.
+  void Stop();
+
+  SchedulerStats stats() const;
+
+ private:
+  struct Sequence;  // One request and its state (generation_scheduler.cc).
+  using SequencePtr = std::unique_ptr<Sequence>;
+
+  GenerationScheduler(const Model& model, const IncrementalDecoder& decoder,
+                      const SchedulerOptions& options,
+                      std::unique_ptr<KvBlockPool> pool);
+
+  // The step thread: steps while there are sequences, until Stop.
+  void StepLoop();
+  // Blocks until a sequence waits or runs (true) or Stop (false).
+  bool WaitForWork() ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the waiting and running sequences whose deadline passed or which
+  // are cancelled.
+  void ReapExpired() ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes the blocks the running sequences' next tokens need, preempting
+  // the newest when the pool is empty.
+  void GrowRunning() ABSL_LOCKS_EXCLUDED(mu_);
+  // Moves waiting sequences into the batch while they fit.
+  void Admit() ABSL_LOCKS_EXCLUDED(mu_);
+  // One forward over the running sequences and a token for each.
+  void RunStep();
+  // Adds `token` to `sequence` (on_token); true when that ends it.
+  static bool Commit(Sequence& sequence, int64_t token);
+  // Frees the running sequence `index`'s blocks and removes it; on_done.
+  void Finish(size_t index, absl::StatusOr<GenerationResult> result);
+  // Preempts running sequence `index` back to the front of the line.
+  void Preempt(size_t index) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends every waiting and running sequence with `status`.
+  void FailAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  void SetRunningCount() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const Model& model_;
+  const IncrementalDecoder& decoder_;
+  const SchedulerOptions options_;
+  const std::unique_ptr<KvBlockPool> pool_;
+  // Set by Stop: a running forward ends at its next module.
+  Cancellation stopped_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // In arrival order; preempted sequences go back to the front.
+  std::deque<SequencePtr> waiting_ ABSL_GUARDED_BY(mu_);
+  // running_.size(), for Submit and stats.
+  int64_t running_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // Waiting sequences taken out of waiting_ while ReapExpired polls them
+  // (outside mu_): they still count as waiting.
+  int64_t reaping_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // The step thread's: in the order they joined (newest last).
+  std::vector<SequencePtr> running_;
+
+  absl::Mutex join_mu_;  // Serializes Stop's join.
+  std::unique_ptr<platform::Thread> thread_ ABSL_GUARDED_BY(join_mu_);
+};
+
+}  // namespace castserve::models
+
+#endif  // CASTSERVE_MODELS_GENERATION_GENERATION_SCHEDULER_H_

@@ -1,0 +1,559 @@
+#include "models/generation/generation_scheduler.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "casting/casting_policy.h"
+#include "casting/memory/tracking_allocator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/loading/model_loader.h"
+#include "platform/json_parser.h"
+
+namespace castserve::models {
+namespace {
+
+using ::testing::HasSubstr;
+using Stop = GenerationResult::Stop;
+
+// One case of a generation reference file
+// (tools/gen_generation_references.py).
+struct ReferenceCase {
+  std::vector<int64_t> prompt;
+  int64_t max_new_tokens = 0;
+  std::vector<int64_t> eos_token_ids;
+  std::vector<int64_t> generated;
+};
+
+std::vector<ReferenceCase> ReadReference(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto json = platform::ParseJson(text.str());
+  EXPECT_TRUE(json.ok()) << path << ": " << json.status();
+  std::vector<ReferenceCase> cases;
+  if (!json.ok()) return cases;
+  for (const auto& item : json->at("cases")) {
+    cases.push_back({item.at("prompt").get<std::vector<int64_t>>(),
+                     item.at("max_new_tokens").get<int64_t>(),
+                     item.at("eos_token_ids").get<std::vector<int64_t>>(),
+                     item.at("generated").get<std::vector<int64_t>>()});
+  }
+  return cases;
+}
+
+std::shared_ptr<Model> Load(const std::string& folder,
+                            const WeightPolicyOptions& options = {}) {
+  auto model = LoadHfModel(folder, options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::shared_ptr<Model>(*std::move(model)) : nullptr;
+}
+
+// What happened to one submitted sequence.
+struct Outcome {
+  absl::Notification done;
+  absl::StatusOr<GenerationResult> result = absl::UnknownError("not done");
+  std::vector<int64_t> streamed;  // on_token's, in order.
+
+  bool Wait() {
+    return done.WaitForNotificationWithTimeout(absl::Seconds(120));
+  }
+};
+using OutcomePtr = std::shared_ptr<Outcome>;
+
+SequenceRequest Request(const std::vector<int64_t>& prompt,
+                        int64_t max_new_tokens,
+                        const std::vector<int64_t>& eos = {}) {
+  SequenceRequest request;
+  request.prompt = prompt;
+  request.options.max_new_tokens = max_new_tokens;
+  request.options.eos_token_ids = eos;
+  return request;
+}
+
+// Submits `request`, recording its tokens and result in the Outcome (after
+// the request's own on_token, whose answer is kept).
+OutcomePtr Submit(GenerationScheduler& scheduler, SequenceRequest request) {
+  auto outcome = std::make_shared<Outcome>();
+  auto on_token = std::move(request.on_token);
+  request.on_token = [outcome, on_token](int64_t token) {
+    outcome->streamed.push_back(token);
+    return on_token ? on_token(token) : true;
+  };
+  request.on_done = [outcome](absl::StatusOr<GenerationResult> result) {
+    outcome->result = std::move(result);
+    outcome->done.Notify();
+  };
+  scheduler.Submit(std::move(request));
+  return outcome;
+}
+
+std::unique_ptr<GenerationScheduler> MakeScheduler(
+    const Model& model, const SchedulerOptions& options) {
+  auto scheduler = GenerationScheduler::Create(model, options);
+  EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+  return scheduler.ok() ? *std::move(scheduler) : nullptr;
+}
+
+SchedulerOptions Roomy() {
+  SchedulerOptions options;
+  options.pool_bytes = 8 << 20;
+  return options;
+}
+
+// Bytes of one block of `block_tokens` tokens of `model`'s cache.
+int64_t BlockBytes(const Model& model, int64_t block_tokens) {
+  const KvCacheShape shape = model.incremental_decoder()->kv_cache_shape();
+  return 2 * shape.layers * shape.kv_heads * block_tokens * shape.head_dim *
+         static_cast<int64_t>(shape.options.dtype().itemsize());
+}
+
+void ExpectIdle(const GenerationScheduler& scheduler) {
+  const SchedulerStats stats = scheduler.stats();
+  EXPECT_EQ(stats.kv_bytes_in_use, 0);
+  EXPECT_EQ(stats.running, 0);
+  EXPECT_EQ(stats.waiting, 0);
+}
+
+// Runs `cases` concurrently through `scheduler` and expects each reference.
+void ExpectReferences(GenerationScheduler& scheduler,
+                      const std::vector<ReferenceCase>& cases) {
+  std::vector<OutcomePtr> outcomes;
+  for (const ReferenceCase& c : cases) {
+    outcomes.push_back(Submit(
+        scheduler, Request(c.prompt, c.max_new_tokens, c.eos_token_ids)));
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(outcomes[i]->Wait()) << i;
+    ASSERT_TRUE(outcomes[i]->result.ok()) << outcomes[i]->result.status();
+    EXPECT_EQ(outcomes[i]->result->tokens, cases[i].generated)
+        << "case " << i << ", prompt of " << cases[i].prompt.size();
+    EXPECT_EQ(outcomes[i]->streamed, cases[i].generated) << i;
+    EXPECT_EQ(outcomes[i]->result->stop,
+              cases[i].eos_token_ids.empty() ? Stop::kMaxNewTokens : Stop::kEos)
+        << i;
+    EXPECT_GT(outcomes[i]->result->kv_cache_bytes, 0);
+  }
+}
+
+class SchedulerFixtureTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(casting::TrackingAllocator::InstallTrackingCpuAllocator().ok());
+  }
+  std::string folder() const { return "models/testdata/" + GetParam(); }
+};
+
+TEST_P(SchedulerFixtureTest, ConcurrentGreedyEqualsTransformers) {
+  std::shared_ptr<Model> model = Load(folder());
+  ASSERT_NE(model, nullptr);
+  auto scheduler = MakeScheduler(*model, Roomy());
+  ASSERT_NE(scheduler, nullptr);
+  ExpectReferences(*scheduler,
+                   ReadReference(folder() + "/generation_reference.json"));
+  ExpectIdle(*scheduler);
+  EXPECT_GT(scheduler->stats().kv_bytes_peak, 0);
+}
+
+TEST_P(SchedulerFixtureTest, BatchOfDifferentLengthsEqualsBatchedTransformers) {
+  std::shared_ptr<Model> model = Load(folder());
+  ASSERT_NE(model, nullptr);
+  const std::vector<ReferenceCase> cases =
+      ReadReference(folder() + "/generation_batch_reference.json");
+  ASSERT_EQ(cases.size(), 5u);
+  auto scheduler = MakeScheduler(*model, Roomy());
+  ASSERT_NE(scheduler, nullptr);
+  ExpectReferences(*scheduler, cases);
+  ExpectIdle(*scheduler);
+}
+
+TEST_P(SchedulerFixtureTest, PreemptedSequencesStillEqualTransformers) {
+  // 16 blocks of 4 tokens: the three sequences join (prompts of 5, 19 and
+  // 5 tokens) but cannot all grow to 36, 50 and 36 tokens: the newest are
+  // preempted and recompute their cache when they join again.
+  std::shared_ptr<Model> model = Load(folder());
+  ASSERT_NE(model, nullptr);
+  SchedulerOptions options;
+  options.block_tokens = 4;
+  options.pool_bytes = 16 * BlockBytes(*model, 4);
+  auto scheduler = MakeScheduler(*model, options);
+  ASSERT_NE(scheduler, nullptr);
+  ExpectReferences(*scheduler,
+                   ReadReference(folder() + "/generation_reference.json"));
+  ExpectIdle(*scheduler);
+  EXPECT_EQ(scheduler->stats().kv_bytes_peak, options.pool_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, SchedulerFixtureTest,
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3",
+                                           "gemma3_text", "phi3"));
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(casting::TrackingAllocator::InstallTrackingCpuAllocator().ok());
+  }
+  void SetUp() override {
+    model_ = Load(kFolder);
+    ASSERT_NE(model_, nullptr);
+    cases_ = ReadReference(std::string(kFolder) + "/generation_reference.json");
+  }
+
+  static constexpr const char* kFolder = "models/testdata/llama";
+  std::shared_ptr<Model> model_;
+  std::vector<ReferenceCase> cases_;
+};
+
+SequenceRequest Sampled(const std::vector<int64_t>& prompt, uint64_t seed) {
+  SequenceRequest request = Request(prompt, 24);
+  request.options.sampling.temperature = 1.2;
+  request.options.sampling.top_k = 40;
+  request.options.sampling.seed = seed;
+  return request;
+}
+
+TEST_F(SchedulerTest, SeededSamplingDoesNotDependOnTheBatch) {
+  auto scheduler = MakeScheduler(*model_, Roomy());
+  ASSERT_NE(scheduler, nullptr);
+  const std::vector<int64_t> prompt = cases_[1].prompt;
+  OutcomePtr alone = Submit(*scheduler, Sampled(prompt, 42));
+  ASSERT_TRUE(alone->Wait());
+  ASSERT_TRUE(alone->result.ok()) << alone->result.status();
+  // Generate draws the same (one sequence, its own seed).
+  GenerationOptions options = Sampled(prompt, 42).options;
+  auto generated = Generate(*model_, prompt, options);
+  ASSERT_TRUE(generated.ok()) << generated.status();
+  EXPECT_EQ(alone->result->tokens, generated->tokens);
+  // With 7 others of other prompts and seeds, some joining with it.
+  std::vector<OutcomePtr> others;
+  for (uint64_t i = 0; i < 4; ++i) {
+    others.push_back(Submit(
+        *scheduler, Sampled(std::vector<int64_t>(3 + i, 10 + i), 100 + i)));
+  }
+  OutcomePtr crowded = Submit(*scheduler, Sampled(prompt, 42));
+  for (uint64_t i = 4; i < 7; ++i) {
+    others.push_back(Submit(*scheduler, Sampled(cases_[0].prompt, 100 + i)));
+  }
+  ASSERT_TRUE(crowded->Wait());
+  ASSERT_TRUE(crowded->result.ok()) << crowded->result.status();
+  EXPECT_EQ(crowded->result->tokens, alone->result->tokens);
+  for (const OutcomePtr& other : others) {
+    ASSERT_TRUE(other->Wait());
+    EXPECT_TRUE(other->result.ok()) << other->result.status();
+  }
+  ExpectIdle(*scheduler);
+}
+
+TEST_F(SchedulerTest, NewcomerWaitsForBlocksThenRuns) {
+  // Two blocks of 4 tokens: A (prompt 5, 3 new tokens) holds both; B must
+  // wait until A has finished and given them back.
+  SchedulerOptions options;
+  options.block_tokens = 4;
+  options.pool_bytes = 2 * BlockBytes(*model_, 4);
+  auto scheduler = MakeScheduler(*model_, options);
+  ASSERT_NE(scheduler, nullptr);
+  absl::Mutex mu;
+  std::vector<std::string> events;
+  auto record = [&](const std::string& event) {
+    absl::MutexLock lock(&mu);
+    events.push_back(event);
+  };
+  absl::Notification b_submitted;
+  SequenceRequest a = Request(cases_[0].prompt, 3);
+  a.on_token = [&](int64_t) {
+    // A's first token comes after B was queued.
+    b_submitted.WaitForNotificationWithTimeout(absl::Seconds(30));
+    record("A token");
+    return true;
+  };
+  SequenceRequest b = Request({7, 8, 9}, 4);
+  b.on_token = [&](int64_t) {
+    record("B token");
+    return true;
+  };
+  OutcomePtr a_outcome = Submit(*scheduler, std::move(a));
+  OutcomePtr b_outcome = Submit(*scheduler, std::move(b));
+  b_submitted.Notify();
+  ASSERT_TRUE(a_outcome->Wait());
+  ASSERT_TRUE(b_outcome->Wait());
+  ASSERT_TRUE(a_outcome->result.ok()) << a_outcome->result.status();
+  ASSERT_TRUE(b_outcome->result.ok()) << b_outcome->result.status();
+  EXPECT_EQ(events, (std::vector<std::string>{"A token", "A token", "A token",
+                                              "B token", "B token", "B token",
+                                              "B token"}));
+  auto alone = Generate(*model_, {7, 8, 9}, Request({7, 8, 9}, 4).options);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(b_outcome->result->tokens, alone->tokens);
+  EXPECT_EQ(scheduler->stats().kv_bytes_peak, options.pool_bytes);
+  ExpectIdle(*scheduler);
+}
+
+// A sequence that runs until `cancel` is set (or 120 tokens, slowly).
+SequenceRequest Endless(const std::vector<int64_t>& prompt,
+                        const std::shared_ptr<std::atomic<bool>>& cancel) {
+  SequenceRequest request = Request(prompt, 120);
+  request.is_cancelled = [cancel] {
+    // Polled once per step: each step of it takes >= 1 ms, all >= 120 ms.
+    absl::SleepFor(absl::Milliseconds(1));
+    return cancel->load();
+  };
+  return request;
+}
+
+TEST_F(SchedulerTest, FullWaitingLineRefusesAtOnce) {
+  SchedulerOptions options = Roomy();
+  options.max_running = 1;
+  options.max_waiting = 1;
+  auto scheduler = MakeScheduler(*model_, options);
+  ASSERT_NE(scheduler, nullptr);
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  OutcomePtr a = Submit(*scheduler, Endless({3, 4}, cancel));
+  OutcomePtr b = Submit(*scheduler, Request({5, 6}, 4));
+  OutcomePtr c = Submit(*scheduler, Request({5, 6}, 4));
+  ASSERT_TRUE(c->done.HasBeenNotified());  // Inline.
+  EXPECT_EQ(c->result.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(c->result.status().message(), HasSubstr("queue is full"));
+  cancel->store(true);
+  ASSERT_TRUE(a->Wait());
+  EXPECT_EQ(a->result.status().code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(b->Wait());
+  EXPECT_TRUE(b->result.ok()) << b->result.status();
+  ExpectIdle(*scheduler);
+}
+
+TEST_F(SchedulerTest, DeadlineWhileWaitingFreesEverything) {
+  SchedulerOptions options = Roomy();
+  options.max_running = 1;
+  auto scheduler = MakeScheduler(*model_, options);
+  ASSERT_NE(scheduler, nullptr);
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  absl::Notification a_started;
+  SequenceRequest endless = Endless({3, 4}, cancel);
+  endless.on_token = [&a_started](int64_t) {
+    if (!a_started.HasBeenNotified()) a_started.Notify();
+    absl::SleepFor(absl::Milliseconds(2));  // A takes >= 240 ms.
+    return true;
+  };
+  OutcomePtr a = Submit(*scheduler, std::move(endless));
+  ASSERT_TRUE(a_started.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  SequenceRequest late = Request({5, 6}, 4);
+  late.deadline = absl::Now() + absl::Milliseconds(20);
+  OutcomePtr b = Submit(*scheduler, std::move(late));
+  ASSERT_TRUE(b->Wait());
+  EXPECT_EQ(b->result.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(b->streamed.empty());
+  EXPECT_FALSE(a->done.HasBeenNotified());
+  cancel->store(true);
+  ASSERT_TRUE(a->Wait());
+  ExpectIdle(*scheduler);
+}
+
+TEST_F(SchedulerTest, CancellationGivesTheBlocksBack) {
+  const std::string tag = "scheduler-test-cancel";
+  casting::TrackingAllocator* allocator =
+      casting::TrackingAllocator::Installed();
+  ASSERT_TRUE(allocator->RegisterModel(tag).ok());
+  SchedulerOptions options = Roomy();
+  options.model_tag = tag;
+  auto scheduler = MakeScheduler(*model_, options);
+  ASSERT_NE(scheduler, nullptr);
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  SequenceRequest request = Endless(cases_[0].prompt, cancel);
+  request.on_token = [cancel, seen = 0](int64_t) mutable {
+    if (++seen == 3) cancel->store(true);
+    return true;
+  };
+  OutcomePtr outcome = Submit(*scheduler, std::move(request));
+  ASSERT_TRUE(outcome->Wait());
+  EXPECT_EQ(outcome->result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(outcome->streamed.size(), 3u);
+  ExpectIdle(*scheduler);
+  const SchedulerStats stats = scheduler->stats();
+  EXPECT_GT(stats.kv_bytes_peak, 0);
+  // The pool's blocks counted for the model (with its weights' compute
+  // copies, made on the step thread too), and go with the scheduler.
+  auto usage = allocator->GetModelUsage(tag);
+  ASSERT_TRUE(usage.ok());
+  EXPECT_GE(usage->peak_bytes, stats.kv_bytes_peak);
+  const int64_t live = usage->live_bytes;
+  EXPECT_GE(live, stats.kv_bytes_peak);
+  scheduler.reset();
+  usage = allocator->GetModelUsage(tag);
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ(live - usage->live_bytes, stats.kv_bytes_peak);
+  ASSERT_TRUE(allocator->UnregisterModel(tag).ok());
+}
+
+TEST_F(SchedulerTest, SequencesBeyondThePoolAreResourceExhausted) {
+  SchedulerOptions options;
+  options.block_tokens = 4;
+  options.pool_bytes = 2 * BlockBytes(*model_, 4);
+  auto scheduler = MakeScheduler(*model_, options);
+  ASSERT_NE(scheduler, nullptr);
+  // The prompt and its first new token need 3 blocks.
+  OutcomePtr big = Submit(*scheduler, Request(std::vector<int64_t>(8, 3), 1));
+  ASSERT_TRUE(big->done.HasBeenNotified());
+  EXPECT_EQ(big->result.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(big->result.status().message(), HasSubstr("needs 3 KV blocks"));
+  // One that outgrows the pool alone fails when it does.
+  OutcomePtr grows = Submit(*scheduler, Request({3, 4, 5}, 20));
+  ASSERT_TRUE(grows->Wait());
+  EXPECT_EQ(grows->result.status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(grows->streamed.size(), 6u);  // 3 + 5 tokens fill 2 blocks.
+  // Generate's checks.
+  OutcomePtr empty = Submit(*scheduler, Request({}, 1));
+  ASSERT_TRUE(empty->done.HasBeenNotified());
+  EXPECT_EQ(empty->result.status().code(), absl::StatusCode::kInvalidArgument);
+  OutcomePtr long_ask = Submit(*scheduler, Request({3}, 128));
+  EXPECT_EQ(long_ask->result.status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ExpectIdle(*scheduler);
+}
+
+TEST_F(SchedulerTest, OnTokenFalseStopsTheSequence) {
+  auto scheduler = MakeScheduler(*model_, Roomy());
+  ASSERT_NE(scheduler, nullptr);
+  const ReferenceCase& c = cases_[0];
+  SequenceRequest request = Request(c.prompt, c.max_new_tokens);
+  request.on_token = [seen = 0](int64_t) mutable { return ++seen < 3; };
+  OutcomePtr outcome = Submit(*scheduler, std::move(request));
+  ASSERT_TRUE(outcome->Wait());
+  ASSERT_TRUE(outcome->result.ok()) << outcome->result.status();
+  EXPECT_EQ(outcome->result->stop, Stop::kStoppedByCaller);
+  EXPECT_EQ(outcome->result->tokens,
+            std::vector<int64_t>(c.generated.begin(), c.generated.begin() + 3));
+  ExpectIdle(*scheduler);
+}
+
+TEST_F(SchedulerTest, StopEndsEverySequenceWithUnavailable) {
+  SchedulerOptions options = Roomy();
+  options.max_running = 2;
+  auto scheduler = MakeScheduler(*model_, options);
+  ASSERT_NE(scheduler, nullptr);
+  auto never = std::make_shared<std::atomic<bool>>(false);
+  absl::Notification started;
+  std::vector<OutcomePtr> outcomes;
+  for (int i = 0; i < 5; ++i) {
+    SequenceRequest request =
+        Endless({3, 4, static_cast<int64_t>(5 + i)}, never);
+    request.on_token = [&started](int64_t) {
+      if (!started.HasBeenNotified()) started.Notify();
+      return true;
+    };
+    outcomes.push_back(Submit(*scheduler, std::move(request)));
+  }
+  ASSERT_TRUE(started.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  scheduler->Stop();
+  for (const OutcomePtr& outcome : outcomes) {
+    ASSERT_TRUE(outcome->done.HasBeenNotified());
+    EXPECT_EQ(outcome->result.status().code(), absl::StatusCode::kUnavailable);
+  }
+  OutcomePtr after = Submit(*scheduler, Request({3}, 2));
+  ASSERT_TRUE(after->done.HasBeenNotified());
+  EXPECT_EQ(after->result.status().code(), absl::StatusCode::kUnavailable);
+  scheduler->Stop();  // Idempotent.
+  ExpectIdle(*scheduler);
+}
+
+TEST_F(SchedulerTest, BadOptionsAreInvalidArgument) {
+  auto code = [&](auto field, int64_t value) {
+    SchedulerOptions options = Roomy();
+    options.*field = value;
+    return GenerationScheduler::Create(*model_, options).status().code();
+  };
+  EXPECT_EQ(code(&SchedulerOptions::pool_bytes, 0),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(&SchedulerOptions::pool_bytes, BlockBytes(*model_, 16) - 1),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(&SchedulerOptions::block_tokens, 0),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(&SchedulerOptions::max_running, 0),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(&SchedulerOptions::max_waiting, -1),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(&SchedulerOptions::max_waiting, 0), absl::StatusCode::kOk);
+}
+
+WeightPolicyOptions Fp8TransientPrefetch() {
+  casting::CastingPolicy::Options policy;
+  policy.storage_dtype = casting::ElementType::kF8E4M3FN;
+  policy.scaling = casting::Scaling::kPerRow;
+  policy.compute_dtype = casting::ElementType::kF32;
+  WeightPolicyOptions options;
+  options.casting = *casting::CastingPolicy::Create(policy);
+  options.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  options.prefetch = true;
+  return options;
+}
+
+TEST_F(SchedulerTest, LayerwiseCastingBatchedEqualsSequential) {
+  std::shared_ptr<Model> model = Load(kFolder, Fp8TransientPrefetch());
+  ASSERT_NE(model, nullptr);
+  std::vector<ReferenceCase> cases = cases_;
+  for (const ReferenceCase& c : ReadReference(
+           std::string(kFolder) + "/generation_batch_reference.json")) {
+    cases.push_back(c);
+  }
+  auto scheduler = MakeScheduler(*model, Roomy());
+  ASSERT_NE(scheduler, nullptr);
+  std::vector<OutcomePtr> outcomes;
+  for (const ReferenceCase& c : cases) {
+    outcomes.push_back(Submit(
+        *scheduler, Request(c.prompt, c.max_new_tokens, c.eos_token_ids)));
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto sequential = Generate(*model, cases[i].prompt,
+                               Request(cases[i].prompt, cases[i].max_new_tokens,
+                                       cases[i].eos_token_ids)
+                                   .options);
+    ASSERT_TRUE(sequential.ok()) << sequential.status();
+    ASSERT_TRUE(outcomes[i]->Wait());
+    ASSERT_TRUE(outcomes[i]->result.ok()) << outcomes[i]->result.status();
+    EXPECT_EQ(outcomes[i]->result->tokens, sequential->tokens) << i;
+  }
+  ExpectIdle(*scheduler);
+}
+
+TEST_F(SchedulerTest, EachWeightRunsOncePerStepForTheWholeBatch) {
+  std::shared_ptr<Model> model = Load(kFolder, Fp8TransientPrefetch());
+  ASSERT_NE(model, nullptr);
+  std::atomic<int> q_proj_calls{0};
+  std::atomic<int> most_holding{0};
+  model->root().Visit([&](Module& module) {
+    if (module.weights().empty()) return;
+    const bool q_proj = module.name() == "model.layers.0.self_attn.q_proj";
+    module.AddPreForwardHook([&, q_proj](const Module&, ForwardContext& ctx) {
+      if (q_proj) ++q_proj_calls;
+      most_holding = std::max(most_holding.load(), ctx.modules_holding());
+    });
+  });
+  auto scheduler = MakeScheduler(*model, Roomy());
+  ASSERT_NE(scheduler, nullptr);
+  std::vector<OutcomePtr> outcomes;
+  for (int64_t i = 0; i < 4; ++i) {
+    outcomes.push_back(Submit(*scheduler, Request({3, 4 + i, 5}, 8)));
+  }
+  for (const OutcomePtr& outcome : outcomes) {
+    ASSERT_TRUE(outcome->Wait());
+    ASSERT_TRUE(outcome->result.ok()) << outcome->result.status();
+  }
+  // 32 tokens in 8 steps (a late joiner adds at most one step each), not
+  // one forward per sequence and token.
+  EXPECT_GE(q_proj_calls.load(), 8);
+  EXPECT_LE(q_proj_calls.load(), 11);
+  // Transient copies: one module's weights at a time.
+  EXPECT_LE(most_holding.load(), 1);
+}
+
+}  // namespace
+}  // namespace castserve::models

@@ -1,0 +1,250 @@
+#include "models/kernels/storage_product.h"
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "casting/codec/codec.h"
+#include "casting/codec/storage_format.h"
+#include "casting/formats/safetensors_reader.h"
+#include "casting/formats/test_util/safetensors_writer.h"
+#include "casting/weight.h"
+#include "gtest/gtest.h"
+
+namespace castserve::models {
+namespace {
+
+using casting::CodecIsa;
+using casting::ElementType;
+using casting::Scaling;
+using casting::StorageFormat;
+
+// A weight encoded into a storage format: the view a kernel reads, the bytes
+// and scales it points into, and the decoded f32 values (the reference).
+struct EncodedWeight {
+  at::Tensor bytes;
+  at::Tensor scales;
+  at::Tensor decoded;  // [out, in] f32: what decode-then-matmul multiplies by.
+  casting::StorageView view;
+};
+
+EncodedWeight Encode(const at::Tensor& w, StorageFormat format) {
+  const int64_t out = w.size(0);
+  const int64_t in = w.size(1);
+  EncodedWeight e;
+  e.bytes = at::empty({out * in * format.element_size_bytes()}, at::kByte);
+  e.scales =
+      at::ones({format.scaling == Scaling::kPerRow ? out : 1}, at::kFloat);
+  const at::Tensor src = w.contiguous();
+  EXPECT_TRUE(casting::Encode(ElementType::kF32, src.data_ptr(), w.numel(), out,
+                              format, e.bytes.data_ptr(),
+                              e.scales.data_ptr<float>())
+                  .ok());
+  e.decoded = at::empty({out, in}, at::kFloat);
+  EXPECT_TRUE(casting::Decode(format, e.bytes.data_ptr(),
+                              e.scales.data_ptr<float>(), w.numel(), out,
+                              ElementType::kF32, e.decoded.data_ptr())
+                  .ok());
+  e.view.data = e.bytes.data_ptr<uint8_t>();
+  e.view.format = format;
+  e.view.rows = out;
+  e.view.cols = in;
+  if (format.is_scaled()) {
+    const bool per_row = format.scaling == Scaling::kPerRow;
+    e.view.scales.data = e.scales.data_ptr<float>();
+    e.view.scales.block_rows = per_row ? 1 : out;
+    e.view.scales.block_cols = in;
+    e.view.scales.grid_rows = per_row ? out : 1;
+  }
+  return e;
+}
+
+std::vector<CodecIsa> SupportedIsas() {
+  std::vector<CodecIsa> isas;
+  for (CodecIsa isa :
+       {CodecIsa::kReference, CodecIsa::kAvx2, CodecIsa::kAvx512}) {
+    if (casting::CodecIsaSupported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// |y - x W^T| within f32 rounding of the sum of |x| |W|^T (summation
+// order differs from the reference's), W the decoded weight, in double.
+void ExpectNearReference(const at::Tensor& y, const at::Tensor& x,
+                         const at::Tensor& decoded, const std::string& what) {
+  const at::Tensor reference =
+      at::matmul(x.to(at::kDouble), decoded.to(at::kDouble).t());
+  const at::Tensor magnitude =
+      at::matmul(x.abs().to(at::kDouble), decoded.abs().to(at::kDouble).t());
+  const at::Tensor error = (y.to(at::kDouble) - reference).abs();
+  const at::Tensor bound = magnitude * 1e-5 + 1e-30;
+  EXPECT_TRUE(error.le(bound).all().item<bool>())
+      << what << ": max error " << error.max().item<double>() << ", max bound "
+      << bound.max().item<double>();
+}
+
+TEST(StorageProductTest, MatchesDecodeThenMatmulOverShapesFormatsAndIsas) {
+  at::manual_seed(5);
+  const std::vector<int64_t> row_counts = {1, 2, 3, 4, 5, 7, 8, 13, 16};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 1}, {7, 15}, {9, 17}, {37, 33}, {16, 64}, {11, 100}};
+  for (CodecIsa isa : SupportedIsas()) {
+    for (StorageFormat format : casting::AllStorageFormats()) {
+      for (auto [out, in] : shapes) {
+        at::Tensor w = at::randn({out, in}) * 0.05;
+        w[0] *= 40;  // A row of another scale: per-row scales differ.
+        const EncodedWeight e = Encode(w, format);
+        for (int64_t rows : row_counts) {
+          const at::Tensor x = at::randn({rows, in});
+          absl::StatusOr<at::Tensor> y =
+              StorageProduct(x, e.view, at::Tensor(), std::nullopt, isa);
+          ASSERT_TRUE(y.ok()) << y.status();
+          ASSERT_EQ(y->sizes(), (std::vector<int64_t>{rows, out}));
+          ExpectNearReference(
+              *y, x, e.decoded,
+              std::string(casting::CodecIsaName(isa)) + " " +
+                  format.ToString() + " " + std::to_string(rows) + "x" +
+                  std::to_string(in) + "->" + std::to_string(out));
+        }
+      }
+    }
+  }
+}
+
+// Every code of each fp8 type, alone in its row of zeros (once where the
+// vector loop reads it, once in the scalar tail), times ones: the output is
+// the decoded code exactly, NaN and infinity included.
+TEST(StorageProductTest, Fp8SpecialValuesDecodeExactly) {
+  constexpr int64_t kIn = 40;  // 2 full AVX-512 vectors + a tail of 8.
+  for (CodecIsa isa : SupportedIsas()) {
+    for (ElementType type : {ElementType::kF8E4M3FN, ElementType::kF8E5M2}) {
+      for (int64_t column : {int64_t{3}, kIn - 1}) {
+        at::Tensor bytes = at::zeros({256, kIn}, at::kByte);
+        for (int code = 0; code < 256; ++code) bytes[code][column] = code;
+        casting::StorageView view;
+        view.data = bytes.data_ptr<uint8_t>();
+        view.format = StorageFormat::Plain(type);
+        view.rows = 256;
+        view.cols = kIn;
+        absl::StatusOr<at::Tensor> y = StorageProduct(
+            at::ones({1, kIn}), view, at::Tensor(), std::nullopt, isa);
+        ASSERT_TRUE(y.ok()) << y.status();
+        for (int code = 0; code < 256; ++code) {
+          const float expected = casting::ElementBitsToF32(type, code);
+          const float got = (*y)[0][code].item<float>();
+          if (std::isnan(expected)) {
+            EXPECT_TRUE(std::isnan(got)) << code;
+          } else {
+            EXPECT_EQ(got, expected) << casting::CodecIsaName(isa) << " code "
+                                     << code << " column " << column;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The scale lookup reads a grid: blocks of 2 rows x 16 columns (the shape a
+// per-block format has) scale their own dot products.
+TEST(StorageProductTest, ReadsAScaleGridOfBlocks) {
+  at::manual_seed(9);
+  constexpr int64_t kOut = 5, kIn = 40, kBlockRows = 2, kBlockCols = 16;
+  constexpr int64_t kGridRows = 3, kGridCols = 3;
+  const at::Tensor w = at::randn({kOut, kIn});
+  at::Tensor bytes = at::empty({kOut * kIn}, at::kByte);
+  ASSERT_TRUE(casting::Encode(ElementType::kF32, w.data_ptr(), w.numel(), kOut,
+                              StorageFormat::Plain(ElementType::kF8E4M3FN),
+                              bytes.data_ptr(), nullptr)
+                  .ok());
+  at::Tensor codes = at::empty({kOut, kIn}, at::kFloat);
+  ASSERT_TRUE(casting::Decode(StorageFormat::Plain(ElementType::kF8E4M3FN),
+                              bytes.data_ptr(), nullptr, w.numel(), kOut,
+                              ElementType::kF32, codes.data_ptr())
+                  .ok());
+  const at::Tensor grid = at::rand({kGridRows, kGridCols}) + 0.5;
+  at::Tensor decoded = codes.clone();
+  for (int64_t r = 0; r < kOut; ++r) {
+    for (int64_t c = 0; c < kIn; ++c) {
+      decoded[r][c] *= grid[r / kBlockRows][c / kBlockCols];
+    }
+  }
+  casting::StorageView view;
+  view.data = bytes.data_ptr<uint8_t>();
+  view.format = {ElementType::kF8E4M3FN, Scaling::kPerRow};
+  view.rows = kOut;
+  view.cols = kIn;
+  view.scales = {grid.data_ptr<float>(), kBlockRows, kBlockCols, kGridRows,
+                 kGridCols};
+  for (CodecIsa isa : SupportedIsas()) {
+    const at::Tensor x = at::randn({3, kIn});
+    absl::StatusOr<at::Tensor> y =
+        StorageProduct(x, view, at::Tensor(), std::nullopt, isa);
+    ASSERT_TRUE(y.ok()) << y.status();
+    ExpectNearReference(*y, x, decoded, "grid");
+  }
+}
+
+TEST(StorageProductTest, ReducedPrecisionBiasActivationAndBatchDims) {
+  at::manual_seed(3);
+  const at::Tensor w = at::randn({24, 48}) * 0.1;
+  const EncodedWeight e = Encode(w, StorageFormat::Plain(ElementType::kBF16));
+  const at::Tensor x = at::randn({2, 3, 48});
+  const at::Tensor bias = at::randn({24});
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    absl::StatusOr<at::Tensor> y =
+        StorageProduct(x.to(dtype), e.view, bias.to(dtype), Activation::kSilu);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(y->scalar_type(), dtype);
+    EXPECT_EQ(y->sizes(), (std::vector<int64_t>{2, 3, 24}));
+    const at::Tensor expected = Activate(
+        Activation::kSilu, at::linear(x.to(dtype).to(at::kFloat), e.decoded,
+                                      bias.to(dtype).to(at::kFloat)));
+    const double tolerance = dtype == at::kFloat ? 1e-5 : 2e-2;
+    EXPECT_TRUE(at::allclose(y->to(at::kFloat), expected, tolerance, tolerance))
+        << (y->to(at::kFloat) - expected).abs().max().item<float>();
+  }
+}
+
+// A mapped bf16 weight is read straight from the file's pages, under the
+// SIGBUS guard: the product equals decode-then-matmul, and once the file is
+// truncated under it the product is DATA_LOSS, not a crash.
+TEST(StorageProductTest, ReadsAMappedWeightUnderTheGuard) {
+  at::manual_seed(11);
+  constexpr int64_t kOut = 512, kIn = 40;  // 40 KiB: several pages.
+  const at::Tensor w = (at::randn({kOut, kIn}) * 0.1).to(at::kBFloat16);
+  const std::string data(static_cast<const char*>(w.data_ptr()), w.nbytes());
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      std::string(dir ? dir : "/tmp") + "/mapped_product.safetensors";
+  const std::string header = casting::test_util::MakeHeaderJson(
+      {{"w", "BF16", {kOut, kIn}, 0, static_cast<uint64_t>(w.nbytes())}});
+  ASSERT_TRUE(
+      casting::test_util::WriteSafetensorsFile(path, header, data).ok());
+  absl::StatusOr<std::unique_ptr<casting::Checkpoint>> checkpoint =
+      casting::OpenSafetensors(path);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  casting::WeightOptions options;
+  options.residency = casting::Residency::kMapped;
+  options.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  absl::StatusOr<std::unique_ptr<casting::Weight>> weight =
+      casting::Weight::Create(std::move(*checkpoint), "w", options);
+  ASSERT_TRUE(weight.ok()) << weight.status();
+  absl::StatusOr<casting::StorageView> view = (*weight)->ReadStorage();
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_TRUE(view->mapped);
+  const at::Tensor x = at::randn({2, kIn});
+  absl::StatusOr<at::Tensor> y = StorageProduct(x, *view, at::Tensor());
+  ASSERT_TRUE(y.ok()) << y.status();
+  ExpectNearReference(*y, x, w.to(at::kFloat), "mapped");
+  ASSERT_EQ(truncate(path.c_str(), 0), 0);
+  absl::StatusOr<at::Tensor> cut = StorageProduct(x, *view, at::Tensor());
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss) << cut.status();
+}
+
+}  // namespace
+}  // namespace castserve::models
