@@ -152,6 +152,10 @@ class Model {
     return nullptr;
   }
 
+  // The names of the last dimension of a classifier's `scores` output
+  // (config.json's id2label), in label order; empty for other models.
+  virtual std::vector<std::string> output_labels() const { return {}; }
+
   // What the loader says once about how this model's weights are kept, for
   // the load log line and the served config's parameters: a pre-quantized
   // checkpoint's note (models/loading/prequantized_weights.h); empty otherwise.

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
@@ -45,6 +46,15 @@ class Tokenizer {
   // InvalidArgument for text that is not valid UTF-8.
   virtual absl::StatusOr<Encoding> Encode(
       std::string_view text, const EncodeOptions& options) const = 0;
+  // The encoding of the pair (`first`, `second`) as the tokenizer's pair
+  // template lays it out (a cross-encoder's query and document). With
+  // max_length, tokens go from the end of the longer text first, as
+  // tokenizers' longest_first truncation does. InvalidArgument naming the
+  // text that is not valid UTF-8; FailedPrecondition when the tokenizer
+  // has no pair template (this default: SentencePiece tokenizer.model).
+  virtual absl::StatusOr<Encoding> EncodePair(
+      std::string_view first, std::string_view second,
+      const EncodeOptions& options) const;
   // The text of `ids` as the file's decoder writes it. InvalidArgument for an
   // id the vocabulary does not have.
   virtual absl::StatusOr<std::string> Decode(
@@ -55,6 +65,13 @@ class Tokenizer {
   // "<pad>" token); nullopt when the tokenizer names none.
   virtual std::optional<int64_t> pad_id() const = 0;
 };
+
+inline absl::StatusOr<Encoding> Tokenizer::EncodePair(
+    std::string_view, std::string_view, const EncodeOptions&) const {
+  return absl::FailedPreconditionError(
+      "the tokenizer has no pair template (a SentencePiece tokenizer.model "
+      "encodes single texts only)");
+}
 
 // The folder's tokenizer: tokenizer.json when present, else a SentencePiece
 // tokenizer.model. NotFound when it has neither; InvalidArgument naming the

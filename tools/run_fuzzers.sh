@@ -145,7 +145,7 @@ declare -A FOLDER=([safetensors]=casting/formats [torch_zip]=casting/formats
 declare -A LINKS=(
   [safetensors]="//casting/formats:safetensors_reader"
   [torch_zip]="//casting/formats:torch_zip_reader"
-  [infer_request]="//server/servables:tensor_conversion + //models/encoders:bert"
+  [infer_request]="//server/servables:tensor_conversion + //models/architectures"
   [config_pbtxt]="//server/servables/factory:hf_served_model_factory + //server/lifecycle:model_repository"
   [config_json]="//server/servables/factory:hf_served_model_factory + //server/lifecycle:model_repository"
   [rest_infer]="//server/rest:rest_infer_codec"

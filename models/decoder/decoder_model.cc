@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -63,7 +64,7 @@ std::vector<int64_t> DistinctWindows(const DecoderSpec& spec) {
 class DecoderForCausalLM : public Model, public IncrementalDecoder {
  public:
   static absl::StatusOr<std::unique_ptr<Model>> Create(
-      const DecoderSpec& spec, const WeightFactory& weights);
+      const DecoderSpec& spec, const WeightFactory& weights, bool headless);
 
   std::string architecture() const override { return spec_.model_type; }
   const std::vector<TensorSpec>& inputs() const override { return inputs_; }
@@ -73,8 +74,9 @@ class DecoderForCausalLM : public Model, public IncrementalDecoder {
   std::optional<int64_t> max_sequence_length() const override {
     return spec_.max_position_embeddings;
   }
+  // A backbone alone (no lm_head) serves hidden states, not generation.
   const IncrementalDecoder* incremental_decoder() const override {
-    return this;
+    return headless_ ? nullptr : this;
   }
 
   KvCacheShape kv_cache_shape() const override {
@@ -97,7 +99,7 @@ class DecoderForCausalLM : public Model, public IncrementalDecoder {
 
  private:
   DecoderForCausalLM(const DecoderSpec& spec, at::ScalarType compute_dtype,
-                     casting::Device device);
+                     casting::Device device, bool headless);
   absl::Status Build(const WeightFactory& weights);
   // The biases [batch, 1, queries, keys] of every window.
   std::vector<at::Tensor> Biases(const at::Tensor& key_mask, int64_t batch,
@@ -114,6 +116,9 @@ class DecoderForCausalLM : public Model, public IncrementalDecoder {
   at::Tensor Head(ForwardContext& ctx, const at::Tensor& hidden) const;
 
   const DecoderSpec spec_;
+  // Saved as the backbone alone (Qwen3Model: Qwen3-Embedding): no lm_head,
+  // the output is last_hidden_state (after the final norm).
+  const bool headless_;
   const at::ScalarType compute_dtype_;
   const casting::Device device_;
   const at::TensorOptions kv_options_;  // Compute dtype, on the device.
@@ -132,8 +137,9 @@ class DecoderForCausalLM : public Model, public IncrementalDecoder {
 
 DecoderForCausalLM::DecoderForCausalLM(const DecoderSpec& spec,
                                        at::ScalarType compute_dtype,
-                                       casting::Device device)
+                                       casting::Device device, bool headless)
     : spec_(spec),
+      headless_(headless),
       compute_dtype_(compute_dtype),
       device_(device),
       kv_options_(casting::ToDevice(at::empty({0}), device)
@@ -142,7 +148,12 @@ DecoderForCausalLM::DecoderForCausalLM(const DecoderSpec& spec,
       windows_(DistinctWindows(spec)),
       inputs_({{"input_ids", at::kLong, {-1, -1}},
                {"attention_mask", at::kLong, {-1, -1}, /*optional=*/true}}),
-      outputs_({{"logits", at::kFloat, {-1, -1, spec.vocab_size}}}),
+      outputs_(
+          {headless
+               ? TensorSpec{"last_hidden_state",
+                            at::kFloat,
+                            {-1, -1, spec.hidden_size}}
+               : TensorSpec{"logits", at::kFloat, {-1, -1, spec.vocab_size}}}),
       root_("", spec.class_prefix + "ForCausalLM") {
   for (const DecoderRope& rope : spec.ropes) ropes_.emplace_back(rope, device);
 }
@@ -166,7 +177,7 @@ absl::Status DecoderForCausalLM::Build(const WeightFactory& weights) {
   }
   absl::Status status = norm_.Add(*backbone_, names.final_norm, spec_,
                                   spec_.hidden_size, weights);
-  if (!status.ok()) return status;
+  if (!status.ok() || headless_) return status;
   if (spec_.tie_word_embeddings) {
     tied_lm_head_ =
         root_.AddChild(std::make_unique<TiedLmHead>(names.lm_head, embed_));
@@ -180,11 +191,11 @@ absl::Status DecoderForCausalLM::Build(const WeightFactory& weights) {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> DecoderForCausalLM::Create(
-    const DecoderSpec& spec, const WeightFactory& weights) {
+    const DecoderSpec& spec, const WeightFactory& weights, bool headless) {
   absl::Status valid = spec.Validate();
   if (!valid.ok()) return valid;
   auto model = std::unique_ptr<DecoderForCausalLM>(new DecoderForCausalLM(
-      spec, weights.compute_scalar_type(), weights.options().device));
+      spec, weights.compute_scalar_type(), weights.options().device, headless));
   absl::Status built = model->Build(weights);
   if (!built.ok()) return built;
   return model;
@@ -248,7 +259,8 @@ NamedTensors DecoderForCausalLM::ForwardImpl(ForwardContext& ctx,
   step.biases =
       Biases(mask == inputs.end() ? at::Tensor() : mask->second, batch, seq,
              seq, input_ids.options().dtype(compute_dtype_));
-  return {{"logits", RunTokens(ctx, input_ids, positions, std::move(step))}};
+  return {{outputs_[0].name,
+           RunTokens(ctx, input_ids, positions, std::move(step))}};
 }
 
 at::Tensor DecoderForCausalLM::DecodeBatch(ForwardContext& ctx,
@@ -315,6 +327,7 @@ at::Tensor DecoderForCausalLM::RunTokens(ForwardContext& ctx,
 
 at::Tensor DecoderForCausalLM::Head(ForwardContext& ctx,
                                     const at::Tensor& hidden) const {
+  if (headless_) return hidden.to(at::kFloat);
   at::Tensor logits = tied_lm_head_ != nullptr
                           ? tied_lm_head_->Forward(ctx, hidden)
                           : lm_head_->Forward(ctx, hidden);
@@ -333,11 +346,29 @@ SpecRegistry& GetSpecRegistry() {
   return *registry;
 }
 
+// The decoder `spec` describes over `checkpoint`. The backbone saved alone
+// (transformers' <Prefix>Model: Qwen3-Embedding) has its keys without the
+// backbone's prefix and no lm_head: it builds headless.
+absl::StatusOr<std::unique_ptr<Model>> CreateDecoder(
+    const DecoderSpec& spec,
+    std::shared_ptr<const casting::Checkpoint> checkpoint,
+    const WeightPolicyOptions& options) {
+  const std::string backbone = spec.names.backbone + ".";
+  const std::string embed = spec.names.embed + ".weight";
+  const bool headless =
+      !spec.names.backbone.empty() && checkpoint->Find(embed) == nullptr &&
+      absl::StartsWith(embed, backbone) &&
+      checkpoint->Find(embed.substr(backbone.size())) != nullptr;
+  WeightFactory weights(std::move(checkpoint), options, "",
+                        headless ? backbone : "");
+  return DecoderForCausalLM::Create(spec, weights, headless);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> CreateDecoderForCausalLM(
     const DecoderSpec& spec, const WeightFactory& weights) {
-  return DecoderForCausalLM::Create(spec, weights);
+  return DecoderForCausalLM::Create(spec, weights, /*headless=*/false);
 }
 
 DecoderRegistration::DecoderRegistration(std::string model_type,
@@ -360,8 +391,7 @@ DecoderRegistration::DecoderRegistration(std::string model_type,
           -> absl::StatusOr<std::unique_ptr<Model>> {
         absl::StatusOr<DecoderSpec> spec = read(config);
         if (!spec.ok()) return spec.status();
-        WeightFactory weights(std::move(checkpoint), options);
-        return CreateDecoderForCausalLM(*spec, weights);
+        return CreateDecoder(*spec, std::move(checkpoint), options);
       },
       traits);
 }

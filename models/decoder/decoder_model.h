@@ -12,6 +12,13 @@
 // over a per-sequence KV cache, for models/generation/generation.h and the
 // scheduler.
 //
+// A checkpoint of the backbone alone (transformers' <Prefix>Model, as
+// Qwen3-Embedding ships: keys without "model.", no lm_head) builds the same
+// tree without lm_head and serves last_hidden_state FLOAT [batch, seq,
+// hidden] (after the final norm) instead of logits; it does not generate
+// (incremental_decoder() is null). With a sentence-transformers
+// modules.json it serves sentence_embedding (last-token pooling).
+//
 // The module tree carries the checkpoint's dotted names
 // ("model.layers.3.self_attn.q_proj") and kinds named after the class
 // prefix ("LlamaAttention", "Qwen3DecoderLayer", "Phi3MLP", ...). With tied

@@ -1,5 +1,3 @@
-#include "models/encoders/bert.h"
-
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 

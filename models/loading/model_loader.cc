@@ -61,6 +61,9 @@ class HookedModel final : public Model {
   const IncrementalDecoder* incremental_decoder() const override {
     return model_->incremental_decoder();
   }
+  std::vector<std::string> output_labels() const override {
+    return model_->output_labels();
+  }
 
  protected:
   absl::Status ValidateInputs(const NamedTensors& inputs) const override {

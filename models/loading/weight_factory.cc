@@ -37,6 +37,12 @@ WeightFactory::WeightFactory(
   }
 }
 
+WeightFactory WeightFactory::WithKeyPrefix(std::string key_prefix) const {
+  WeightFactory copy = *this;
+  copy.key_prefix_ = std::move(key_prefix);
+  return copy;
+}
+
 std::string WeightFactory::Key(absl::string_view module_name,
                                absl::string_view local_name) const {
   absl::ConsumePrefix(&module_name, module_prefix_);

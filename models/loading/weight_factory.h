@@ -42,6 +42,11 @@ class WeightFactory {
                 WeightPolicyOptions options, std::string key_prefix = "",
                 std::string module_prefix = "");
 
+  // A factory for the same checkpoint and policy, sharing this one's buffer
+  // pool, whose keys start with `key_prefix` instead (a model's head beside
+  // its prefixed backbone: "classifier." next to "bert.").
+  WeightFactory WithKeyPrefix(std::string key_prefix) const;
+
   // The weight `<key of module_name>.<local_name>` of a module of `kind`,
   // checked against what the architecture expects of it from config.json:
   // NotFound naming the key when the checkpoint lacks it; InvalidArgument

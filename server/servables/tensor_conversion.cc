@@ -481,6 +481,42 @@ int FindRequestInput(const inference::ModelInferRequest& request,
   return -1;
 }
 
+// The token inputs of the request's `query` and `document` inputs (a
+// cross-encoder's): both, alone, with as many strings each.
+absl::StatusOr<models::NamedTensors> InputsFromPairs(
+    const inference::ModelInferRequest& request, int64_t max_batch_size,
+    const TextInput* text) {
+  if (text == nullptr || !text->pairs()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inputs ", Quoted(kQueryInputName), " and ", Quoted(kDocumentInputName),
+        " are for a cross-encoder (a model with a 'scores' output and a "
+        "tokenizer with a pair template); this model takes ",
+        text != nullptr && !text->available() ? text->unavailable_reason()
+                                              : "no pairs"));
+  }
+  const int query = FindRequestInput(request, kQueryInputName);
+  const int document = FindRequestInput(request, kDocumentInputName);
+  if (query < 0 || document < 0 || request.inputs_size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a pair request sends exactly the inputs ", Quoted(kQueryInputName),
+        " and ", Quoted(kDocumentInputName), "; this one has ",
+        request.inputs_size(), " inputs"));
+  }
+  absl::StatusOr<std::vector<std::string>> queries =
+      StringsOfInput(request, query, max_batch_size);
+  if (!queries.ok()) return queries.status();
+  absl::StatusOr<std::vector<std::string>> documents =
+      StringsOfInput(request, document, max_batch_size);
+  if (!documents.ok()) return documents.status();
+  if (queries->size() != documents->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input ", Quoted(kQueryInputName), " has ",
+                     queries->size(), " strings, ", Quoted(kDocumentInputName),
+                     " ", documents->size(), "; one query per document"));
+  }
+  return text->EncodePairs(*queries, *documents);
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> StringsOfInput(
@@ -550,10 +586,14 @@ absl::StatusOr<DecodedRequest> DecodeRequest(
   const int text_index = FindSpec(input_specs, kTextInputName) == nullptr
                              ? FindRequestInput(request, kTextInputName)
                              : -1;
+  const bool pairs = FindSpec(input_specs, kQueryInputName) == nullptr &&
+                     (FindRequestInput(request, kQueryInputName) >= 0 ||
+                      FindRequestInput(request, kDocumentInputName) >= 0);
   absl::StatusOr<models::NamedTensors> inputs =
       text_index >= 0
           ? InputsFromText(request, text_index, max_batch_size, text)
-          : InputsFromRequest(request, input_specs, max_batch_size);
+      : pairs ? InputsFromPairs(request, max_batch_size, text)
+              : InputsFromRequest(request, input_specs, max_batch_size);
   if (!inputs.ok()) return inputs.status();
   decoded.inputs = *std::move(inputs);
   if (max_batch_size > 0) {

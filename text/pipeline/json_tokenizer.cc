@@ -72,8 +72,8 @@ absl::StatusOr<std::unique_ptr<JsonTokenizer>> JsonTokenizer::Create(
   return tokenizer;
 }
 
-absl::StatusOr<Encoding> JsonTokenizer::Encode(
-    std::string_view input, const EncodeOptions& options) const {
+absl::StatusOr<std::vector<int64_t>> JsonTokenizer::Tokenize(
+    std::string_view input) const {
   const absl::string_view text(input.data(), input.size());
   if (!IsValidUtf8(text)) {
     return absl::InvalidArgumentError("text is not valid UTF-8");
@@ -90,13 +90,68 @@ absl::StatusOr<Encoding> JsonTokenizer::Encode(
         !status.ok())
       return status;
   }
+  return ids;
+}
+
+absl::StatusOr<Encoding> JsonTokenizer::Encode(
+    std::string_view input, const EncodeOptions& options) const {
+  absl::StatusOr<std::vector<int64_t>> ids = Tokenize(input);
+  if (!ids.ok()) return ids.status();
   if (options.max_length > 0) {
     const int64_t reserved =
         options.add_special_tokens ? post_processor_->added_tokens() : 0;
     const int64_t keep = std::max<int64_t>(0, options.max_length - reserved);
-    if (static_cast<int64_t>(ids.size()) > keep) ids.resize(keep);
+    if (static_cast<int64_t>(ids->size()) > keep) ids->resize(keep);
   }
-  return post_processor_->Apply(ids, options.add_special_tokens);
+  return post_processor_->Apply(*ids, options.add_special_tokens);
+}
+
+namespace {
+
+// tokenizers' longest_first truncation of a pair to `budget` tokens: the
+// shorter text keeps what it can up to half, the longer one the rest.
+void TruncatePair(int64_t budget, std::vector<int64_t>& a,
+                  std::vector<int64_t>& b) {
+  int64_t n1 = static_cast<int64_t>(a.size());
+  int64_t n2 = static_cast<int64_t>(b.size());
+  if (n1 + n2 <= budget) return;
+  const bool swap = n1 > n2;
+  if (swap) std::swap(n1, n2);
+  n2 = n1 > budget ? n1 : std::max(n1, budget - n1);
+  if (n1 + n2 > budget) {
+    n1 = budget / 2;
+    n2 = n1 + budget % 2;
+  }
+  if (swap) std::swap(n1, n2);
+  if (static_cast<int64_t>(a.size()) > n1) a.resize(n1);
+  if (static_cast<int64_t>(b.size()) > n2) b.resize(n2);
+}
+
+}  // namespace
+
+absl::StatusOr<Encoding> JsonTokenizer::EncodePair(
+    std::string_view first, std::string_view second,
+    const EncodeOptions& options) const {
+  if (!post_processor_->has_pair()) {
+    return absl::FailedPreconditionError(
+        "the tokenizer's post_processor has no pair template");
+  }
+  absl::StatusOr<std::vector<int64_t>> a = Tokenize(first);
+  if (!a.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the first text: ", a.status().message()));
+  }
+  absl::StatusOr<std::vector<int64_t>> b = Tokenize(second);
+  if (!b.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the second text: ", b.status().message()));
+  }
+  if (options.max_length > 0) {
+    const int64_t reserved =
+        options.add_special_tokens ? post_processor_->added_pair_tokens() : 0;
+    TruncatePair(std::max<int64_t>(0, options.max_length - reserved), *a, *b);
+  }
+  return post_processor_->ApplyPair(*a, *b, options.add_special_tokens);
 }
 
 absl::Status JsonTokenizer::TokenizeText(absl::string_view text,

@@ -32,6 +32,9 @@ class JsonTokenizer : public Tokenizer {
 
   absl::StatusOr<Encoding> Encode(std::string_view text,
                                   const EncodeOptions& options) const override;
+  absl::StatusOr<Encoding> EncodePair(
+      std::string_view first, std::string_view second,
+      const EncodeOptions& options) const override;
   absl::StatusOr<std::string> Decode(absl::Span<const int64_t> ids,
                                      bool skip_special_tokens) const override;
   int64_t vocab_size() const override;
@@ -40,6 +43,8 @@ class JsonTokenizer : public Tokenizer {
 
  private:
   JsonTokenizer() = default;
+  // The ids of `text` before truncation and post-processing.
+  absl::StatusOr<std::vector<int64_t>> Tokenize(std::string_view text) const;
   // Normalizes, pre-tokenizes and tokenizes a piece between added tokens.
   // `starts_text`: no added token precedes the piece.
   absl::Status TokenizeText(absl::string_view text, bool starts_text,

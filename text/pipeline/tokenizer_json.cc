@@ -434,13 +434,15 @@ absl::Status ReadAddedTokens(const Json& root, TokenizerSpec* spec) {
 
 // --- Post-processors --------------------------------------------------------
 
-absl::Status ReadTemplate(const Json& json, absl::string_view path,
-                          PostProcessorSpec* spec) {
-  absl::StatusOr<const Json*> single = RequiredArray(json, path, "single");
-  if (!single.ok()) return single.status();
-  for (size_t i = 0; i < (*single)->size(); ++i) {
-    const Json& piece_json = (**single)[i];
-    const std::string piece_path = Index(Child(path, "single"), i);
+// A template ("single" or "pair"): its pieces, special tokens or sequences.
+absl::Status ReadTemplatePieces(const Json& json, absl::string_view path,
+                                absl::string_view key,
+                                std::vector<PostProcessorSpec::Piece>* out) {
+  absl::StatusOr<const Json*> pieces = RequiredArray(json, path, key);
+  if (!pieces.ok()) return pieces.status();
+  for (size_t i = 0; i < (*pieces)->size(); ++i) {
+    const Json& piece_json = (**pieces)[i];
+    const std::string piece_path = Index(Child(path, key), i);
     const Json* special =
         piece_json.is_object() ? Find(piece_json, "SpecialToken") : nullptr;
     const Json* sequence =
@@ -454,7 +456,16 @@ absl::Status ReadTemplate(const Json& json, absl::string_view path,
     piece.is_special_token = special != nullptr;
     RETURN_IF_ERROR(ReadString(*body, piece_path, "id", &piece.id));
     RETURN_IF_ERROR(ReadInt(*body, piece_path, "type_id", &piece.type_id));
-    spec->single.push_back(std::move(piece));
+    out->push_back(std::move(piece));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadTemplate(const Json& json, absl::string_view path,
+                          PostProcessorSpec* spec) {
+  RETURN_IF_ERROR(ReadTemplatePieces(json, path, "single", &spec->single));
+  if (Find(json, "pair") != nullptr) {
+    RETURN_IF_ERROR(ReadTemplatePieces(json, path, "pair", &spec->pair));
   }
   const Json* tokens = Find(json, "special_tokens");
   if (tokens == nullptr || !tokens->is_object()) return absl::OkStatus();

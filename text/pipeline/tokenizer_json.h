@@ -124,8 +124,10 @@ struct PostProcessorSpec {
   };
   Type type = Type::kTemplate;
   std::string path;
-  // TemplateProcessing: the "single" template and the special tokens' ids.
+  // TemplateProcessing: the "single" and "pair" templates (pair empty when
+  // the file has none) and the special tokens' ids.
   std::vector<Piece> single;
+  std::vector<Piece> pair;
   std::vector<std::pair<std::string, std::vector<int64_t>>> special_tokens;
   // BertProcessing / RobertaProcessing: [token, id]
   std::pair<std::string, int64_t> cls;

@@ -318,6 +318,11 @@ BatchingServedModel::Create(
   if (text != nullptr && text->available()) {
     wire_inputs.push_back(TextInput::WireSpec());
   }
+  if (text != nullptr && text->pairs()) {
+    for (TensorSpec spec : TextInput::PairWireSpecs()) {
+      wire_inputs.push_back(std::move(spec));
+    }
+  }
   std::vector<TensorSpec> wire_outputs = WireSpecs(model->outputs());
   auto impl = std::make_shared<Impl>(
       std::move(config), std::move(model), std::move(tracked_id),

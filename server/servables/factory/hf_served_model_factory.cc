@@ -3,8 +3,11 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "casting/device/device_probe.h"
@@ -37,6 +40,23 @@ inference::ModelConfig WithStorageNote(const inference::ModelConfig& config,
   inference::ModelConfig noted = config;
   (*noted.mutable_parameters())[kStorageNoteParameter].set_string_value(note);
   return noted;
+}
+
+// Set by castserve on a sequence classifier (a cross-encoder): the names of
+// its `scores` columns, config.json's id2label in label order, as a JSON
+// list of strings.
+constexpr char kScoreLabelsParameter[] = "castserve_score_labels";
+
+// `config` with the model's score labels as kScoreLabelsParameter; `config`
+// itself for a model without labels.
+inference::ModelConfig WithScoreLabels(inference::ModelConfig config,
+                                       const models::Model& model) {
+  const std::vector<std::string> labels = model.output_labels();
+  if (labels.empty()) return config;
+  (*config.mutable_parameters())[kScoreLabelsParameter].set_string_value(
+      nlohmann::json(labels).dump(-1, ' ', false,
+                                  nlohmann::json::error_handler_t::replace));
+  return config;
 }
 
 }  // namespace
@@ -171,7 +191,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(
       BuildModel(*plan, plan->weights, config, *tracked_id);
   if (!model.ok()) return model.status();
   const std::string& folder = plan->folder;
-  const inference::ModelConfig noted = WithStorageNote(config, **model);
+  const inference::ModelConfig noted =
+      WithScoreLabels(WithStorageNote(config, **model), **model);
   if (config.has_generation()) {
     return LoadGenerationModel(folder, noted, *std::move(model),
                                std::move(tracked_id), std::move(cancellation));

@@ -134,7 +134,10 @@ absl::Status CheckConfiguredSignature(
     const inference::ModelConfig& config) {
   const bool batched = config.max_batch_size() > 0;
   for (const inference::ModelInput& input : config.input()) {
-    if (input.name() == kTextInputName) continue;  // ApplyTextSignature's.
+    if (input.name() == kTextInputName || input.name() == kQueryInputName ||
+        input.name() == kDocumentInputName) {
+      continue;  // ApplyTextSignature's.
+    }
     absl::Status valid =
         CheckConfiguredTensor("input", input.name(), input.data_type(),
                               input.dims(), inputs, batched);
@@ -176,34 +179,58 @@ absl::Status ApplySignature(const std::vector<models::TensorSpec>& inputs,
   return valid;
 }
 
-absl::Status ApplyTextSignature(const TextInput& text,
-                                inference::ModelConfig* config) {
-  const std::vector<int64_t> dims = config->max_batch_size() > 0
-                                        ? std::vector<int64_t>{1}
-                                        : std::vector<int64_t>{-1, 1};
+namespace {
+
+// The string input `name` in `config`: added when `available` and not
+// listed; a listed one must be TYPE_STRING with `dims` and available.
+absl::Status ApplyStringInput(const std::string& name, bool available,
+                              const std::string& unavailable_reason,
+                              const std::vector<int64_t>& dims,
+                              inference::ModelConfig* config) {
   for (const inference::ModelInput& input : config->input()) {
-    if (input.name() != kTextInputName) continue;
-    if (!text.available()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config lists input ", kTextInputName, ", but ",
-                       text.unavailable_reason()));
+    if (input.name() != name) continue;
+    if (!available) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config lists input ", name, ", but ", unavailable_reason));
     }
     if (input.data_type() != inference::TYPE_STRING ||
         !std::equal(input.dims().begin(), input.dims().end(), dims.begin(),
                     dims.end())) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "config input ", kTextInputName, " must be TYPE_STRING with dims [",
+          "config input ", name, " must be TYPE_STRING with dims [",
           absl::StrJoin(dims, ","), "] (one string per batch element)"));
     }
     return absl::OkStatus();
   }
-  if (!text.available()) return absl::OkStatus();
+  if (!available) return absl::OkStatus();
   inference::ModelInput* added = config->add_input();
-  added->set_name(kTextInputName);
+  added->set_name(name);
   added->set_data_type(inference::TYPE_STRING);
   added->mutable_dims()->Add(dims.begin(), dims.end());
   added->set_optional(true);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ApplyTextSignature(const TextInput& text,
+                                inference::ModelConfig* config) {
+  const std::vector<int64_t> dims = config->max_batch_size() > 0
+                                        ? std::vector<int64_t>{1}
+                                        : std::vector<int64_t>{-1, 1};
+  absl::Status status =
+      ApplyStringInput(kTextInputName, text.available(),
+                       text.unavailable_reason(), dims, config);
+  const std::string not_pairs =
+      text.available() ? "the model is not a cross-encoder with a pair "
+                         "template (model_signature.h)"
+                       : text.unavailable_reason();
+  for (const char* name : {kQueryInputName, kDocumentInputName}) {
+    if (status.ok()) {
+      status = ApplyStringInput(name, text.pairs(), not_pairs, dims, config);
+    }
+  }
+  return status;
 }
 
 }  // namespace castserve

@@ -26,7 +26,8 @@ absl::Status ApplySignature(const std::vector<models::TensorSpec>& inputs,
 // TYPE_STRING input with dims [1] ([-1, 1] without batching) when `text` is
 // available and the config does not list it; a listed one must have that
 // type and those dims and needs an available `text`. INVALID_ARGUMENT
-// otherwise.
+// otherwise. The same for a cross-encoder's `query` and `document` when
+// text.pairs().
 absl::Status ApplyTextSignature(const TextInput& text,
                                 inference::ModelConfig* config);
 

@@ -1,5 +1,6 @@
 #include "server/servables/factory/text_input_loader.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,9 +32,13 @@ absl::StatusOr<std::unique_ptr<TextInput>> LoadTextInput(
         absl::StrCat("the tokenizer of ", folder,
                      " does not load: ", tokenizer.status().message()));
   }
+  // A cross-encoder (models/encoders/encoder_model.h) takes text pairs.
+  const bool scores = std::any_of(
+      model.outputs().begin(), model.outputs().end(),
+      [](const models::TensorSpec& spec) { return spec.name == "scores"; });
   return TextInput::Create(
       std::shared_ptr<const text::Tokenizer>(*std::move(tokenizer)),
-      model.inputs(), model.max_sequence_length().value_or(0));
+      model.inputs(), model.max_sequence_length().value_or(0), scores);
 }
 
 }  // namespace

@@ -1,0 +1,194 @@
+#include "models/encoders/encoder_blocks.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <utility>
+
+#include "models/layers/attention.h"
+
+namespace castserve::models {
+
+EncoderEmbeddings::EncoderEmbeddings(const EncoderSpec& spec)
+    : Module("embeddings", spec.class_prefix + "Embeddings"), spec_(spec) {}
+
+absl::StatusOr<std::unique_ptr<EncoderEmbeddings>> EncoderEmbeddings::Create(
+    const EncoderSpec& spec, const WeightFactory& weights) {
+  std::unique_ptr<EncoderEmbeddings> e(new EncoderEmbeddings(spec));
+  const int64_t hidden = spec.hidden_size;
+  absl::Status status =
+      Adopt(*e,
+            Embedding::Create("embeddings.word_embeddings", weights,
+                              spec.vocab_size, hidden),
+            &e->word_);
+  if (status.ok()) {
+    status = Adopt(*e,
+                   Embedding::Create("embeddings.position_embeddings", weights,
+                                     spec.max_position_embeddings, hidden),
+                   &e->position_);
+  }
+  if (status.ok()) {
+    status = Adopt(*e,
+                   Embedding::Create("embeddings.token_type_embeddings",
+                                     weights, spec.type_vocab_size, hidden),
+                   &e->token_type_);
+  }
+  if (status.ok()) {
+    status = Adopt(*e,
+                   LayerNorm::Create("embeddings.LayerNorm", weights, hidden,
+                                     spec.layer_norm_eps),
+                   &e->norm_);
+  }
+  if (!status.ok()) return status;
+  return e;
+}
+
+at::Tensor EncoderEmbeddings::PositionIds(const EncoderSpec& spec,
+                                          const at::Tensor& ids) {
+  if (spec.positions == EncoderPositions::kAbsolute) {
+    return at::arange(ids.size(1), ids.options()).unsqueeze(0);
+  }
+  // transformers' create_position_ids_from_input_ids.
+  at::Tensor real = ids.ne(spec.padding_idx).to(at::kLong);
+  return at::cumsum(real, 1) * real + spec.padding_idx;
+}
+
+at::Tensor EncoderEmbeddings::Forward(ForwardContext& context,
+                                      const at::Tensor& ids,
+                                      const at::Tensor& token_types) const {
+  ModuleCall call(*this, context);
+  at::Tensor sum = word_->Forward(context, ids) +
+                   token_type_->Forward(context, token_types) +
+                   position_->Forward(context, PositionIds(spec_, ids));
+  return norm_->Forward(context, sum);
+}
+
+class EncoderSelfAttention : public Module {
+ public:
+  static absl::StatusOr<std::unique_ptr<EncoderSelfAttention>> Create(
+      const std::string& name, const EncoderSpec& spec,
+      const WeightFactory& weights) {
+    std::unique_ptr<EncoderSelfAttention> a(new EncoderSelfAttention(
+        name, spec.class_prefix + "SelfAttention", spec.num_attention_heads));
+    const int64_t hidden = spec.hidden_size;
+    absl::Status status = absl::OkStatus();
+    for (auto [local, slot] :
+         {std::pair{".query", &a->query_}, std::pair{".key", &a->key_},
+          std::pair{".value", &a->value_}}) {
+      if (status.ok()) {
+        status = Adopt(
+            *a, Linear::Create(name + local, weights, hidden, hidden, true),
+            slot);
+      }
+    }
+    if (!status.ok()) return status;
+    return a;
+  }
+
+  at::Tensor Forward(ForwardContext& context, const at::Tensor& x,
+                     const at::Tensor& additive_mask) const {
+    ModuleCall call(*this, context);
+    const int64_t head_dim = x.size(2) / heads_;
+    at::Tensor q = SplitHeads(query_->Forward(context, x), heads_);
+    at::Tensor k = SplitHeads(key_->Forward(context, x), heads_);
+    at::Tensor v = SplitHeads(value_->Forward(context, x), heads_);
+    const double scale = 1 / std::sqrt(static_cast<double>(head_dim));
+    return MergeHeads(ScaledDotProductAttention(q, k, v, additive_mask, scale));
+  }
+
+ private:
+  EncoderSelfAttention(std::string name, std::string kind, int64_t heads)
+      : Module(std::move(name), std::move(kind)), heads_(heads) {}
+  const int64_t heads_;
+  Linear* query_ = nullptr;
+  Linear* key_ = nullptr;
+  Linear* value_ = nullptr;
+};
+
+// A dense projection from `in_features` to hidden_size, added to the
+// residual, then LayerNorm: BertSelfOutput and BertOutput.
+class DenseAddNorm : public Module {
+ public:
+  static absl::StatusOr<std::unique_ptr<DenseAddNorm>> Create(
+      const std::string& name, const std::string& kind, int64_t in_features,
+      const EncoderSpec& spec, const WeightFactory& weights) {
+    std::unique_ptr<DenseAddNorm> m(new DenseAddNorm(name, kind));
+    absl::Status status =
+        Adopt(*m,
+              Linear::Create(name + ".dense", weights, in_features,
+                             spec.hidden_size, true),
+              &m->dense_);
+    if (status.ok()) {
+      status = Adopt(*m,
+                     LayerNorm::Create(name + ".LayerNorm", weights,
+                                       spec.hidden_size, spec.layer_norm_eps),
+                     &m->norm_);
+    }
+    if (!status.ok()) return status;
+    return m;
+  }
+
+  at::Tensor Forward(ForwardContext& context, const at::Tensor& x,
+                     const at::Tensor& residual) const {
+    ModuleCall call(*this, context);
+    return norm_->Forward(context, dense_->Forward(context, x) + residual);
+  }
+
+ private:
+  using Module::Module;
+  Linear* dense_ = nullptr;
+  LayerNorm* norm_ = nullptr;
+};
+
+EncoderLayer::EncoderLayer(std::string name, const EncoderSpec& spec)
+    : Module(std::move(name), spec.class_prefix + "Layer"),
+      activation_(spec.activation) {}
+
+absl::StatusOr<std::unique_ptr<EncoderLayer>> EncoderLayer::Create(
+    const std::string& name, const EncoderSpec& spec,
+    const WeightFactory& weights) {
+  std::unique_ptr<EncoderLayer> l(new EncoderLayer(name, spec));
+  const std::string& prefix = spec.class_prefix;
+  Module* attention = l->AddChild(
+      std::make_unique<Module>(name + ".attention", prefix + "Attention"));
+  Module* intermediate = l->AddChild(std::make_unique<Module>(
+      name + ".intermediate", prefix + "Intermediate"));
+  absl::Status status = Adopt(
+      *attention,
+      EncoderSelfAttention::Create(name + ".attention.self", spec, weights),
+      &l->self_attention_);
+  if (status.ok()) {
+    status = Adopt(
+        *attention,
+        DenseAddNorm::Create(name + ".attention.output", prefix + "SelfOutput",
+                             spec.hidden_size, spec, weights),
+        &l->attention_output_);
+  }
+  if (status.ok()) {
+    status =
+        Adopt(*intermediate,
+              Linear::Create(name + ".intermediate.dense", weights,
+                             spec.hidden_size, spec.intermediate_size, true),
+              &l->intermediate_);
+  }
+  if (status.ok()) {
+    status = Adopt(*l,
+                   DenseAddNorm::Create(name + ".output", prefix + "Output",
+                                        spec.intermediate_size, spec, weights),
+                   &l->output_);
+  }
+  if (!status.ok()) return status;
+  return l;
+}
+
+at::Tensor EncoderLayer::Forward(ForwardContext& context, const at::Tensor& x,
+                                 const at::Tensor& additive_mask) const {
+  ModuleCall call(*this, context);
+  at::Tensor attended = attention_output_->Forward(
+      context, self_attention_->Forward(context, x, additive_mask), x);
+  at::Tensor inner =
+      intermediate_->ForwardActivated(context, attended, activation_);
+  return output_->Forward(context, inner, attended);
+}
+
+}  // namespace castserve::models
