@@ -178,8 +178,11 @@ absl::StatusOr<json> ParseBody(absl::string_view body) {
 // One field's reader; null values are taken as absent before it runs.
 using FieldReader = std::function<absl::Status(const json& value)>;
 
-// Runs the reader of every field present in `root`; a field without one is
-// refused by name, as are missing `required` fields.
+// Runs the reader of every field present in `root` and refuses missing
+// `required` fields by name. A field without a reader is ignored, as OpenAI's
+// servers ignore fields they do not know; the API's fields that would change
+// an answer castserve cannot give have readers that refuse them
+// (RefusedUnless).
 absl::Status ReadFields(const json& root,
                         const std::map<std::string, FieldReader>& readers,
                         const std::vector<std::string>& required) {
@@ -191,14 +194,7 @@ absl::Status ReadFields(const json& root,
   }
   for (const auto& [key, value] : root.items()) {
     auto reader = readers.find(key);
-    if (reader == readers.end()) {
-      std::vector<std::string> known;
-      for (const auto& [name, unused] : readers) known.push_back(name);
-      return InvalidField(
-          key, absl::StrCat("unknown field '", key.substr(0, 64),
-                            "': castserve takes ", absl::StrJoin(known, ", ")));
-    }
-    if (value.is_null()) continue;
+    if (reader == readers.end() || value.is_null()) continue;
     if (absl::Status status = reader->second(value); !status.ok()) {
       return status;
     }
@@ -356,15 +352,11 @@ std::map<std::string, FieldReader> SamplingReaders(CompletionRequest* out) {
   };
   readers["stream_options"] = [out](const json& v) -> absl::Status {
     if (!v.is_object()) return WrongType("stream_options", "an object", v);
-    for (const auto& [key, option] : v.items()) {
-      if (key != "include_usage") {
-        return InvalidField(
-            absl::StrCat("stream_options.", key),
-            absl::StrCat("unknown field 'stream_options.", key.substr(0, 64),
-                         "': castserve takes include_usage"));
-      }
+    // Other options are ignored, as other unknown fields are.
+    if (auto option = v.find("include_usage");
+        option != v.end() && !option->is_null()) {
       absl::StatusOr<bool> include =
-          ReadBool(option, "stream_options.include_usage");
+          ReadBool(*option, "stream_options.include_usage");
       if (!include.ok()) return include.status();
       out->include_usage = *include;
     }
@@ -464,6 +456,27 @@ absl::StatusOr<CompletionRequest> DecodeCompletionRequest(
         "logprobs", IsFalse, "castserve does not return log probabilities");
     readers["top_logprobs"] = RefusedUnless(
         "top_logprobs", IsZero, "castserve does not return log probabilities");
+    const auto empty_array = [](const json& v) {
+      return v.is_array() && v.empty();
+    };
+    const auto none = [](const json& v) { return v == "none"; };
+    readers["tools"] =
+        RefusedUnless("tools", empty_array, "castserve does not call tools");
+    readers["tool_choice"] =
+        RefusedUnless("tool_choice", none, "castserve does not call tools");
+    readers["functions"] = RefusedUnless("functions", empty_array,
+                                         "castserve does not call functions");
+    readers["function_call"] = RefusedUnless(
+        "function_call", none, "castserve does not call functions");
+    readers["modalities"] = RefusedUnless(
+        "modalities", [](const json& v) { return v == json::array({"text"}); },
+        "castserve answers text only");
+    readers["audio"] = RefusedUnless(
+        "audio", [](const json&) { return false; },
+        "castserve answers text only");
+    readers["prediction"] = RefusedUnless(
+        "prediction", [](const json&) { return false; },
+        "castserve has no predicted outputs");
     readers["response_format"] = [](const json& v) -> absl::Status {
       if (v.is_object() && v.size() == 1 && v.contains("type") &&
           v["type"] == "text") {
@@ -482,6 +495,9 @@ absl::StatusOr<CompletionRequest> DecodeCompletionRequest(
     };
     readers["logprobs"] = RefusedUnless(
         "logprobs", IsZero, "castserve does not return log probabilities");
+    readers["messages"] = RefusedUnless(
+        "messages", [](const json&) { return false; },
+        "messages belong to /v1/chat/completions");
     readers["echo"] =
         RefusedUnless("echo", IsFalse, "castserve does not echo the prompt");
     readers["suffix"] = RefusedUnless(

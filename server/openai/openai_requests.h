@@ -1,8 +1,9 @@
 // The OpenAI API's request bodies decoded once, at the edge, into checked
 // values: every field castserve honours is checked for its type and range,
-// fields it cannot honour are refused by name unless they hold the value
-// that means "off", and any other field is refused by name (400, the field
-// as the error's `param`, openai_errors.h). docs/PROTOCOL.md lists the
+// the API's fields it cannot honour are refused by name unless they hold the
+// value that means "off" (400, the field as the error's `param`,
+// openai_errors.h), and any other field is ignored, as OpenAI's servers
+// ignore fields they do not know. docs/PROTOCOL.md lists the
 // fields. Every size is bounded before it is kept. Stateless; thread-safe.
 #ifndef CASTSERVE_SERVER_OPENAI_OPENAI_REQUESTS_H_
 #define CASTSERVE_SERVER_OPENAI_OPENAI_REQUESTS_H_
