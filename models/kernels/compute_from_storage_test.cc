@@ -74,7 +74,11 @@ std::vector<int64_t> GreedyTokens(const Model& model, int64_t max_rows) {
   SetStorageProductMaxRows(max_rows);
   GenerationOptions options;
   options.max_new_tokens = kNewTokens;
-  auto result = Generate(model, {5, 17, 42, 9, 101, 3, 77}, options);
+  absl::StatusOr<CheckedGeneration> checked =
+      CheckGenerationRequest(model, {5, 17, 42, 9, 101, 3, 77}, options);
+  EXPECT_TRUE(checked.ok()) << checked.status();
+  if (!checked.ok()) return {};
+  auto result = Generate(model, *checked);
   EXPECT_TRUE(result.ok()) << result.status();
   return result.ok() ? result->tokens : std::vector<int64_t>();
 }
