@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <map>
 #include <set>
 #include <utility>
 #include <vector>
@@ -11,7 +10,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "models/encoders/encoder_blocks.h"
 #include "models/layers/attention.h"
 #include "models/loading/model_loader.h"
@@ -305,37 +303,6 @@ NamedTensors EncoderModel::ForwardImpl(ForwardContext& context,
   return outputs;
 }
 
-struct SpecRegistry {
-  absl::Mutex mu;
-  std::map<std::string, EncoderSpecReader> readers ABSL_GUARDED_BY(mu);
-};
-
-SpecRegistry& GetSpecRegistry() {
-  static SpecRegistry* const registry = new SpecRegistry();
-  return *registry;
-}
-
-absl::StatusOr<std::unique_ptr<Model>> CreateRegisteredEncoder(
-    const HfConfig& config,
-    std::shared_ptr<const casting::Checkpoint> checkpoint,
-    const WeightPolicyOptions& options) {
-  EncoderSpecReader read = nullptr;
-  {
-    SpecRegistry& registry = GetSpecRegistry();
-    absl::MutexLock lock(&registry.mu);
-    auto it = registry.readers.find(config.model_type());
-    if (it != registry.readers.end()) read = it->second;
-  }
-  if (read == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(config.label(), ": model_type '", config.model_type(),
-                     "' is not a registered encoder"));
-  }
-  absl::StatusOr<EncoderSpec> spec = read(config);
-  if (!spec.ok()) return spec.status();
-  return EncoderModel::Create(*spec, std::move(checkpoint), options);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(
@@ -347,13 +314,19 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(
 
 EncoderRegistration::EncoderRegistration(std::string model_type,
                                          EncoderSpecReader read) {
-  SpecRegistry& registry = GetSpecRegistry();
-  {
-    absl::MutexLock lock(&registry.mu);
-    registry.readers[model_type] = read;
-  }
-  const ArchitectureRegistration registration(std::move(model_type),
-                                              &CreateRegisteredEncoder);
+  // The factory reads the spec with this registration's reader, not the one
+  // config.json's model_type names: a model config's `architecture`
+  // override (LoadHfModel) chooses the encoder.
+  const ArchitectureRegistration registration(
+      std::move(model_type),
+      [read](const HfConfig& config,
+             std::shared_ptr<const casting::Checkpoint> checkpoint,
+             const WeightPolicyOptions& options)
+          -> absl::StatusOr<std::unique_ptr<Model>> {
+        absl::StatusOr<EncoderSpec> spec = read(config);
+        if (!spec.ok()) return spec.status();
+        return EncoderModel::Create(*spec, std::move(checkpoint), options);
+      });
 }
 
 }  // namespace castserve::models
