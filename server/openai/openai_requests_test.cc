@@ -239,8 +239,6 @@ TEST(OpenAiRequestsTest, RerankFields) {
        "documents[1]"},
       {R"({"model": "r", "query": "q", "documents": ["a"], "top_n": 0})",
        "top_n"},
-      {R"({"model": "r", "query": "q", "documents": ["a"], "rank": 1})",
-       "rank"},
   };
   for (const auto& [body, field] : cases) {
     EXPECT_EQ(RefusedField(DecodeRerankRequest(body)), field) << body;
