@@ -37,7 +37,7 @@
 # models/testdata/bert); to replay a finding:
 #   $WORK/infer_request_fuzzer $WORK/artifacts_infer_request/crash-...
 #
-#   tools/run_fuzzers.sh                  # build and run all eight
+#   tools/run_fuzzers.sh                  # build and run all nine
 #   MAX_TOTAL_TIME=600 tools/run_fuzzers.sh infer_request config_json
 set -euo pipefail
 cd "$(dirname "$0")/.."
