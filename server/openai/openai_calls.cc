@@ -72,6 +72,23 @@ void InferAll(InferenceCore* core, const CallContext& call,
   }
 }
 
+void InferAndAnswer(InferenceCore* core, const CallContext& call,
+                    std::vector<inference::ModelInferRequest> requests,
+                    std::function<absl::StatusOr<nlohmann::json>(
+                        std::vector<inference::ModelInferResponse>&)>
+                        answer,
+                    HttpReply reply) {
+  InferAll(
+      core, call, std::move(requests),
+      [answer = std::move(answer), reply = std::move(reply)](
+          absl::Status status,
+          std::vector<inference::ModelInferResponse> responses) {
+        if (!status.ok()) return reply(ErrorResponse(status));
+        absl::StatusOr<nlohmann::json> body = answer(responses);
+        reply(body.ok() ? JsonAnswer(*body) : ErrorResponse(body.status()));
+      });
+}
+
 absl::Status WrongKind(const inference::ModelConfig& config,
                        absl::string_view endpoint) {
   return InvalidField(

@@ -46,6 +46,15 @@ void InferAll(InferenceCore* core, const CallContext& call,
                                  std::vector<inference::ModelInferResponse>)>
                   then);
 
+// InferAll, then `reply` with the JSON `answer` builds from the responses
+// (in order), or with the error of the first failure or of `answer`.
+void InferAndAnswer(InferenceCore* core, const CallContext& call,
+                    std::vector<inference::ModelInferRequest> requests,
+                    std::function<absl::StatusOr<nlohmann::json>(
+                        std::vector<inference::ModelInferResponse>&)>
+                        answer,
+                    HttpReply reply);
+
 // INVALID_ARGUMENT naming `model` and its kind for a model that does not
 // answer `endpoint` ("embeddings", ...), param "model".
 absl::Status WrongKind(const inference::ModelConfig& config,

@@ -103,15 +103,12 @@ void ServeEmbeddings(InferenceCore* core, CallContext call,
           infer.add_outputs()->set_name(kEmbeddingOutput);
         }
         auto shared = std::make_shared<EmbeddingsRequest>(std::move(request));
-        InferAll(core, call, std::move(requests),
-                 [shared, reply = std::move(reply)](
-                     absl::Status status,
-                     std::vector<inference::ModelInferResponse> responses) {
-                   if (!status.ok()) return reply(ErrorResponse(status));
-                   absl::StatusOr<json> answer = Answer(*shared, responses);
-                   reply(answer.ok() ? JsonAnswer(*answer)
-                                     : ErrorResponse(answer.status()));
-                 });
+        InferAndAnswer(
+            core, call, std::move(requests),
+            [shared](std::vector<inference::ModelInferResponse>& responses) {
+              return Answer(*shared, responses);
+            },
+            std::move(reply));
       });
 }
 
