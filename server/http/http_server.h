@@ -25,6 +25,12 @@ struct HttpRequest {
   std::map<std::string, std::string> headers;
   // The whole body (HttpService::Handle only; empty in Screen).
   std::string body;
+
+  // The value of the header `lower_case_name`; "" when it was not sent.
+  std::string header(const std::string& lower_case_name) const {
+    auto it = headers.find(lower_case_name);
+    return it == headers.end() ? "" : it->second;
+  }
 };
 
 struct HttpResponse {

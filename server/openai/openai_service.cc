@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/http/head_screen.h"
 #include "server/openai/openai_calls.h"
 #include "server/openai/openai_completion_call.h"
 #include "server/openai/openai_errors.h"
@@ -14,14 +15,9 @@
 namespace castserve::openai {
 namespace {
 
-std::string Header(const HttpRequest& request, const std::string& name) {
-  auto it = request.headers.find(name);
-  return it == request.headers.end() ? "" : it->second;
-}
-
 CallContext CallFrom(const HttpRequest& request, HttpClientGone client_gone) {
   CallContext call;
-  call.authorization = Header(request, "authorization");
+  call.authorization = request.header("authorization");
   call.is_cancelled = std::move(client_gone);
   return call;
 }
@@ -100,22 +96,12 @@ OpenAiService::OpenAiService(InferenceCore* core, platform::Executor* executor)
 
 std::optional<HttpResponse> OpenAiService::Screen(const HttpRequest& head) {
   EndpointMatch match = MatchEndpoint(head.method, head.path);
-  if (!match.endpoint.has_value()) {
-    HttpResponse refusal =
-        ErrorResponse(match.status_code,
-                      match.status_code == 405
-                          ? absl::StrCat(head.method, " is not allowed on ",
-                                         head.path, " (", match.allow, ")")
-                          : absl::StrCat("no OpenAI API path ", head.path));
-    if (match.status_code == 405) {
-      refusal.headers.emplace_back("Allow", match.allow);
-    }
+  if (std::optional<HttpResponse> refusal = RefuseHead(
+          head, {match.endpoint.has_value(), match.status_code, match.allow},
+          "OpenAI API", [](int status_code, absl::string_view message) {
+            return ErrorResponse(status_code, message);
+          })) {
     return refusal;
-  }
-  const std::string encoding = Header(head, "content-encoding");
-  if (!encoding.empty() && encoding != "identity") {
-    return ErrorResponse(
-        415, absl::StrCat("Content-Encoding '", encoding, "' is not accepted"));
   }
   // Before the body is read: a caller without a token cannot make the
   // server hold a large body.

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "platform/json_parser.h"
+#include "server/http/head_screen.h"
 #include "server/rest/proto_json.h"
 #include "server/rest/rest_generate_call.h"
 #include "server/rest/rest_infer_codec.h"
@@ -24,14 +25,9 @@ constexpr char kHeaderLengthKey[] = "inference-header-content-length";
 // Repository bodies: {"ready": ...} or {"parameters": {...}}.
 constexpr int kMaxRepositoryJsonDepth = 4;
 
-std::string Header(const HttpRequest& request, const std::string& name) {
-  auto it = request.headers.find(name);
-  return it == request.headers.end() ? "" : it->second;
-}
-
 CallContext CallFrom(const HttpRequest& request, HttpClientGone client_gone) {
   CallContext call;
-  call.authorization = Header(request, "authorization");
+  call.authorization = request.header("authorization");
   call.is_cancelled = std::move(client_gone);
   return call;
 }
@@ -271,22 +267,12 @@ RestService::RestService(InferenceCore* core, platform::Executor* executor)
 
 std::optional<HttpResponse> RestService::Screen(const HttpRequest& head) {
   RouteMatch match = MatchRestRoute(head.method, head.path);
-  if (!match.route.has_value()) {
-    HttpResponse refusal =
-        RestErrorResponse(match.status_code,
-                          match.status_code == 405
-                              ? absl::StrCat(head.method, " is not allowed on ",
-                                             head.path, " (", match.allow, ")")
-                              : absl::StrCat("no KServe v2 path ", head.path));
-    if (match.status_code == 405) {
-      refusal.headers.emplace_back("Allow", match.allow);
-    }
+  if (std::optional<HttpResponse> refusal = RefuseHead(
+          head, {match.route.has_value(), match.status_code, match.allow},
+          "KServe v2", [](int status_code, absl::string_view message) {
+            return RestErrorResponse(status_code, message);
+          })) {
     return refusal;
-  }
-  const std::string encoding = Header(head, "content-encoding");
-  if (!encoding.empty() && encoding != "identity") {
-    return RestErrorResponse(
-        415, absl::StrCat("Content-Encoding '", encoding, "' is not accepted"));
   }
   const RestRoute& route = *match.route;
   if (!route.scope.has_value()) return std::nullopt;
