@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
+#include "absl/synchronization/mutex.h"
 #include "casting/memory/device_memory.h"
 #include "casting/memory/tracking_allocator.h"
 #include "platform/executor.h"
@@ -83,6 +83,7 @@ FactoryOptions FactoryOptionsFrom(const ServerOptions& options) {
       absl::Seconds(options.max_warmup_seconds);
   factory_options.allow_symlinks_outside_repository =
       options.allow_symlinks_outside_repository;
+  factory_options.clock = options.clock;
   return factory_options;
 }
 
@@ -108,13 +109,14 @@ std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(
 
 }  // namespace
 
-Server::Server() : executor_(platform::NewThreadExecutor()) {}
+Server::Server(platform::Clock* clock)
+    : clock_(*clock), executor_(platform::NewThreadExecutor()) {}
 
 Server::~Server() { Shutdown(absl::ZeroDuration()); }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(
     const ServerOptions& options) {
-  std::unique_ptr<Server> server(new Server());
+  std::unique_ptr<Server> server(new Server(options.clock));
   server->auth_ = options.auth;
   absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
       ModelRepository::Open(options.model_repository,
@@ -158,7 +160,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   manager_ref->store(server->manager_.get());
   server->core_ = std::make_unique<InferenceCore>(
       &server->ready_, server->manager_.get(), options.max_message_bytes,
-      server->auth_.get(), server->executor_.get());
+      server->auth_.get(), server->executor_.get(), options.clock);
   if (absl::Status status = server->StartGrpc(options); !status.ok()) {
     return status;
   }
@@ -186,6 +188,7 @@ absl::Status Server::StartModels(const ServerOptions& options) {
   manager_options.memory_budget_bytes = options.memory_budget_bytes;
   manager_options.stop = options.stop;
   manager_options.executor = executor_.get();
+  manager_options.clock = options.clock;
   absl::StatusOr<std::unique_ptr<ModelManager>> manager =
       ModelManager::Create(manager_options);
   if (!manager.ok()) return manager.status();
@@ -259,20 +262,32 @@ void Server::DrainCalls(absl::Duration grace) {
   // their handlers, and the REST port waits for its answers; cancelling the
   // models' forwards then ends them at their next module instead of after
   // the whole forward.
-  absl::Notification drained;
+  absl::Mutex drain_mu;
+  bool drained = false;
   std::unique_ptr<platform::Thread> canceller =
-      executor_->StartThread([this, grace, &drained] {
-        if (drained.WaitForNotificationWithTimeout(grace)) return;
+      executor_->StartThread([this, grace, &drain_mu, &drained] {
+        {
+          absl::MutexLock lock(&drain_mu);
+          if (clock_.AwaitWithDeadline(&drain_mu, absl::Condition(&drained),
+                                       clock_.Now() + grace)) {
+            return;
+          }
+        }
         Log(LogLevel::kWarning,
             "grace period over; cancelling the forwards still running");
         manager_->CancelAll("the daemon is shutting down");
       });
   if (grpc_server_ != nullptr) {
+    // gRPC measures its deadline in real time; the canceller above ends the
+    // calls at the grace as clock_ counts it.
     grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
     grpc_server_->Wait();
   }
   if (rest_http_ != nullptr) rest_http_->WaitUntilIdle();
-  drained.Notify();
+  {
+    absl::MutexLock lock(&drain_mu);
+    drained = true;
+  }
   canceller->Join();
 }
 

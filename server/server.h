@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "models/cancellation.h"
+#include "platform/clock.h"
 #include "server/http/http_server_options.h"
 
 namespace grpc {
@@ -76,6 +77,10 @@ struct ServerOptions {
   // Makes the models (not owned; outlives the server). Null: an
   // HfServedModelFactory from the options above. Tests pass fakes.
   ServedModelFactory* model_factory = nullptr;
+  // What deadlines, timeouts and the shutdown grace are measured with (the
+  // manager's, the core's, the factory's; not owned, outlives the server).
+  // Tests drive a fake one. gRPC's own shutdown deadline is real time.
+  platform::Clock* clock = &platform::Clock::Real();
 };
 
 // The running daemon: the gRPC server (KServe v2 service and
@@ -109,7 +114,7 @@ class Server {
   int http_port() const;
 
  private:
-  Server();
+  explicit Server(platform::Clock* clock);
 
   absl::Status StartModels(const ServerOptions& options);
   absl::Status StartGrpc(const ServerOptions& options);
@@ -118,6 +123,7 @@ class Server {
   // forward and load once `grace` has passed.
   void DrainCalls(absl::Duration grace);
 
+  platform::Clock& clock_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> shut_down_{false};
   // Runs the work that must not hold a gRPC thread (first-request loads,

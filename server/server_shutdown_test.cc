@@ -13,7 +13,9 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "platform/executor.h"
+#include "platform/test_util/fake_clock.h"
 #include "proto/inference.grpc.pb.h"
 #include "server/lifecycle/model_manager.h"
 #include "server/server.h"
@@ -330,4 +333,48 @@ TEST_F(ServerShutdownTest, ShutdownUnderLoadEndsEverythingItStarted) {
 }
 
 }  // namespace
+TEST_F(ServerShutdownTest, GraceIsMeasuredByTheServersClock) {
+  HangingFactory factory;
+  platform::test_util::FakeClock clock;
+  auto call = std::make_unique<Call>();
+  {
+    ServerOptions options;
+    options.model_repository = root_.string();
+    options.bind_address = "127.0.0.1";
+    options.grpc_port = 0;
+    options.metrics_port = 0;
+    options.http_port = std::nullopt;
+    options.model_factory = &factory;
+    options.clock = &clock;
+    absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    auto stub = inference::GRPCInferenceService::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->grpc_port()),
+                            grpc::InsecureChannelCredentials()));
+    call->infer_request = XRequest("busy");
+    stub->async()->ModelInfer(&call->context, &call->infer_request,
+                              &call->infer_response, call->Finisher());
+    ASSERT_TRUE(Eventually([&] { return factory.pending("busy") == 1; }));
+
+    // An hour of grace in real time would outlast the test; the server's
+    // clock says when it is over.
+    std::atomic<bool> shut_down{false};
+    std::thread shutdown([&] {
+      (*server)->Shutdown(absl::Hours(1));
+      shut_down = true;
+    });
+    for (int i = 0; i < 60'000 && !shut_down; ++i) {
+      clock.Advance(absl::Hours(1));
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    shutdown.join();
+    EXPECT_TRUE(shut_down);
+    server->reset();
+  }
+  platform::Executor::Default().Drain();
+  ASSERT_TRUE(Eventually([&] { return call->done.load(); }));
+  EXPECT_FALSE(call->status.ok());
+  EXPECT_EQ(factory.live_models(), 0);
+}
+
 }  // namespace castserve

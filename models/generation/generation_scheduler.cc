@@ -187,7 +187,7 @@ bool GenerationScheduler::WaitForWork() {
 }
 
 void GenerationScheduler::ReapExpired() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   // The callbacks run outside mu_ (they may take their owner's locks).
   std::deque<SequencePtr> polled;
   {

@@ -52,6 +52,7 @@
 #include "models/generation/incremental_decoder.h"
 #include "models/generation/kv_block_pool.h"
 #include "models/model.h"
+#include "platform/clock.h"
 #include "platform/executor.h"
 
 namespace castserve::models {
@@ -73,6 +74,9 @@ struct SchedulerOptions {
   // transients (CPU tracking allocator; device ledger on CUDA). Empty: the
   // id the thread calling Create is tagged with, if any.
   std::string model_tag;
+  // What sequences' deadlines are compared with, before each step (not
+  // owned; outlives the scheduler).
+  platform::Clock* clock = &platform::Clock::Real();
 };
 
 // The pool and the batch, now.

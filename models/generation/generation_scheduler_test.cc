@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "models/loading/model_loader.h"
 #include "platform/json_parser.h"
+#include "platform/test_util/fake_clock.h"
 
 namespace castserve::models {
 namespace {
@@ -349,6 +350,8 @@ TEST_F(SchedulerTest, FullWaitingLineRefusesAtOnce) {
 TEST_F(SchedulerTest, DeadlineWhileWaitingFreesEverything) {
   SchedulerOptions options = Roomy();
   options.max_running = 1;
+  platform::test_util::FakeClock clock;
+  options.clock = &clock;
   auto scheduler = MakeScheduler(*model_, options);
   ASSERT_NE(scheduler, nullptr);
   auto cancel = std::make_shared<std::atomic<bool>>(false);
@@ -356,14 +359,15 @@ TEST_F(SchedulerTest, DeadlineWhileWaitingFreesEverything) {
   SequenceRequest endless = Endless(*model_, {3, 4}, cancel);
   endless.on_token = [&a_started](int64_t) {
     if (!a_started.HasBeenNotified()) a_started.Notify();
-    absl::SleepFor(absl::Milliseconds(2));  // A takes >= 240 ms.
     return true;
   };
   OutcomePtr a = Submit(*scheduler, std::move(endless));
   ASSERT_TRUE(a_started.WaitForNotificationWithTimeout(absl::Seconds(60)));
   SequenceRequest late = Request(*model_, {5, 6}, 4);
-  late.deadline = absl::Now() + absl::Milliseconds(20);
+  late.deadline = clock.Now() + absl::Milliseconds(20);
   OutcomePtr b = Submit(*scheduler, std::move(late));
+  // A runs until cancelled: B, waiting behind it, ends only by its deadline.
+  clock.Advance(absl::Milliseconds(20));
   ASSERT_TRUE(b->Wait());
   EXPECT_EQ(b->result.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(b->streamed.empty());

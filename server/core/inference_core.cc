@@ -26,7 +26,8 @@ using ModelOrStatus = absl::StatusOr<std::shared_ptr<ServedModel>>;
 // (microseconds, Triton's reserved key; 0 means none). INVALID_ARGUMENT for
 // a timeout that is negative or not an integer.
 absl::StatusOr<absl::Time> RequestDeadline(
-    absl::Time call_deadline, const inference::ModelInferRequest& request) {
+    absl::Time call_deadline, const inference::ModelInferRequest& request,
+    platform::Clock& clock) {
   absl::Time deadline = call_deadline;
   auto timeout = request.parameters().find("timeout");
   if (timeout == request.parameters().end()) return deadline;
@@ -47,7 +48,7 @@ absl::StatusOr<absl::Time> RequestDeadline(
   }
   if (microseconds > 0) {
     deadline =
-        std::min(deadline, absl::Now() + absl::Microseconds(microseconds));
+        std::min(deadline, clock.Now() + absl::Microseconds(microseconds));
   }
   return deadline;
 }
@@ -160,13 +161,15 @@ absl::StatusOr<std::optional<inference::ModelConfig>> ConfigOverride(
 InferenceCore::InferenceCore(const std::atomic<bool>* ready,
                              ModelManager* manager, int64_t max_response_bytes,
                              TokenAuthenticator* auth,
-                             platform::Executor* executor)
+                             platform::Executor* executor,
+                             platform::Clock* clock)
     : ready_(ready),
       manager_(manager),
       executor_(executor != nullptr ? executor
                                     : &platform::Executor::Default()),
       max_response_bytes_(max_response_bytes),
-      auth_(auth) {}
+      auth_(auth),
+      clock_(*clock) {}
 
 absl::Status InferenceCore::Authorize(const CallContext& call,
                                       Scope scope) const {
@@ -282,7 +285,8 @@ void InferenceCore::ModelInfer(CallContext call,
   if (absl::Status allowed = AuthorizeInference(call); !allowed.ok()) {
     return done(allowed);
   }
-  absl::StatusOr<absl::Time> deadline = RequestDeadline(call.deadline, request);
+  absl::StatusOr<absl::Time> deadline =
+      RequestDeadline(call.deadline, request, clock_);
   if (!deadline.ok()) return done(RefuseInference(deadline.status()));
   auto run = [&request, deadline = *deadline,
               is_cancelled = std::move(call.is_cancelled),

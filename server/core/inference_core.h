@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "platform/clock.h"
 #include "platform/executor.h"
 #include "proto/inference.pb.h"
 #include "server/core/auth.h"
@@ -70,10 +71,12 @@ class InferenceCore {
   // `ready` says whether the server takes requests. An inference response
   // larger than `max_response_bytes` (--max-message-bytes) fails with
   // RESOURCE_EXHAUSTED naming both sizes. `auth` may be null (no tokens
-  // needed). `executor` may be null: platform::Executor::Default().
+  // needed). `executor` may be null: platform::Executor::Default(). The
+  // `timeout` request parameter counts from `clock`'s now (not owned).
   InferenceCore(const std::atomic<bool>* ready, ModelManager* manager,
                 int64_t max_response_bytes, TokenAuthenticator* auth,
-                platform::Executor* executor);
+                platform::Executor* executor,
+                platform::Clock* clock = &platform::Clock::Real());
 
   // OK without tokens configured, else TokenAuthenticator::Authorize of
   // `call.authorization`. Every operation checks it itself; a protocol may
@@ -145,6 +148,7 @@ class InferenceCore {
   platform::Executor* const executor_;
   const int64_t max_response_bytes_;
   TokenAuthenticator* const auth_;
+  platform::Clock& clock_;
 };
 
 }  // namespace castserve

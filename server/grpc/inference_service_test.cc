@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "platform/test_util/fake_clock.h"
 #include "platform/test_util/manual_executor.h"
 #include "server/metrics/unrouted_requests.h"
 #include "server/servables/generation/generation_served_model.h"
@@ -63,8 +64,9 @@ class InferenceServiceTest : public ::testing::Test {
   // (Re)starts the service with a response limit.
   void Start(int64_t max_response_bytes) {
     if (server_ != nullptr) TearDown();
-    core_ = std::make_unique<InferenceCore>(
-        &ready_, &manager_, max_response_bytes, /*auth=*/nullptr, executor_);
+    core_ =
+        std::make_unique<InferenceCore>(&ready_, &manager_, max_response_bytes,
+                                        /*auth=*/nullptr, executor_, clock_);
     service_ = std::make_unique<InferenceService>(core_.get());
     grpc::ServerBuilder builder;
     int port = 0;
@@ -92,6 +94,8 @@ class InferenceServiceTest : public ::testing::Test {
   std::atomic<bool> ready_{true};
   // Runs the calls that wait; null: platform::Executor::Default().
   platform::Executor* executor_ = nullptr;
+  // What the core's `timeout` parameter counts from.
+  platform::Clock* clock_ = &platform::Clock::Real();
   testing::FakeModelManager manager_;
   std::unique_ptr<InferenceCore> core_;
   std::unique_ptr<InferenceService> service_;
@@ -179,6 +183,26 @@ TEST_F(InferenceServiceTest, DeadlineAndTimeoutParameterReachTheModel) {
       manager_.model("fake")->last_deadline() - absl::Now();
   EXPECT_GT(left, absl::Seconds(1));
   EXPECT_LT(left, absl::Seconds(6));
+}
+
+TEST_F(InferenceServiceTest, TimeoutParameterCountsFromTheCoresClock) {
+  // Held still at the real now: the deadline is exactly that now + timeout,
+  // earlier than the call's own (60 s), whatever time the call took.
+  platform::test_util::FakeClock clock(absl::Now());
+  const absl::Time start = clock.Now();
+  clock_ = &clock;
+  Start(int64_t{1} << 20);
+  inference::ModelInferRequest request = XRequest("fake", {1, 2});
+  (*request.mutable_parameters())["timeout"].set_int64_param(5'000'000);
+  inference::ModelInferResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(60));
+  ASSERT_TRUE(stub_->ModelInfer(&context, request, &response).ok());
+  EXPECT_EQ(manager_.model("fake")->last_deadline(), start + absl::Seconds(5));
+  TearDown();
+  clock_ = &platform::Clock::Real();
+  Start(int64_t{1} << 20);
 }
 
 TEST_F(InferenceServiceTest, MetadataAndConfig) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/time/time.h"
+#include "platform/clock.h"
 
 namespace castserve {
 
@@ -35,6 +36,8 @@ struct FactoryOptions {
   // All of one model's warmups together; past it the load fails with
   // DEADLINE_EXCEEDED.
   absl::Duration max_warmup_duration = absl::Minutes(5);
+  // What the warmups' time limit is measured with (not owned).
+  platform::Clock* clock = &platform::Clock::Real();
 };
 
 }  // namespace castserve

@@ -565,13 +565,45 @@ TEST(HfServedModelFactoryTest, ConfigSizesAreCheckedBeforeAnythingIsAllocated) {
   EXPECT_TRUE(factory.Create(kBertDirectory, WarmupConfig({8}), nullptr).ok());
 }
 
+// A clock that moves one minute each time it is read.
+class TickingClock final : public platform::Clock {
+ public:
+  absl::Time Now() override {
+    absl::MutexLock lock(&mu_);
+    now_ += absl::Minutes(1);
+    ++reads_;
+    return now_;
+  }
+  bool AwaitWithDeadline(absl::Mutex*, const absl::Condition& condition,
+                         absl::Time) override {
+    return condition.Eval();
+  }
+  bool WaitWithDeadline(absl::CondVar*, absl::Mutex*, absl::Time) override {
+    return true;
+  }
+  int reads() {
+    absl::MutexLock lock(&mu_);
+    return reads_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Time now_ = absl::UnixEpoch();
+  int reads_ = 0;
+};
+
 TEST(HfServedModelFactoryTest, WarmupsStopAtTheirTimeLimit) {
   FactoryOptions options = RunfilesOptions();
-  options.max_warmup_duration = absl::Milliseconds(50);
+  options.max_warmup_duration = absl::Minutes(5);
+  TickingClock clock;
+  options.clock = &clock;
   HfServedModelFactory factory(options);
+  // The limit is set at the first read; runs 1 to 5 see minutes 2 to 6 of
+  // the clock, the sixth check (minute 7) is past it: 5 of 1000 runs.
   ExpectLoadFails(factory, WarmupConfig({8}, 1000),
                   absl::StatusCode::kDeadlineExceeded,
                   "(--max-warmup-seconds)");
+  EXPECT_EQ(clock.reads(), 7);
 }
 
 TEST(HfServedModelFactoryTest, WarmupDataMustBeARegularFileOfTheInputsSize) {

@@ -12,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
 #include "platform/file_system.h"
 #include "platform/sanitized_text.h"
 #include "server/servables/factory/model_boundary.h"
@@ -157,14 +156,15 @@ absl::Status RunWarmups(BatchingServedModel& served,
                         const inference::ModelConfig& config,
                         const std::string& model_directory,
                         const FactoryOptions& options) {
-  const absl::Time deadline = absl::Now() + options.max_warmup_duration;
+  const absl::Time deadline =
+      options.clock->Now() + options.max_warmup_duration;
   for (const inference::ModelWarmup& warmup : config.model_warmup()) {
     absl::StatusOr<models::NamedTensors> inputs = MakeWarmupRequest(
         warmup, config, model_directory, options.max_warmup_request_bytes);
     if (!inputs.ok()) return inputs.status();
     const uint32_t count = std::max<uint32_t>(warmup.count(), 1);
     for (uint32_t i = 0; i < count; ++i) {
-      if (absl::Now() > deadline) {
+      if (options.clock->Now() > deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("warmups ran past the limit of ",
                          absl::FormatDuration(options.max_warmup_duration),
