@@ -58,6 +58,10 @@ inline constexpr ConfigSizeLimit kConfigSizeLimits[] = {
     // sentence-transformers' 1_Pooling/config.json and
     // sentence_bert_config.json.
     {"word_embedding_dimension", 1, int64_t{1} << 16},
+    {"embedding_dimension", 1, int64_t{1} << 16},  // sentence-transformers 6
+    // tokenizer_config.json's model_max_length, read as a sentence
+    // pipeline's truncation length when it is within these bounds.
+    {"model_max_length", 1, int64_t{1} << 22},
     {"max_seq_length", 1, int64_t{1} << 22},
 };
 
