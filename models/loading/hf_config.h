@@ -50,6 +50,10 @@ inline constexpr ConfigSizeLimit kConfigSizeLimits[] = {
     {"original_max_position_embeddings", 1, int64_t{1} << 22},
     {"sliding_window", 1, int64_t{1} << 22},
     {"type_vocab_size", 1, 1024},
+    // ModernBERT's local attention: the band's full width, and how often a
+    // global layer comes.
+    {"local_attention", 1, int64_t{1} << 22},
+    {"global_attn_every_n_layers", 1, 1024},
     // A sequence classifier's labels (id2label's size when it is given).
     {"num_labels", 1, int64_t{1} << 16},
     {"num_channels", 1, 16},
