@@ -36,6 +36,8 @@ pair template for the BERT one), and reference.safetensors:
                           max_length=TRUNCATE_AT): longest_first
   and pair_reference.json: the `tokenizers` library's pair encodings
 
+The rotary encoders (modernbert, nomic_bert) have their own section below.
+
 The metadata holds the texts ("texts", or "queries" and "documents", JSON).
 
 Run with the reference venv (tools/setup_reference_venv.sh):

@@ -454,5 +454,58 @@ TEST(ModernBertTest, RefusesWhatItDoesNotCompute) {
   EXPECT_THAT(biased.status().message(), HasSubstr("layers.0.mlp.Wi.bias"));
 }
 
+constexpr char kNomicBert[] = "models/testdata/nomic_bert";
+
+TEST(NomicBertTest, MatchesTransformersAndSentenceTransformers) {
+  ExpectRotaryEncoderMatches(kNomicBert, kNomicBert, true);
+}
+
+// The fixture's pipeline is the folder sentence-transformers 6's save()
+// wrote (its module types, pooling_mode, no max_seq_length): served with
+// the embedding of MatchesTransformersAndSentenceTransformers, truncating
+// where the tokenizer's model_max_length says.
+TEST(NomicBertTest, ServesTheSentenceTransformers6Layout) {
+  std::ifstream in(absl::StrCat(kNomicBert, "/modules.json"));
+  std::stringstream modules;
+  modules << in.rdbuf();
+  EXPECT_THAT(modules.str(),
+              HasSubstr("sentence_transformers.base.modules.transformer."
+                        "Transformer"));
+  auto model = LoadHfModel(kNomicBert, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->architecture(), "nomic_bert");
+  EXPECT_EQ((*model)->max_sequence_length(), 64);
+  std::vector<std::string> outputs;
+  for (const TensorSpec& spec : (*model)->outputs())
+    outputs.push_back(spec.name);
+  EXPECT_THAT(outputs, ElementsAre("last_hidden_state", "sentence_embedding"));
+}
+
+// The hub's layout (fused Wqkv, fc11/fc12/fc2, norm1/norm2, emb_ln under
+// encoder.layers) with its GPT-2-style config: the same model.
+TEST(NomicBertTest, HubLayoutMatchesTransformers) {
+  ExpectRotaryEncoderMatches(absl::StrCat(kNomicBert, "/fused"), kNomicBert,
+                             false);
+}
+
+TEST(NomicBertTest, RefusesHubSwitchesItDoesNotCompute) {
+  const std::string hub = absl::StrCat(kNomicBert, "/fused");
+  EXPECT_THAT(LoadError(Variant(hub, "nomic_prenorm",
+                                {"\"prenorm\": false", "\"prenorm\": true"})),
+              HasSubstr("prenorm is true: not supported"));
+  EXPECT_THAT(LoadError(Variant(hub, "nomic_scaling",
+                                {"\"rotary_scaling_factor\": null",
+                                 "\"rotary_scaling_factor\": 2.0"})),
+              HasSubstr("rotary_scaling_factor is set"));
+  EXPECT_THAT(LoadError(Variant(hub, "nomic_gelu",
+                                {"\"activation_function\": \"swiglu\"",
+                                 "\"activation_function\": \"gelu\""})),
+              HasSubstr("activation_function 'gelu' is not supported"));
+  EXPECT_THAT(LoadError(Variant(
+                  hub, "nomic_disagree",
+                  {"\"n_embd\": 32", "\"n_embd\": 32, \"hidden_size\": 64"})),
+              HasSubstr("n_embd 32 disagrees with hidden_size 64"));
+}
+
 }  // namespace
 }  // namespace castserve::models

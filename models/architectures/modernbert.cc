@@ -64,13 +64,7 @@ absl::StatusOr<double> ReadTheta(const HfConfig& config,
   if (!all->Has(layer_type)) return config.GetDouble(legacy_key, fallback);
   auto rope = all->GetObject(layer_type);
   if (!rope.ok()) return rope.status();
-  auto type = rope->GetString("rope_type", "default");
-  if (!type.ok()) return type.status();
-  if (*type != "default") {
-    return Refuse(*rope, absl::StrCat("rope_type '", *type,
-                                      "' is not supported (only 'default')"));
-  }
-  return rope->GetDouble("rope_theta", fallback);
+  return ReadDefaultRopeTheta(*rope, fallback);
 }
 
 absl::StatusOr<EncoderSpec> ReadModernBertSpec(const HfConfig& config) {

@@ -135,6 +135,18 @@ absl::Status ValidateEncoderSpec(const EncoderSpec& spec) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<double> ReadDefaultRopeTheta(const HfConfig& rope,
+                                            double fallback) {
+  absl::StatusOr<std::string> type = rope.GetString("rope_type", "default");
+  if (!type.ok()) return type.status();
+  if (*type != "default") {
+    return Refuse(
+        rope, "rope_type",
+        absl::StrCat("'", *type, "' is not supported (only 'default')"));
+  }
+  return rope.GetDouble("rope_theta", fallback);
+}
+
 absl::StatusOr<bool> IsSequenceClassifier(const HfConfig& config,
                                           absl::string_view class_prefix) {
   if (!config.Has("architectures")) return false;

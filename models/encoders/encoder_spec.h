@@ -168,6 +168,12 @@ absl::Status ReadEncoderBasics(const HfConfig& config, EncoderSpec& spec);
 // dimension, ...): the loader's last check before building.
 absl::Status ValidateEncoderSpec(const EncoderSpec& spec);
 
+// rope_theta of a rope_parameters object as transformers 5 writes it
+// (`fallback` when absent); InvalidArgument naming rope_type for any type
+// but "default" (scaled rotary tables are not implemented for encoders).
+absl::StatusOr<double> ReadDefaultRopeTheta(const HfConfig& rope,
+                                            double fallback);
+
 // True when config.json's "architectures" names
 // "<class_prefix>ForSequenceClassification": the folder is a cross-encoder
 // whose classifier must run. InvalidArgument when "architectures" is not a

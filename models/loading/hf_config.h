@@ -54,6 +54,14 @@ inline constexpr ConfigSizeLimit kConfigSizeLimits[] = {
     // global layer comes.
     {"local_attention", 1, int64_t{1} << 22},
     {"global_attn_every_n_layers", 1, 1024},
+    // NomicBERT's config as the hub's checkpoints spell it (GPT-2's names
+    // for hidden_size, num_hidden_layers, num_attention_heads,
+    // intermediate_size, max_position_embeddings).
+    {"n_embd", 1, int64_t{1} << 16},
+    {"n_layer", 1, 1024},
+    {"n_head", 1, 1024},
+    {"n_inner", 1, int64_t{1} << 20},
+    {"n_positions", 1, int64_t{1} << 22},
     // A sequence classifier's labels (id2label's size when it is given).
     {"num_labels", 1, int64_t{1} << 16},
     {"num_channels", 1, 16},
