@@ -36,6 +36,8 @@ pair template for the BERT one), and reference.safetensors:
                           max_length=TRUNCATE_AT): longest_first
   and pair_reference.json: the `tokenizers` library's pair encodings
 
+The rotary encoders (modernbert, nomic_bert) have their own section below.
+
 The metadata holds the texts ("texts", or "queries" and "documents", JSON).
 
 Run with the reference venv (tools/setup_reference_venv.sh):
@@ -358,7 +360,8 @@ def make(name, report):
 
     folder = os.path.join(OUT, name)
     maker = {"xlm_roberta": make_sentence_fixture,
-             "qwen3_embedding": make_qwen3_embedding_fixture}.get(name, make_reranker_fixture)
+             "qwen3_embedding": make_qwen3_embedding_fixture,
+             **ROTARY_MAKERS}.get(name, make_reranker_fixture)
     model, tensors, metadata = maker(name, folder)
     metadata.update({"fixture": name, "model_class": type(model).__name__,
                      "model_type": model.config.model_type, "seed": str(SEEDS[name]),
@@ -367,6 +370,200 @@ def make(name, report):
                      "generator": "tools/gen_encoder_fixtures.py"})
     save(os.path.join(folder, "reference.safetensors"), tensors, metadata)
     report[name] = {"model_class": type(model).__name__, "files": fixtures.dir_files(folder)}
+
+
+# ----------------------------------------------------------------------------
+# Rotary encoders (ModernBERT, NomicBERT): sentence-transformers folders.
+#
+#   modernbert   ModernBertModel (3 layers: global, local, global; a band of
+#                local_attention / 2 = 2 tokens each side) + Pooling(cls) +
+#                Normalize, the pipeline in the classic layout (as the hub's
+#                gte-modernbert ships it)
+#   nomic_bert   NomicBertModel as transformers 5 saves it (q/k/v_proj,
+#                gate/up/down_proj) + Pooling(mean) + Normalize, the pipeline
+#                in sentence-transformers 6's own layout (its save())
+#     fused/     the same weights in the hub's layout (attn.Wqkv, mlp.fc11
+#                up, mlp.fc12 gate, mlp.fc2, norm1/norm2, emb_ln, under
+#                encoder.layers) with the hub's GPT-2-style config keys; the
+#                generator checks that transformers 5 loads it to the same
+#                outputs
+#   reference.safetensors: input.*, output.last_hidden_state,
+#   output.sentence_embedding (SentenceTransformer.encode), and
+#   roundtrip.F8_E4M3FN:per_row.output.last_hidden_state
+# ----------------------------------------------------------------------------
+
+ROTARY_SEEDS = {"modernbert": 1021, "nomic_bert": 1022}
+SEEDS.update(ROTARY_SEEDS)
+
+
+def rotary_tokenizer(token_types):
+    """The BERT-kind WordPiece tokenizer; ModernBERT's takes no token types."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok, vocab_size = make_tokenizer("bert")
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if token_types else [])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, cls_token="[CLS]", sep_token="[SEP]",
+                                   pad_token="[PAD]", unk_token="[UNK]", model_max_length=64,
+                                   model_input_names=names)
+    return fast, vocab_size
+
+
+def build_rotary(name, vocab_size):
+    import torch
+    import transformers as tf
+
+    seed = ROTARY_SEEDS[name]
+    torch.manual_seed(seed)
+    if name == "modernbert":
+        config = tf.ModernBertConfig(
+            attn_implementation="eager", vocab_size=vocab_size, hidden_size=32,
+            intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+            global_attn_every_n_layers=2, local_attention=4, max_position_embeddings=64,
+            global_rope_theta=160000.0, local_rope_theta=10000.0, norm_eps=1e-5,
+            hidden_activation="gelu", pad_token_id=0, cls_token_id=2, sep_token_id=3,
+            bos_token_id=2, eos_token_id=3)
+        model = tf.ModernBertModel(config)
+    else:
+        config = tf.NomicBertConfig(
+            attn_implementation="eager", vocab_size=vocab_size, hidden_size=32,
+            intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=64, type_vocab_size=2, layer_norm_eps=1e-12,
+            hidden_act="silu", rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
+            pad_token_id=0)
+        model = tf.NomicBertModel(config)
+    fixtures.reinit_(model, seed)
+    model.eval()
+    return model
+
+
+def write_pooling(folder, mode):
+    """The classic pipeline files (as the hub's models ship them) with `mode`."""
+    write_classic_pipeline(folder)
+    path = os.path.join(folder, "1_Pooling", "config.json")
+    with open(path) as f:
+        pooling = json.load(f)
+    pooling["pooling_mode_mean_tokens"] = mode == "mean"
+    pooling["pooling_mode_cls_token"] = mode == "cls"
+    with open(path, "w") as f:
+        json.dump(pooling, f, indent=2)
+        f.write("\n")
+
+
+def save_sentence_transformers6(model, fast, folder, mode):
+    """The pipeline as sentence-transformers 6 saves it (its own layout)."""
+    from sentence_transformers import SentenceTransformer, models as st_models
+
+    staging = folder + ".hf"
+    fixtures.fresh_dir(staging)
+    model.save_pretrained(staging, safe_serialization=True)
+    fast.save_pretrained(staging)
+    modules = [st_models.Transformer(staging),
+               st_models.Pooling(model.config.hidden_size, pooling_mode=mode),
+               st_models.Normalize()]
+    fixtures.fresh_dir(folder)
+    SentenceTransformer(modules=modules, device="cpu").save(folder)
+    fixtures.shutil.rmtree(staging)
+    os.remove(os.path.join(folder, "README.md"))  # the generated model card
+
+
+def write_nomic_hub_layout(model, folder):
+    """The model's weights under the hub's NomicBERT names and config keys."""
+    import torch
+    from safetensors.torch import save_file
+
+    c = model.config
+    hub = {}
+    for key, value in model.state_dict().items():
+        if key.startswith("embeddings.LayerNorm."):
+            hub[key.replace("embeddings.LayerNorm.", "emb_ln.")] = value
+        elif key.startswith("layers."):
+            hub["encoder." + key] = value
+        else:
+            hub[key] = value
+    renames = {"self_attn.o_proj": "attn.out_proj", "mlp.up_proj": "mlp.fc11",
+               "mlp.gate_proj": "mlp.fc12", "mlp.down_proj": "mlp.fc2",
+               "post_attention_layernorm": "norm1", "post_mlp_layernorm": "norm2"}
+    out = {}
+    for key, value in hub.items():
+        for old, new in renames.items():
+            key = key.replace(old, new)
+        out[key] = value.contiguous()
+    for i in range(c.num_hidden_layers):
+        p = f"encoder.layers.{i}.self_attn."
+        out[f"encoder.layers.{i}.attn.Wqkv.weight"] = torch.cat(
+            [out.pop(p + "q_proj.weight"), out.pop(p + "k_proj.weight"),
+             out.pop(p + "v_proj.weight")]).contiguous()
+    fixtures.fresh_dir(folder)
+    save_file(out, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    fixtures.canonicalize_safetensors_header(os.path.join(folder, "model.safetensors"))
+    config = {"architectures": ["NomicBertModel"], "model_type": "nomic_bert",
+              "activation_function": "swiglu", "n_embd": c.hidden_size, "n_head":
+              c.num_attention_heads, "n_inner": c.intermediate_size, "n_layer":
+              c.num_hidden_layers, "n_positions": c.max_position_embeddings,
+              "vocab_size": c.vocab_size, "type_vocab_size": c.type_vocab_size,
+              "layer_norm_epsilon": c.layer_norm_eps, "rotary_emb_base":
+              c.rope_parameters["rope_theta"], "rotary_emb_fraction": 1.0,
+              "rotary_emb_interleaved": False, "rotary_emb_scale_base": None,
+              "rotary_scaling_factor": None, "prenorm": False, "qkv_proj_bias": False,
+              "mlp_fc1_bias": False, "mlp_fc2_bias": False, "causal": False,
+              "pad_token_id": c.pad_token_id}
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return out
+
+
+def check_hub_layout_loads(model, folder, batch):
+    """transformers 5 loads the hub layout (its conversion mapping) to the
+    same outputs; the hub config's GPT-2 keys it does not read, so the
+    sizes come from the saved model's config."""
+    import transformers as tf
+
+    loaded = tf.NomicBertModel.from_pretrained(folder, config=model.config)
+    loaded.eval()
+    a = forward(model, batch, ["last_hidden_state"])["last_hidden_state"]
+    b = forward(loaded, batch, ["last_hidden_state"])["last_hidden_state"]
+    assert np.array_equal(a, b), "transformers reads the hub layout differently"
+
+
+def make_rotary_fixture(name, folder):
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    token_types = name == "nomic_bert"
+    fast, vocab_size = rotary_tokenizer(token_types)
+    model = build_rotary(name, vocab_size)
+    mode = "cls" if name == "modernbert" else "mean"
+    if name == "modernbert":
+        fixtures.fresh_dir(folder)
+        model.save_pretrained(folder, safe_serialization=True)
+        fast.save_pretrained(folder)
+        write_pooling(folder, mode)
+    else:
+        save_sentence_transformers6(model, fast, folder, mode)
+    st = SentenceTransformer(folder, device="cpu")
+    embeddings = st.encode(TEXTS, convert_to_numpy=True, batch_size=len(TEXTS))
+    batch = to_numpy(fast(TEXTS, padding=True, return_tensors="pt"))
+    tensors = {f"input.{k}": v for k, v in batch.items()}
+    hidden = forward(model, batch, ["last_hidden_state"])["last_hidden_state"]
+    tensors["output.last_hidden_state"] = hidden
+    tensors["output.sentence_embedding"] = embeddings.astype(np.float32)
+    rt = fixtures.round_tripped_model(model, CAST_FORMAT)
+    tensors[f"roundtrip.{CAST_FORMAT}.output.last_hidden_state"] = forward(
+        rt, batch, ["last_hidden_state"])["last_hidden_state"]
+    with torch.no_grad():  # the pipeline is the model's pooling, normalized
+        h = torch.from_numpy(hidden)
+        mask = torch.from_numpy(batch["attention_mask"]).unsqueeze(-1).float()
+        pooled = h[:, 0] if mode == "cls" else (h * mask).sum(1) / mask.sum(1)
+        pooled = torch.nn.functional.normalize(pooled, dim=-1).numpy()
+    assert np.allclose(pooled, embeddings, atol=1e-5), "pipeline differs from the model's"
+    if name == "nomic_bert":
+        write_nomic_hub_layout(model, os.path.join(folder, "fused"))
+        check_hub_layout_loads(model, os.path.join(folder, "fused"), batch)
+    return model, tensors, {"texts": TEXTS, "pooling": mode}
+
+
+ROTARY_MAKERS = {name: make_rotary_fixture for name in ROTARY_SEEDS}
 
 
 def main(argv=None):

@@ -260,11 +260,13 @@ INSTANTIATE_TEST_SUITE_P(
         RerankerCase{"models/testdata/bert_reranker",
                      {"contradiction", "entailment", "neutral"}}));
 
-// A copy of `from` whose config.json has `edit` applied to its text and
-// whose checkpoint gains `extra` tensors; returns the folder.
-std::string Variant(const std::string& from, const std::string& name,
-                    const std::pair<std::string, std::string>& edit,
-                    const std::map<std::string, at::Tensor>& extra = {}) {
+using Edits = std::vector<std::pair<std::string, std::string>>;
+
+// A copy of `from` whose config.json has each of `edits` applied to its
+// text and whose checkpoint gains `extra` tensors; returns the folder.
+std::string EditedVariant(const std::string& from, const std::string& name,
+                          const Edits& edits,
+                          const std::map<std::string, at::Tensor>& extra = {}) {
   auto weights = test_util::ReadSafetensors(from + "/model.safetensors");
   EXPECT_TRUE(weights.ok()) << weights.status();
   for (const auto& [key, tensor] : extra) (*weights)[key] = tensor;
@@ -276,14 +278,21 @@ std::string Variant(const std::string& from, const std::string& name,
   std::stringstream text;
   text << in.rdbuf();
   std::string config = text.str();
-  if (!edit.first.empty()) {
-    const size_t at = config.find(edit.first);
-    EXPECT_NE(at, std::string::npos) << edit.first;
-    if (at != std::string::npos)
-      config.replace(at, edit.first.size(), edit.second);
+  for (const auto& [before, after] : edits) {
+    if (before.empty()) continue;
+    const size_t at = config.find(before);
+    EXPECT_NE(at, std::string::npos) << before;
+    if (at != std::string::npos) config.replace(at, before.size(), after);
   }
   std::ofstream(folder + "/config.json") << config;
   return folder;
+}
+
+// The same with one edit.
+std::string Variant(const std::string& from, const std::string& name,
+                    const std::pair<std::string, std::string>& edit,
+                    const std::map<std::string, at::Tensor>& extra = {}) {
+  return EditedVariant(from, name, Edits{edit}, extra);
 }
 
 std::string LoadError(const std::string& folder) {
@@ -326,6 +335,176 @@ TEST(EncoderRefusalTest, NamesWhatItDoesNotUnderstand) {
       LoadError(Variant(kXlmRoberta, "xlm_pad",
                         {"\"pad_token_id\": 1", "\"pad_token_id\": 65"})),
       HasSubstr("pad_token_id 65 leaves no position"));
+}
+
+// ModernBERT and NomicBERT against transformers 5 and sentence-transformers:
+// the real tokens' hidden states, the pipeline's sentence embedding, and
+// the fp8 layerwise cast against the round-tripped reference.
+void ExpectRotaryEncoderMatches(const std::string& folder,
+                                const std::string& reference_folder,
+                                bool sentence_embedding) {
+  const Tensors reference = Reference(reference_folder);
+  const NamedTensors inputs = Inputs(reference, "input.");
+  const at::Tensor& mask = inputs.at("attention_mask");
+  for (const WeightPolicyOptions& options : PlainPolicies()) {
+    NamedTensors out = RunModel(folder, options, inputs);
+    ASSERT_TRUE(out.count("last_hidden_state"));
+    EXPECT_LE(test_util::RelativeMaxError(
+                  RealTokens(out["last_hidden_state"], mask),
+                  RealTokens(reference.at("output.last_hidden_state"), mask)),
+              1e-4);
+    if (!sentence_embedding) continue;
+    const at::Tensor& expected = reference.at("output.sentence_embedding");
+    ASSERT_TRUE(out.count("sentence_embedding"));
+    EXPECT_LE(test_util::RelativeMaxError(out["sentence_embedding"], expected),
+              1e-4);
+    EXPECT_GE(at::cosine_similarity(out["sentence_embedding"], expected, 1)
+                  .min()
+                  .item<double>(),
+              0.9999);
+  }
+  NamedTensors cast = RunModel(folder, Casting(), inputs);
+  EXPECT_LE(
+      test_util::RelativeMaxError(
+          RealTokens(cast["last_hidden_state"], mask),
+          RealTokens(reference.at(absl::StrCat("roundtrip.", kCastFormat,
+                                               ".output.last_hidden_state")),
+                     mask)),
+      1e-4);
+}
+
+constexpr char kModernBert[] = "models/testdata/modernbert";
+
+TEST(ModernBertTest, MatchesTransformersAndSentenceTransformers) {
+  ExpectRotaryEncoderMatches(kModernBert, kModernBert, true);
+}
+
+TEST(ModernBertTest, DeclaresNoTokenTypes) {
+  auto model = LoadHfModel(kModernBert, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->architecture(), "modernbert");
+  std::vector<std::string> inputs;
+  for (const TensorSpec& spec : (*model)->inputs()) inputs.push_back(spec.name);
+  EXPECT_THAT(inputs, ElementsAre("input_ids", "attention_mask"));
+  EXPECT_EQ((*model)->max_sequence_length(), 64);
+}
+
+// The hub's config keys (global_attn_every_n_layers, global_rope_theta,
+// local_rope_theta) in place of transformers 5's layer_types and
+// rope_parameters give the same model.
+TEST(ModernBertTest, ReadsTheHubsConfigKeys) {
+  const std::string folder = EditedVariant(
+      kModernBert, "modernbert_hub_keys",
+      {{"\"layer_types\": [\n    \"full_attention\",\n    "
+        "\"sliding_attention\",\n    \"full_attention\"\n  ],",
+        ""},
+       {"\"rope_parameters\": {\n    \"full_attention\": {\n      "
+        "\"rope_theta\": 160000.0,\n      \"rope_type\": \"default\"\n    "
+        "},\n    \"sliding_attention\": {\n      \"rope_theta\": 10000.0,\n "
+        "     \"rope_type\": \"default\"\n    }\n  },",
+        "\"global_rope_theta\": 160000.0, \"local_rope_theta\": 10000.0,"}});
+  ExpectRotaryEncoderMatches(folder, kModernBert, false);
+}
+
+// Local layers see a band of local_attention / 2 tokens each side: with
+// every layer local, the first token of a 3-layer model cannot see past
+// token 6; with the fixture's global layers it sees everything.
+TEST(ModernBertTest, LocalLayersSeeTheirBandOnly) {
+  const std::string all_local =
+      Variant(kModernBert, "modernbert_all_local",
+              {"\"full_attention\",\n    \"sliding_attention\",\n    "
+               "\"full_attention\"",
+               "\"sliding_attention\", \"sliding_attention\", "
+               "\"sliding_attention\""});
+  at::Tensor ids = at::arange(4, 16, at::kLong).view({1, 12});
+  at::Tensor changed = ids.clone();
+  changed[0][11] = 20;
+  for (const auto& [folder, reaches] :
+       {std::pair{all_local, false},
+        std::pair{std::string(kModernBert), true}}) {
+    auto model = LoadHfModel(folder, {});
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto a = (*model)->Forward({{"input_ids", ids}});
+    auto b = (*model)->Forward({{"input_ids", changed}});
+    ASSERT_TRUE(a.ok() && b.ok());
+    const double first_token_change =
+        (a->at("last_hidden_state")[0][0] - b->at("last_hidden_state")[0][0])
+            .abs()
+            .max()
+            .item<double>();
+    EXPECT_EQ(first_token_change > 0, reaches) << folder;
+  }
+}
+
+TEST(ModernBertTest, RefusesWhatItDoesNotCompute) {
+  EXPECT_THAT(LoadError(Variant(
+                  kModernBert, "modernbert_yarn",
+                  {"\"rope_type\": \"default\"", "\"rope_type\": \"yarn\""})),
+              HasSubstr("rope_type 'yarn' is not supported"));
+  EXPECT_THAT(LoadError(Variant(
+                  kModernBert, "modernbert_chunked",
+                  {"\"sliding_attention\",\n", "\"chunked_attention\",\n"})),
+              HasSubstr("layer_types holds 'chunked_attention'"));
+  // mlp_bias says Wi and Wo have biases the checkpoint lacks.
+  auto biased =
+      LoadHfModel(Variant(kModernBert, "modernbert_bias",
+                          {"\"mlp_bias\": false", "\"mlp_bias\": true"}),
+                  {});
+  EXPECT_FALSE(biased.ok());
+  EXPECT_THAT(biased.status().message(), HasSubstr("layers.0.mlp.Wi.bias"));
+}
+
+constexpr char kNomicBert[] = "models/testdata/nomic_bert";
+
+TEST(NomicBertTest, MatchesTransformersAndSentenceTransformers) {
+  ExpectRotaryEncoderMatches(kNomicBert, kNomicBert, true);
+}
+
+// The fixture's pipeline is the folder sentence-transformers 6's save()
+// wrote (its module types, pooling_mode, no max_seq_length): served with
+// the embedding of MatchesTransformersAndSentenceTransformers, truncating
+// where the tokenizer's model_max_length says.
+TEST(NomicBertTest, ServesTheSentenceTransformers6Layout) {
+  std::ifstream in(absl::StrCat(kNomicBert, "/modules.json"));
+  std::stringstream modules;
+  modules << in.rdbuf();
+  EXPECT_THAT(modules.str(),
+              HasSubstr("sentence_transformers.base.modules.transformer."
+                        "Transformer"));
+  auto model = LoadHfModel(kNomicBert, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->architecture(), "nomic_bert");
+  EXPECT_EQ((*model)->max_sequence_length(), 64);
+  std::vector<std::string> outputs;
+  for (const TensorSpec& spec : (*model)->outputs())
+    outputs.push_back(spec.name);
+  EXPECT_THAT(outputs, ElementsAre("last_hidden_state", "sentence_embedding"));
+}
+
+// The hub's layout (fused Wqkv, fc11/fc12/fc2, norm1/norm2, emb_ln under
+// encoder.layers) with its GPT-2-style config: the same model.
+TEST(NomicBertTest, HubLayoutMatchesTransformers) {
+  ExpectRotaryEncoderMatches(absl::StrCat(kNomicBert, "/fused"), kNomicBert,
+                             false);
+}
+
+TEST(NomicBertTest, RefusesHubSwitchesItDoesNotCompute) {
+  const std::string hub = absl::StrCat(kNomicBert, "/fused");
+  EXPECT_THAT(LoadError(Variant(hub, "nomic_prenorm",
+                                {"\"prenorm\": false", "\"prenorm\": true"})),
+              HasSubstr("prenorm is true: not supported"));
+  EXPECT_THAT(LoadError(Variant(hub, "nomic_scaling",
+                                {"\"rotary_scaling_factor\": null",
+                                 "\"rotary_scaling_factor\": 2.0"})),
+              HasSubstr("rotary_scaling_factor is set"));
+  EXPECT_THAT(LoadError(Variant(hub, "nomic_gelu",
+                                {"\"activation_function\": \"swiglu\"",
+                                 "\"activation_function\": \"gelu\""})),
+              HasSubstr("activation_function 'gelu' is not supported"));
+  EXPECT_THAT(LoadError(Variant(
+                  hub, "nomic_disagree",
+                  {"\"n_embd\": 32", "\"n_embd\": 32, \"hidden_size\": 64"})),
+              HasSubstr("n_embd 32 disagrees with hidden_size 64"));
 }
 
 }  // namespace

@@ -18,25 +18,25 @@ absl::StatusOr<std::unique_ptr<EncoderEmbeddings>> EncoderEmbeddings::Create(
   const int64_t hidden = spec.hidden_size;
   absl::Status status =
       Adopt(*e,
-            Embedding::Create("embeddings.word_embeddings", weights,
+            Embedding::Create(spec.names.word_embeddings, weights,
                               spec.vocab_size, hidden),
             &e->word_);
-  if (status.ok()) {
+  if (status.ok() && spec.positions != EncoderPositions::kRotary) {
     status = Adopt(*e,
-                   Embedding::Create("embeddings.position_embeddings", weights,
+                   Embedding::Create(spec.names.position_embeddings, weights,
                                      spec.max_position_embeddings, hidden),
                    &e->position_);
   }
-  if (status.ok()) {
+  if (status.ok() && !spec.names.token_type_embeddings.empty()) {
     status = Adopt(*e,
-                   Embedding::Create("embeddings.token_type_embeddings",
-                                     weights, spec.type_vocab_size, hidden),
+                   Embedding::Create(spec.names.token_type_embeddings, weights,
+                                     spec.type_vocab_size, hidden),
                    &e->token_type_);
   }
   if (status.ok()) {
     status = Adopt(*e,
-                   LayerNorm::Create("embeddings.LayerNorm", weights, hidden,
-                                     spec.layer_norm_eps),
+                   LayerNorm::Create(spec.names.embeddings_norm, weights,
+                                     hidden, spec.layer_norm_eps),
                    &e->norm_);
   }
   if (!status.ok()) return status;
@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<EncoderEmbeddings>> EncoderEmbeddings::Create(
 
 at::Tensor EncoderEmbeddings::PositionIds(const EncoderSpec& spec,
                                           const at::Tensor& ids) {
-  if (spec.positions == EncoderPositions::kAbsolute) {
+  if (spec.positions != EncoderPositions::kAfterPadding) {
     return at::arange(ids.size(1), ids.options()).unsqueeze(0);
   }
   // transformers' create_position_ids_from_input_ids.
@@ -57,9 +57,13 @@ at::Tensor EncoderEmbeddings::Forward(ForwardContext& context,
                                       const at::Tensor& ids,
                                       const at::Tensor& token_types) const {
   ModuleCall call(*this, context);
-  at::Tensor sum = word_->Forward(context, ids) +
-                   token_type_->Forward(context, token_types) +
-                   position_->Forward(context, PositionIds(spec_, ids));
+  at::Tensor sum = word_->Forward(context, ids);
+  if (token_type_ != nullptr) {
+    sum = sum + token_type_->Forward(context, token_types);
+  }
+  if (position_ != nullptr) {
+    sum = sum + position_->Forward(context, PositionIds(spec_, ids));
+  }
   return norm_->Forward(context, sum);
 }
 
@@ -141,7 +145,7 @@ class DenseAddNorm : public Module {
 };
 
 EncoderLayer::EncoderLayer(std::string name, const EncoderSpec& spec)
-    : Module(std::move(name), spec.class_prefix + "Layer"),
+    : EncoderBlock(std::move(name), spec.class_prefix + "Layer"),
       activation_(spec.activation) {}
 
 absl::StatusOr<std::unique_ptr<EncoderLayer>> EncoderLayer::Create(
@@ -182,8 +186,9 @@ absl::StatusOr<std::unique_ptr<EncoderLayer>> EncoderLayer::Create(
 }
 
 at::Tensor EncoderLayer::Forward(ForwardContext& context, const at::Tensor& x,
-                                 const at::Tensor& additive_mask) const {
+                                 const EncoderStep& step) const {
   ModuleCall call(*this, context);
+  const at::Tensor& additive_mask = step.biases.at(0);
   at::Tensor attended = attention_output_->Forward(
       context, self_attention_->Forward(context, x, additive_mask), x);
   at::Tensor inner =

@@ -2,11 +2,16 @@
 // names it (without the backbone's key prefix) and assembled by
 // EncoderModel (encoder_model.h) from an EncoderSpec:
 //
-//   EncoderEmbeddings  word + position + token type embeddings, LayerNorm;
-//                      positions as the spec's EncoderPositions says
-//   EncoderLayer       self-attention (query/key/value, padding mask),
-//                      dense + residual + LayerNorm, intermediate dense with
-//                      the activation, dense + residual + LayerNorm
+//   EncoderEmbeddings  word + position + token type embeddings (each table
+//                      the spec names), LayerNorm; positions as the spec's
+//                      EncoderPositions says
+//   EncoderBlock       what every layer kind is: x and the forward's
+//                      EncoderStep in, x out
+//   EncoderLayer       kBert: self-attention (query/key/value, padding
+//                      mask), dense + residual + LayerNorm, intermediate
+//                      dense with the activation, dense + residual +
+//                      LayerNorm
+//   GatedEncoderLayer  kGated (gated_encoder_layer.h)
 //
 // Immutable after Create; Forward is thread-safe.
 #ifndef CASTSERVE_MODELS_ENCODERS_ENCODER_BLOCKS_H_
@@ -14,13 +19,16 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "models/encoders/encoder_spec.h"
 #include "models/layers/layers.h"
+#include "models/layers/rotary.h"
 #include "models/loading/weight_factory.h"
 #include "models/module.h"
 
@@ -41,7 +49,8 @@ class EncoderEmbeddings : public Module {
   static absl::StatusOr<std::unique_ptr<EncoderEmbeddings>> Create(
       const EncoderSpec& spec, const WeightFactory& weights);
 
-  // ids, token_types int64 [batch, seq] -> [batch, seq, hidden].
+  // ids, token_types int64 [batch, seq] -> [batch, seq, hidden];
+  // token_types is ignored by a model without a token type table.
   at::Tensor Forward(ForwardContext& context, const at::Tensor& ids,
                      const at::Tensor& token_types) const;
 
@@ -57,20 +66,38 @@ class EncoderEmbeddings : public Module {
   LayerNorm* norm_ = nullptr;
 };
 
+// What every layer of one forward shares, made once per forward by the
+// model.
+struct EncoderStep {
+  // Per attention window (EncoderLayerAttention::window, 0 for full
+  // attention) the additive bias, broadcastable to [batch, heads, seq,
+  // seq]; undefined when nothing is masked.
+  std::map<int64_t, at::Tensor> biases;
+  // Per EncoderSpec::ropes entry, cos and sin for positions 0..seq-1.
+  std::vector<RopeTables> ropes;
+};
+
+// A layer of the stack. Forward: x [batch, seq, hidden] -> the same shape.
+class EncoderBlock : public Module {
+ public:
+  using Module::Module;
+  virtual at::Tensor Forward(ForwardContext& context, const at::Tensor& x,
+                             const EncoderStep& step) const = 0;
+};
+
 class EncoderSelfAttention;
 class DenseAddNorm;
 
-class EncoderLayer : public Module {
+class EncoderLayer : public EncoderBlock {
  public:
   // The layer `name` ("encoder.layer.3").
   static absl::StatusOr<std::unique_ptr<EncoderLayer>> Create(
       const std::string& name, const EncoderSpec& spec,
       const WeightFactory& weights);
 
-  // x [batch, seq, hidden]; additive_mask [batch, 1, 1, seq] or undefined
-  // (no padding).
+  // Attends with step.biases[0] (full attention over the real tokens).
   at::Tensor Forward(ForwardContext& context, const at::Tensor& x,
-                     const at::Tensor& additive_mask) const;
+                     const EncoderStep& step) const override;
 
  private:
   EncoderLayer(std::string name, const EncoderSpec& spec);

@@ -10,8 +10,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "casting/device/device_codec.h"
 #include "models/encoders/encoder_blocks.h"
+#include "models/encoders/gated_encoder_layer.h"
 #include "models/layers/attention.h"
+#include "models/layers/rotary.h"
 #include "models/loading/model_loader.h"
 
 namespace castserve::models {
@@ -99,6 +102,27 @@ absl::Status RefuseUnreadTensors(
       more > 0 ? absl::StrCat(" and ", more, " more") : ""));
 }
 
+// Sets spec.names to the first of its names (spec.names, then
+// spec.other_names) whose embeddings norm `checkpoint` holds under one of
+// the key prefixes, and returns that prefix; NotFound listing the keys
+// tried for spec.names otherwise.
+absl::StatusOr<std::string> ResolveNames(const casting::Checkpoint& checkpoint,
+                                         EncoderSpec& spec) {
+  absl::StatusOr<std::string> first = FindKeyPrefix(
+      checkpoint, spec.names.embeddings_norm + ".weight", spec.key_prefixes);
+  for (const EncoderNames& names : spec.other_names) {
+    if (first.ok()) break;
+    absl::StatusOr<std::string> prefix = FindKeyPrefix(
+        checkpoint, names.embeddings_norm + ".weight", spec.key_prefixes);
+    if (prefix.ok()) {
+      spec.names = names;
+      return prefix;
+    }
+  }
+  spec.other_names.clear();
+  return first;
+}
+
 class EncoderModel final : public Model {
  public:
   static absl::StatusOr<std::unique_ptr<Model>> Create(
@@ -131,7 +155,10 @@ class EncoderModel final : public Model {
         device_(device),
         root_("", spec.class_prefix + "Model") {}
   absl::Status Build(const WeightFactory& backbone, const WeightFactory& head);
+  absl::Status BuildLayers(const WeightFactory& weights);
   void DeclareSignature();
+  // What every layer of a forward over `mask` [batch, seq] shares.
+  EncoderStep MakeStep(const at::Tensor& mask) const;
   // last_hidden_state and, with a pooler, the pooled state.
   std::pair<at::Tensor, at::Tensor> Encode(ForwardContext& context,
                                            const at::Tensor& ids,
@@ -143,27 +170,59 @@ class EncoderModel final : public Model {
   const casting::Device device_;
   Module root_;
   EncoderEmbeddings* embeddings_ = nullptr;
-  std::vector<EncoderLayer*> layers_;
+  std::vector<EncoderBlock*> layers_;
+  LayerNorm* final_norm_ = nullptr;
+  std::vector<at::Tensor> inverse_frequencies_;  // Per spec_.ropes entry.
   Linear* pooler_ = nullptr;
   SequenceClassifier* classifier_ = nullptr;
   std::vector<TensorSpec> inputs_;
   std::vector<TensorSpec> outputs_;
 };
 
+absl::Status EncoderModel::BuildLayers(const WeightFactory& weights) {
+  Module* encoder = &root_;
+  if (spec_.layer_kind == EncoderLayerKind::kBert) {
+    encoder = root_.AddChild(
+        std::make_unique<Module>("encoder", spec_.class_prefix + "Encoder"));
+  }
+  absl::Status status = absl::OkStatus();
+  for (int64_t i = 0; status.ok() && i < spec_.num_hidden_layers; ++i) {
+    if (spec_.layer_kind == EncoderLayerKind::kBert) {
+      EncoderLayer* layer = nullptr;
+      status =
+          Adopt(*encoder,
+                EncoderLayer::Create(absl::StrCat(spec_.names.layers, ".", i),
+                                     spec_, weights),
+                &layer);
+      layers_.push_back(layer);
+    } else {
+      GatedEncoderLayer* layer = nullptr;
+      status =
+          Adopt(*encoder, GatedEncoderLayer::Create(i, spec_, weights), &layer);
+      layers_.push_back(layer);
+    }
+  }
+  for (const EncoderRope& rope : spec_.ropes) {
+    RopeOptions options;
+    options.head_dim = spec_.hidden_size / spec_.num_attention_heads;
+    options.theta = rope.theta;
+    inverse_frequencies_.push_back(
+        casting::ToDevice(RopeInverseFrequencies(options), device_));
+  }
+  if (status.ok() && !spec_.names.final_norm.empty()) {
+    status = Adopt(root_,
+                   LayerNorm::Create(spec_.names.final_norm, weights,
+                                     spec_.hidden_size, spec_.layer_norm_eps),
+                   &final_norm_);
+  }
+  return status;
+}
+
 absl::Status EncoderModel::Build(const WeightFactory& weights,
                                  const WeightFactory& head) {
   absl::Status status =
       Adopt(root_, EncoderEmbeddings::Create(spec_, weights), &embeddings_);
-  Module* encoder = root_.AddChild(
-      std::make_unique<Module>("encoder", spec_.class_prefix + "Encoder"));
-  for (int64_t i = 0; status.ok() && i < spec_.num_hidden_layers; ++i) {
-    EncoderLayer* layer = nullptr;
-    status = Adopt(
-        *encoder,
-        EncoderLayer::Create(absl::StrCat("encoder.layer.", i), spec_, weights),
-        &layer);
-    layers_.push_back(layer);
-  }
+  if (status.ok()) status = BuildLayers(weights);
   // A classifier through the pooler needs it; a first-token one has none.
   const bool pooler = spec_.head == EncoderHead::kPooledClassifier ||
                       (spec_.head == EncoderHead::kNone &&
@@ -185,8 +244,10 @@ absl::Status EncoderModel::Build(const WeightFactory& weights,
 
 void EncoderModel::DeclareSignature() {
   inputs_ = {{"input_ids", at::kLong, {-1, -1}, false},
-             {"attention_mask", at::kLong, {-1, -1}, true},
-             {"token_type_ids", at::kLong, {-1, -1}, true}};
+             {"attention_mask", at::kLong, {-1, -1}, true}};
+  if (!spec_.names.token_type_embeddings.empty()) {
+    inputs_.push_back({"token_type_ids", at::kLong, {-1, -1}, true});
+  }
   if (classifier_ != nullptr) {
     outputs_ = {{kScoresOutput,
                  at::kFloat,
@@ -203,12 +264,15 @@ absl::StatusOr<std::unique_ptr<Model>> EncoderModel::Create(
     const EncoderSpec& spec,
     std::shared_ptr<const casting::Checkpoint> checkpoint,
     const WeightPolicyOptions& options) {
-  absl::StatusOr<std::string> prefix = FindKeyPrefix(
-      *checkpoint, "embeddings.word_embeddings.weight", spec.key_prefixes);
+  if (absl::Status valid = ValidateEncoderSpec(spec); !valid.ok()) {
+    return valid;
+  }
+  EncoderSpec resolved = spec;
+  absl::StatusOr<std::string> prefix = ResolveNames(*checkpoint, resolved);
   if (!prefix.ok()) return prefix.status();
   WeightFactory weights(checkpoint, options, *prefix);
-  auto model = std::unique_ptr<EncoderModel>(
-      new EncoderModel(spec, weights.compute_scalar_type(), options.device));
+  auto model = std::unique_ptr<EncoderModel>(new EncoderModel(
+      resolved, weights.compute_scalar_type(), options.device));
   absl::Status status = model->Build(weights, weights.WithKeyPrefix(""));
   // Older transformers saved the position ids it recomputes as a buffer.
   std::vector<std::string> unserved = spec.unserved_key_prefixes;
@@ -245,6 +309,8 @@ absl::Status EncoderModel::ValidateInputs(const NamedTensors& inputs) const {
   }
   absl::Status status =
       CheckRange("input_ids", ids, spec_.vocab_size, "the vocabulary");
+  // token_type_ids is no input of a model without a token type table (the
+  // signature check refuses it).
   for (const char* name : {"attention_mask", "token_type_ids"}) {
     auto it = inputs.find(name);
     if (!status.ok() || it == inputs.end()) continue;
@@ -259,22 +325,38 @@ absl::Status EncoderModel::ValidateInputs(const NamedTensors& inputs) const {
   return status;
 }
 
-std::pair<at::Tensor, at::Tensor> EncoderModel::Encode(
-    ForwardContext& context, const at::Tensor& ids, const at::Tensor& mask,
-    const at::Tensor& types) const {
+EncoderStep EncoderModel::MakeStep(const at::Tensor& mask) const {
+  EncoderStep step;
+  const at::TensorOptions options = mask.options().dtype(compute_dtype_);
   // [batch, 1, 1, seq]: every query of a sequence sees its real tokens.
   // Without padding there is nothing to mask, and the fused attention runs
   // faster without a bias.
-  at::Tensor additive_mask;
-  if (!mask.ne(0).all().item<bool>()) {
-    additive_mask = MakeAttentionBias(mask, mask.size(0), /*query_len=*/1,
-                                      mask.size(1), /*causal=*/false,
-                                      mask.options().dtype(compute_dtype_));
+  const bool padded = !mask.ne(0).all().item<bool>();
+  step.biases[0] =
+      padded ? MakeAttentionBias(mask, mask.size(0), /*query_len=*/1,
+                                 mask.size(1), /*causal=*/false, options)
+             : at::Tensor();
+  for (const EncoderLayerAttention& layer : spec_.layer_attention) {
+    if (layer.window == 0 || step.biases.count(layer.window) > 0) continue;
+    step.biases[layer.window] =
+        MakeBandAttentionBias(mask, layer.window, options);
   }
+  const at::Tensor positions = EncoderEmbeddings::PositionIds(spec_, mask);
+  for (const at::Tensor& inverse_frequencies : inverse_frequencies_) {
+    step.ropes.push_back(RopeCosSin(inverse_frequencies, positions));
+  }
+  return step;
+}
+
+std::pair<at::Tensor, at::Tensor> EncoderModel::Encode(
+    ForwardContext& context, const at::Tensor& ids, const at::Tensor& mask,
+    const at::Tensor& types) const {
+  const EncoderStep step = MakeStep(mask);
   at::Tensor hidden = embeddings_->Forward(context, ids, types);
-  for (const EncoderLayer* layer : layers_) {
-    hidden = layer->Forward(context, hidden, additive_mask);
+  for (const EncoderBlock* layer : layers_) {
+    hidden = layer->Forward(context, hidden, step);
   }
+  if (final_norm_ != nullptr) hidden = final_norm_->Forward(context, hidden);
   at::Tensor pooled;
   if (pooler_ != nullptr) {
     pooled = at::tanh(pooler_->Forward(context, hidden.select(1, 0)));

@@ -85,6 +85,68 @@ absl::Status ReadEncoderBasics(const HfConfig& config, EncoderSpec& spec) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateEncoderSpec(const EncoderSpec& spec) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.model_type, " encoder spec: ", why));
+  };
+  const bool rotary = spec.positions == EncoderPositions::kRotary;
+  const bool gated = spec.layer_kind == EncoderLayerKind::kGated;
+  if (rotary != gated) {
+    return bad("rotary positions go with the gated layer and only with it");
+  }
+  if (!gated) return absl::OkStatus();
+  const GatedLayerNames& names = spec.names.gated;
+  const bool fused_qkv = !names.qkv.empty();
+  const bool split_qkv =
+      !names.q.empty() && !names.k.empty() && !names.v.empty();
+  const bool fused_mlp = !names.mlp_fused.empty();
+  const bool split_mlp = !names.mlp_gate.empty() && !names.mlp_up.empty();
+  if (fused_qkv == split_qkv || fused_mlp == split_mlp ||
+      names.attention_out.empty() || names.attention_norm.empty() ||
+      names.mlp_norm.empty() || names.mlp_out.empty()) {
+    return bad(
+        "a gated layer names qkv or q, k and v; attention_out; both "
+        "norms; mlp_fused or mlp_gate and mlp_up; mlp_out");
+  }
+  if (static_cast<int64_t>(spec.layer_attention.size()) !=
+      spec.num_hidden_layers) {
+    return bad(absl::StrCat("layer_attention lists ",
+                            spec.layer_attention.size(), " layers, not ",
+                            spec.num_hidden_layers));
+  }
+  const int64_t head_dim = spec.hidden_size / spec.num_attention_heads;
+  if (head_dim % 2 != 0) {
+    return bad(absl::StrCat("rotary heads of ", head_dim, " columns (odd)"));
+  }
+  for (const EncoderRope& rope : spec.ropes) {
+    if (!(rope.theta > 0)) {
+      return bad(absl::StrCat("a rotary theta of ", rope.theta));
+    }
+  }
+  for (const EncoderLayerAttention& layer : spec.layer_attention) {
+    if (layer.rope < 0 || layer.rope >= static_cast<int>(spec.ropes.size()) ||
+        layer.window < 0) {
+      return bad(absl::StrCat("a layer names rotary table ", layer.rope, " of ",
+                              spec.ropes.size(), " (window ", layer.window,
+                              ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> ReadDefaultRopeTheta(const HfConfig& rope,
+                                            double fallback) {
+  absl::StatusOr<std::string> type = rope.GetString("rope_type", "default");
+  if (!type.ok()) return type.status();
+  if (*type != "default") {
+    return Refuse(
+        rope, "rope_type",
+        absl::StrCat("'", *type, "' is not supported (only 'default')"));
+  }
+  return rope.GetDouble("rope_theta", fallback);
+}
+
 absl::StatusOr<bool> IsSequenceClassifier(const HfConfig& config,
                                           absl::string_view class_prefix) {
   if (!config.Has("architectures")) return false;

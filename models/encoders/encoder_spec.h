@@ -1,9 +1,12 @@
 // EncoderSpec: everything that tells one BERT-like encoder from another, as
 // an architecture file (models/architectures/<model_type>.cc) states it: its
-// hyperparameters (read from config.json), its position scheme, where its
-// keys sit in the checkpoint and which head runs after it (none: the
-// encoder's hidden states; a sequence classifier: one score per label).
-// EncoderModel (encoder_model.h) builds any such model from it.
+// hyperparameters (read from config.json), its position scheme, its layer
+// (BERT's post-norm layer, or the gated rotary layer of ModernBERT and
+// NomicBERT with its per-layer attention window and rotary table), the names
+// of its tensors, where its keys sit in the checkpoint and which head runs
+// after it (none: the encoder's hidden states; a sequence classifier: one
+// score per label). EncoderModel (encoder_model.h) builds any such model
+// from it.
 //
 // Also the readers an architecture file calls for the fields every
 // BERT-like config has, with transformers' defaults and errors that name the
@@ -28,6 +31,67 @@ enum class EncoderPositions {
   kAfterPadding,  // padding_idx + 1 + the count of non-padding tokens up to
                   // and including each one; padding_idx at padding tokens
                   // (RoBERTa, XLM-RoBERTa).
+  kRotary,        // No position table: 0..seq-1 rotate queries and keys in
+                  // every layer (ModernBERT, NomicBERT).
+};
+
+// The layer the stack is made of.
+enum class EncoderLayerKind {
+  // EncoderLayer: query/key/value with biases, dense + residual +
+  // LayerNorm, intermediate dense with the activation, dense + residual +
+  // LayerNorm; BERT's names ("attention.self.query", ...).
+  kBert,
+  // GatedEncoderLayer: one fused qkv projection, rotary positions, an
+  // attention window per layer, a gated feed-forward, LayerNorm before each
+  // block (pre-norm) or after each residual (post-norm); names as
+  // GatedLayerNames says.
+  kGated,
+};
+
+// The tensor names of a kGated layer, relative to the layer
+// ("layers.3." + name). Each layout comes as a checkpoint saves it: the
+// attention's projections fused (ModernBERT's Wqkv, the hub's NomicBERT
+// attn.Wqkv) or not (transformers 5's NomicBERT q_proj, k_proj, v_proj),
+// the feed-forward's gate and up fused (ModernBERT's Wi) or not.
+struct GatedLayerNames {
+  std::string qkv;            // [3 x hidden, hidden]: the q, k, v rows in turn.
+  std::string q, k, v;        // Instead of qkv: [hidden, hidden] each.
+  std::string attention_out;  // [hidden, hidden].
+  std::string attention_norm;  // Pre-norm: before attention; post-norm:
+                               // after its residual.
+  std::string mlp_norm;
+  // The gated feed-forward out(act(gate(x)) * up(x)): one fused projection
+  // [2 x intermediate, hidden] whose first half is the gate, or two.
+  std::string mlp_fused;
+  std::string mlp_gate, mlp_up;  // Instead of mlp_fused.
+  std::string mlp_out;           // [hidden, intermediate].
+};
+
+// A rotary table of a kRotary model: it rotates every column of each head.
+struct EncoderRope {
+  double theta = 10000.0;
+};
+
+// Where a model's tensors sit, relative to its key prefix. The embeddings'
+// position and token type tables are "" when the model has none (kRotary,
+// no token types).
+struct EncoderNames {
+  std::string word_embeddings = "embeddings.word_embeddings";
+  std::string position_embeddings = "embeddings.position_embeddings";
+  std::string token_type_embeddings = "embeddings.token_type_embeddings";
+  std::string embeddings_norm = "embeddings.LayerNorm";
+  std::string layers = "encoder.layer";  // Layer i is "<layers>.<i>".
+  std::string final_norm;                // "" for none.
+  GatedLayerNames gated;                 // kGated only.
+};
+
+// The attention of one kGated layer.
+struct EncoderLayerAttention {
+  // 0: every token sees every token; else a query sees the keys at most
+  // `window` positions before or after it (ModernBERT's local layers:
+  // local_attention / 2).
+  int64_t window = 0;
+  int rope = 0;  // Index into EncoderSpec::ropes.
 };
 
 // What runs after the encoder stack.
@@ -56,6 +120,24 @@ struct EncoderSpec {
   Activation activation = Activation::kGelu;
   EncoderPositions positions = EncoderPositions::kAbsolute;
   int64_t padding_idx = 0;  // kAfterPadding: pad_token_id.
+  EncoderLayerKind layer_kind = EncoderLayerKind::kBert;
+
+  // The tensor names, and other names the same model may be saved under
+  // (NomicBERT: transformers 5's and the hub's). The model reads the first
+  // whose embeddings norm the checkpoint holds.
+  EncoderNames names;
+  std::vector<EncoderNames> other_names;
+
+  // kGated only.
+  bool norm_first = false;  // Pre-norm (ModernBERT); else post-norm.
+  // Pre-norm: layer 0 has no attention norm (its input is the embeddings'
+  // norm already), as ModernBERT's.
+  bool first_layer_attention_norm = true;
+  bool attention_bias = true;
+  bool mlp_bias = true;
+  std::vector<EncoderRope> ropes;
+  std::vector<EncoderLayerAttention> layer_attention;  // Per layer.
+
   // Where the encoder's keys may sit ("" for a bare model, "bert." or
   // "roberta." inside a model with a head), tried in order.
   std::vector<std::string> key_prefixes = {""};
@@ -80,6 +162,17 @@ struct EncoderSpec {
 // add_cross_attention set (an encoder serves neither), a hidden size not
 // divisible by the head count.
 absl::Status ReadEncoderBasics(const HfConfig& config, EncoderSpec& spec);
+
+// InvalidArgument naming what is wrong in a spec an architecture file made
+// (a kGated spec without names, a rope index out of range, an odd rotary
+// dimension, ...): the loader's last check before building.
+absl::Status ValidateEncoderSpec(const EncoderSpec& spec);
+
+// rope_theta of a rope_parameters object as transformers 5 writes it
+// (`fallback` when absent); InvalidArgument naming rope_type for any type
+// but "default" (scaled rotary tables are not implemented for encoders).
+absl::StatusOr<double> ReadDefaultRopeTheta(const HfConfig& rope,
+                                            double fallback);
 
 // True when config.json's "architectures" names
 // "<class_prefix>ForSequenceClassification": the folder is a cross-encoder

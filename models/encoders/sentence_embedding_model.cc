@@ -19,6 +19,20 @@ constexpr char kTypePrefix[] = "sentence_transformers.models.";
 // The modules castserve runs, in the only order it runs them.
 enum class ModuleKind { kTransformer, kPooling, kNormalize };
 
+// The module types sentence-transformers 6 writes into modules.json.
+struct ModuleType {
+  const char* type;
+  ModuleKind kind;
+};
+constexpr ModuleType kModuleTypes[] = {
+    {"sentence_transformers.base.modules.transformer.Transformer",
+     ModuleKind::kTransformer},
+    {"sentence_transformers.sentence_transformer.modules.pooling.Pooling",
+     ModuleKind::kPooling},
+    {"sentence_transformers.base.modules.normalize.Normalize",
+     ModuleKind::kNormalize},
+};
+
 struct ModuleEntry {
   ModuleKind kind;
   std::string path;
@@ -27,6 +41,9 @@ struct ModuleEntry {
 
 absl::StatusOr<ModuleKind> KindOf(const std::string& type,
                                   const std::string& label) {
+  for (const ModuleType& row : kModuleTypes) {
+    if (type == row.type) return row.kind;
+  }
   if (absl::StartsWith(type, kTypePrefix)) {
     const std::string name = type.substr(sizeof(kTypePrefix) - 1);
     if (name == "Transformer") return ModuleKind::kTransformer;
@@ -36,7 +53,9 @@ absl::StatusOr<ModuleKind> KindOf(const std::string& type,
   return absl::InvalidArgumentError(absl::StrCat(
       label, ": module type '", type,
       "' is not supported; castserve runs sentence_transformers.models."
-      "Transformer, Pooling and Normalize"));
+      "Transformer, Pooling and Normalize (or sentence-transformers 6's "
+      "base.modules.transformer.Transformer, sentence_transformer.modules."
+      "pooling.Pooling, base.modules.normalize.Normalize)"));
 }
 
 // A module folder inside the model folder: relative, without "..".
@@ -93,12 +112,67 @@ absl::Status CheckPipeline(const std::vector<ModuleEntry>& modules,
   return CheckModulePath(modules[1].path, modules[1].label);
 }
 
-// sentence_bert_config.json's max_seq_length (nullopt without the file or
-// the key); do_lower_case must be false.
+// sentence-transformers 6's keys of sentence_bert_config.json: the
+// Transformer must give its token embeddings from last_hidden_state of a
+// plain forward over text (another task or output is another pipeline).
+absl::Status CheckTransformerTask(const HfConfig& config) {
+  for (const auto& [key, expected] :
+       {std::pair{"transformer_task", "feature-extraction"},
+        std::pair{"module_output_name", "token_embeddings"}}) {
+    absl::StatusOr<std::string> value = config.GetString(key, expected);
+    if (!value.ok()) return value.status();
+    if (*value != expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(config.label(), ": ", key, " '", *value,
+                       "' is not supported (only '", expected, "')"));
+    }
+  }
+  if (!config.Has("modality_config")) return absl::OkStatus();
+  absl::StatusOr<HfConfig> modalities = config.GetObject("modality_config");
+  if (!modalities.ok()) return modalities.status();
+  for (const std::string& modality : modalities->Keys()) {
+    absl::StatusOr<HfConfig> entry = modalities->GetObject(modality);
+    if (!entry.ok()) return entry.status();
+    absl::StatusOr<std::string> method = entry->GetString("method", "");
+    absl::StatusOr<std::string> output =
+        entry->GetString("method_output_name", "");
+    if (!method.ok()) return method.status();
+    if (!output.ok()) return output.status();
+    if (modality != "text" || *method != "forward" ||
+        *output != "last_hidden_state") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          config.label(), ": modality_config '", modality, "' runs ", *method,
+          " for ", *output,
+          "; castserve runs text through forward for last_hidden_state"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// tokenizer_config.json's model_max_length, where sentence-transformers
+// truncates when sentence_bert_config.json names no max_seq_length (6
+// writes none); nullopt without the file, the key, or with a value out of
+// bounds (the tokenizers' "unlimited" 1e30).
+absl::StatusOr<std::optional<int64_t>> ReadTokenizerMaxLength(
+    const std::string& folder, platform::FileSystem* file_system) {
+  const std::string path = folder + "/tokenizer_config.json";
+  if (!file_system->IsRegularFile(path)) return std::nullopt;
+  absl::StatusOr<HfConfig> config = HfConfig::Load(path, file_system);
+  if (!config.ok()) return config.status();
+  if (!config->Has("model_max_length")) return std::nullopt;
+  absl::StatusOr<int64_t> length = config->GetSize("model_max_length");
+  if (!length.ok()) return std::nullopt;
+  return *length;
+}
+
+// sentence_bert_config.json's max_seq_length, else the tokenizer's
+// model_max_length (nullopt without either); do_lower_case must be false.
 absl::StatusOr<std::optional<int64_t>> ReadMaxSeqLength(
     const std::string& folder, platform::FileSystem* file_system) {
   const std::string path = folder + "/sentence_bert_config.json";
-  if (!file_system->IsRegularFile(path)) return std::nullopt;
+  if (!file_system->IsRegularFile(path)) {
+    return ReadTokenizerMaxLength(folder, file_system);
+  }
   absl::StatusOr<HfConfig> config = HfConfig::Load(path, file_system);
   if (!config.ok()) return config.status();
   absl::StatusOr<bool> lower_case = config->GetBool("do_lower_case", false);
@@ -109,7 +183,12 @@ absl::StatusOr<std::optional<int64_t>> ReadMaxSeqLength(
         ": do_lower_case true is not supported (castserve gives text to the "
         "tokenizer as sent)"));
   }
-  if (!config->Has("max_seq_length")) return std::nullopt;
+  if (absl::Status task = CheckTransformerTask(*config); !task.ok()) {
+    return task;
+  }
+  if (!config->Has("max_seq_length")) {
+    return ReadTokenizerMaxLength(folder, file_system);
+  }
   absl::StatusOr<int64_t> length = config->GetSize("max_seq_length");
   if (!length.ok()) return length.status();
   return *length;

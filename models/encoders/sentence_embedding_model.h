@@ -9,14 +9,27 @@
 // request has none) as the Pooling module's config.json says
 // (sentence_pooling.h), then L2-normalised when Normalize is listed.
 //
-// What castserve reads of the folder (sentence-transformers' files):
+// What castserve reads of the folder (sentence-transformers' files, in the
+// classic layout the hub's models ship or the one sentence-transformers 6
+// writes):
 //   modules.json               a list of {"type", "path", ...}; the types
 //                              must be sentence_transformers.models.
 //                              Transformer (path ""), Pooling, and
-//                              optionally Normalize, in that order
-//   <Pooling path>/config.json the pooling modes
+//                              optionally Normalize, in that order (6:
+//                              sentence_transformers.base.modules.
+//                              transformer.Transformer, sentence_transformer.
+//                              modules.pooling.Pooling, base.modules.
+//                              normalize.Normalize)
+//   <Pooling path>/config.json the pooling modes (sentence_pooling.h)
 //   sentence_bert_config.json  optional: max_seq_length (where text is
-//                              truncated); do_lower_case must be false
+//                              truncated); do_lower_case must be false;
+//                              6's transformer_task, module_output_name and
+//                              modality_config must describe token
+//                              embeddings from last_hidden_state of text
+//   tokenizer_config.json      model_max_length, where text is truncated
+//                              without max_seq_length (as
+//                              sentence-transformers does; 6 writes no
+//                              max_seq_length)
 // Any other module (Dense, LayerNorm, ...) or order is InvalidArgument naming
 // the file, as is a malformed file: castserve never serves an embedding that
 // differs from the pipeline's.
@@ -43,7 +56,8 @@ inline constexpr char kSentenceEmbeddingOutput[] = "sentence_embedding";
 struct SentenceTransformerConfig {
   PoolingConfig pooling;
   bool normalize = false;
-  // sentence_bert_config.json's max_seq_length; nullopt when absent.
+  // sentence_bert_config.json's max_seq_length, else tokenizer_config.json's
+  // model_max_length (within kConfigSizeLimits); nullopt when neither.
   std::optional<int64_t> max_seq_length;
 
   // Reads `folder`'s modules.json and the files it leads to through

@@ -188,5 +188,57 @@ TEST_F(SentenceEmbeddingModelTest, SentenceBertConfigIsChecked) {
               HasSubstr("sentence_bert_config.json: max_seq_length is 0"));
 }
 
+// The layout sentence-transformers 6 writes: its module types, Pooling's
+// pooling_mode, sentence_bert_config.json's task keys and no max_seq_length
+// (the tokenizer's model_max_length truncates).
+constexpr char kModules6[] = R"([
+  {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
+  {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.sentence_transformer.modules.pooling.Pooling"},
+  {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.base.modules.normalize.Normalize"}
+])";
+constexpr char kSentenceBert6[] = R"({"transformer_task": "feature-extraction",
+    "modality_config": {"text": {"method": "forward",
+                                 "method_output_name": "last_hidden_state"}},
+    "module_output_name": "token_embeddings"})";
+
+TEST_F(SentenceEmbeddingModelTest, ReadsSentenceTransformers6Layout) {
+  AddPipeline(kModules6,
+              R"({"embedding_dimension": 32, "pooling_mode": "mean",
+                  "include_prompt": true})");
+  Add("sentence_bert_config.json", kSentenceBert6);
+  Add("tokenizer_config.json", R"({"model_max_length": 12})");
+  absl::StatusOr<std::unique_ptr<Model>> model = Load();
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->max_sequence_length(), 12);
+  absl::StatusOr<NamedTensors> out = (*model)->Forward(TwoSentences());
+  ASSERT_TRUE(out.ok()) << out.status();
+  at::Tensor mean = MaskedMean(out->at("last_hidden_state"),
+                               TwoSentences().at("attention_mask"));
+  at::Tensor expected = mean / mean.norm(2, 1, true);
+  EXPECT_TRUE(
+      at::allclose(out->at("sentence_embedding"), expected, 1e-5, 1e-6));
+  // The tokenizers' "unlimited" model_max_length leaves the position table.
+  Add("tokenizer_config.json",
+      R"({"model_max_length": 1000000000000000019884624838656})");
+  model = Load();
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->max_sequence_length(), 64);
+}
+
+TEST_F(SentenceEmbeddingModelTest, Sentence6TaskMustBeTokenEmbeddings) {
+  AddPipeline(kModules6,
+              R"({"embedding_dimension": 32, "pooling_mode": "cls"})");
+  Add("sentence_bert_config.json",
+      R"({"transformer_task": "sequence-classification"})");
+  EXPECT_THAT(LoadError(),
+              HasSubstr("transformer_task 'sequence-classification'"
+                        " is not supported"));
+  Add("sentence_bert_config.json",
+      R"({"modality_config": {"image": {"method": "get_image_features",
+          "method_output_name": "pooler_output"}}})");
+  EXPECT_THAT(LoadError(), HasSubstr("modality_config 'image' runs "
+                                     "get_image_features"));
+}
+
 }  // namespace
 }  // namespace castserve::models

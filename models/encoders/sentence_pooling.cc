@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -11,8 +13,9 @@
 namespace castserve::models {
 namespace {
 
-// The config keys that switch a mode on, in concatenation order: one row
-// per mode.
+// One row per mode, in the classic layout's concatenation order: the
+// classic config key that switches it on, and its name in
+// sentence-transformers 6's pooling_mode (also castserve's messages).
 struct ModeKey {
   PoolingMode mode;
   const char* key;
@@ -23,11 +26,44 @@ constexpr ModeKey kModeKeys[] = {
     {PoolingMode::kMax, "pooling_mode_max_tokens", "max"},
     {PoolingMode::kMean, "pooling_mode_mean_tokens", "mean"},
     {PoolingMode::kMeanSqrtLen, "pooling_mode_mean_sqrt_len_tokens",
-     "mean_sqrt_len"},
+     "mean_sqrt_len_tokens"},
     {PoolingMode::kWeightedMean, "pooling_mode_weightedmean_tokens",
      "weightedmean"},
     {PoolingMode::kLastToken, "pooling_mode_lasttoken", "lasttoken"},
 };
+
+// sentence-transformers 6's "pooling_mode": one name or a list, the modes
+// concatenated in the listed order.
+absl::StatusOr<std::vector<PoolingMode>> ReadModeNames(const HfConfig& config) {
+  std::vector<std::string> names;
+  absl::StatusOr<std::string> one = config.GetString("pooling_mode");
+  if (one.ok()) {
+    names.push_back(*one);
+  } else {
+    absl::StatusOr<std::vector<std::string>> list =
+        config.GetStringList("pooling_mode");
+    if (!list.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          config.label(), ": pooling_mode is neither a mode name nor a list"));
+    }
+    names = *std::move(list);
+  }
+  std::vector<PoolingMode> modes;
+  for (const std::string& name : names) {
+    const ModeKey* found = nullptr;
+    for (const ModeKey& row : kModeKeys) {
+      if (name == row.name) found = &row;
+    }
+    if (found == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(config.label(), ": pooling_mode '", name,
+                       "' is not one of cls, max, mean, mean_sqrt_len_tokens, "
+                       "weightedmean, lasttoken"));
+    }
+    modes.push_back(found->mode);
+  }
+  return modes;
+}
 
 // Sums over the sequence of `hidden` * `weights` [batch, seq, 1], divided
 // by the weights' sums (clamped at 1e-9), or by their square roots.
@@ -58,8 +94,14 @@ at::Tensor LastToken(const at::Tensor& hidden, const at::Tensor& mask) {
 at::Tensor PoolOne(PoolingMode mode, const at::Tensor& hidden,
                    const at::Tensor& mask, const at::Tensor& weights) {
   switch (mode) {
-    case PoolingMode::kCls:
-      return hidden.select(1, 0);
+    case PoolingMode::kCls: {
+      // The first real token (sentence-transformers 6: the first position
+      // whose mask is set, 0 without one), whichever side the padding is.
+      at::Tensor first = mask.ne(0).to(at::kInt).argmax(1);
+      at::Tensor index =
+          first.view({-1, 1, 1}).expand({hidden.size(0), 1, hidden.size(2)});
+      return hidden.gather(1, index).squeeze(1);
+    }
     case PoolingMode::kMax:
       return hidden.masked_fill(weights == 0, -1e9).amax(1);
     case PoolingMode::kMean:
@@ -89,13 +131,23 @@ absl::string_view PoolingModeName(PoolingMode mode) {
 
 absl::StatusOr<PoolingConfig> PoolingConfig::FromHf(const HfConfig& config) {
   PoolingConfig pooling;
+  // sentence-transformers 6 renamed the dimension and folded the switches
+  // into pooling_mode (which wins over switches, as there).
   absl::StatusOr<int64_t> dimension =
-      config.GetSize("word_embedding_dimension");
+      config.Has("embedding_dimension")
+          ? config.GetSize("embedding_dimension")
+          : config.GetSize("word_embedding_dimension");
   if (!dimension.ok()) {
     return absl::InvalidArgumentError(dimension.status().message());
   }
   pooling.word_embedding_dimension = *dimension;
+  if (config.Has("pooling_mode")) {
+    absl::StatusOr<std::vector<PoolingMode>> modes = ReadModeNames(config);
+    if (!modes.ok()) return modes.status();
+    pooling.modes = *std::move(modes);
+  }
   for (const ModeKey& row : kModeKeys) {
+    if (config.Has("pooling_mode")) break;
     absl::StatusOr<bool> on = config.GetBool(row.key, false);
     if (!on.ok()) return on.status();
     if (*on) pooling.modes.push_back(row.mode);

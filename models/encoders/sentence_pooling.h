@@ -3,7 +3,8 @@
 // config (`1_Pooling/config.json`) says. The semantics follow
 // sentence-transformers' documented behaviour:
 //
-//   cls             the first token's embedding (padding is on the right)
+//   cls             the embedding of its first token (sentence-transformers
+//                   6: the first position whose mask is set)
 //   max             the largest value over the sequence's tokens, per column
 //   mean            the mean over the sequence's tokens
 //   mean_sqrt_len   the sum over its tokens divided by sqrt(token count)
@@ -14,7 +15,8 @@
 //
 // "Its tokens" are the positions whose mask is 1; counts are clamped at
 // 1e-9 so a sequence without tokens gives zeros instead of NaN. Several
-// modes concatenate in the order listed (sentence-transformers' order).
+// modes concatenate in sentence-transformers' order: the order listed here
+// for the classic switches, the listed order for 6's pooling_mode.
 //
 // Value types and free functions; thread-safe.
 #ifndef CASTSERVE_MODELS_ENCODERS_SENTENCE_POOLING_H_
@@ -58,10 +60,14 @@ struct PoolingConfig {
   }
 
   // Reads a Pooling module's config.json: word_embedding_dimension
-  // (required, a size), the boolean pooling_mode_* switches and
-  // include_prompt (optional, false / true when absent). InvalidArgument
-  // naming the file and the key for a wrong type, an out-of-range dimension
-  // or no mode switched on.
+  // (required, a size; sentence-transformers 6: embedding_dimension), the
+  // boolean pooling_mode_* switches (modes in the order above) or 6's
+  // pooling_mode (a name or a list of names: cls, max, mean,
+  // mean_sqrt_len_tokens, weightedmean, lasttoken; modes in the listed
+  // order; it wins over switches) and include_prompt (optional, false /
+  // true when absent). InvalidArgument naming the file and the key for a
+  // wrong type, an unknown mode name, an out-of-range dimension or no mode
+  // switched on.
   static absl::StatusOr<PoolingConfig> FromHf(const HfConfig& config);
 };
 

@@ -68,6 +68,15 @@ TEST(SentencePoolingTest, ModesConcatenateInConfigOrder) {
   ExpectRows(pooled, {{1, 10, 2, 20}, {4, -1, 5, -2}});
 }
 
+// As sentence-transformers 6: the first token whose mask is set, so that a
+// left-padded sequence gives its first real token, not a padding one.
+TEST(SentencePoolingTest, ClsIsTheFirstRealTokenWhateverThePadding) {
+  const at::Tensor left =
+      at::tensor({1, 1, 1, 0, 1, 1}, at::kLong).view({2, 3});
+  ExpectRows(Pool(Config({PoolingMode::kCls}), Hidden(), left),
+             {{1, 10}, {6, -3}});
+}
+
 TEST(SentencePoolingTest, SequenceWithoutTokensPoolsToZerosNotNan) {
   const at::Tensor none = at::zeros({1, 3}, at::kLong);
   const at::Tensor hidden = Hidden().narrow(0, 0, 1);
@@ -103,6 +112,29 @@ TEST(SentencePoolingTest, ReadsSentenceTransformersConfig) {
             (std::vector<PoolingMode>{PoolingMode::kMax, PoolingMode::kMean}));
   EXPECT_TRUE(config->include_prompt);
   EXPECT_EQ(config->output_dimension(), 768);
+}
+
+// sentence-transformers 6's Pooling config: embedding_dimension and
+// pooling_mode, a name or a list concatenated in the listed order.
+TEST(SentencePoolingTest, ReadsSentenceTransformers6Config) {
+  absl::StatusOr<PoolingConfig> one = Parse(
+      R"({"embedding_dimension": 16, "pooling_mode": "cls",
+          "include_prompt": true})");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->word_embedding_dimension, 16);
+  EXPECT_EQ(one->modes, (std::vector<PoolingMode>{PoolingMode::kCls}));
+  absl::StatusOr<PoolingConfig> list = Parse(
+      R"({"embedding_dimension": 16,
+          "pooling_mode": ["mean", "mean_sqrt_len_tokens", "cls"]})");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->modes, (std::vector<PoolingMode>{PoolingMode::kMean,
+                                                   PoolingMode::kMeanSqrtLen,
+                                                   PoolingMode::kCls}));
+  EXPECT_EQ(list->output_dimension(), 48);
+  absl::StatusOr<PoolingConfig> unknown =
+      Parse(R"({"embedding_dimension": 16, "pooling_mode": "median"})");
+  EXPECT_THAT(std::string(unknown.status().message()),
+              HasSubstr("pooling_mode 'median' is not one of cls, max"));
 }
 
 TEST(SentencePoolingTest, MalformedConfigsNameFileAndKey) {

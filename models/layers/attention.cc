@@ -58,6 +58,24 @@ at::Tensor MakeAttentionBias(const at::Tensor& key_mask, int64_t batch,
   return bias.masked_fill(allowed.logical_not(), LowestFinite(dtype));
 }
 
+at::Tensor MakeBandAttentionBias(const at::Tensor& key_mask, int64_t window,
+                                 const at::TensorOptions& options) {
+  TORCH_CHECK(key_mask.dim() == 2, "attention mask must be [batch, seq], got ",
+              key_mask.sizes());
+  TORCH_CHECK(window > 0, "a band attention window must be positive");
+  const int64_t batch = key_mask.size(0), seq = key_mask.size(1);
+  const c10::Device device = options.device();
+  const at::Tensor band =
+      at::ones({seq, seq}, at::TensorOptions().dtype(at::kBool).device(device))
+          .triu(-window)
+          .tril(window);
+  const at::Tensor allowed = band.view({1, 1, seq, seq}) &
+                             key_mask.to(device).ne(0).view({batch, 1, 1, seq});
+  const at::ScalarType dtype = options.dtype().toScalarType();
+  return at::zeros(allowed.sizes(), at::TensorOptions(dtype).device(device))
+      .masked_fill(allowed.logical_not(), LowestFinite(dtype));
+}
+
 at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& v,
                                      const at::Tensor& bias, double scale) {

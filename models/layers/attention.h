@@ -30,6 +30,14 @@ at::Tensor MakeAttentionBias(const at::Tensor& key_mask, int64_t batch,
                              const at::TensorOptions& options,
                              int64_t sliding_window = 0);
 
+// The additive bias [batch, 1, seq, seq] of bidirectional attention over
+// padding mask `key_mask` (integer or bool [batch, seq], nonzero = a real
+// token) in a band: query i sees key j only when |i - j| <= `window` and j
+// is real (ModernBERT's local layers; window > 0). Dtype and device from
+// `options`, masked entries the lowest finite value as above.
+at::Tensor MakeBandAttentionBias(const at::Tensor& key_mask, int64_t window,
+                                 const at::TensorOptions& options);
+
 // softmax(q k^T * scale + bias) v for q [batch, q_heads, q_len, dim] and
 // k, v [batch, kv_heads, k_len, dim] with q_heads a multiple of kv_heads
 // (grouped-query attention repeats the kv heads). `bias` is undefined or

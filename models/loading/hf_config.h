@@ -50,6 +50,18 @@ inline constexpr ConfigSizeLimit kConfigSizeLimits[] = {
     {"original_max_position_embeddings", 1, int64_t{1} << 22},
     {"sliding_window", 1, int64_t{1} << 22},
     {"type_vocab_size", 1, 1024},
+    // ModernBERT's local attention: the band's full width, and how often a
+    // global layer comes.
+    {"local_attention", 1, int64_t{1} << 22},
+    {"global_attn_every_n_layers", 1, 1024},
+    // NomicBERT's config as the hub's checkpoints spell it (GPT-2's names
+    // for hidden_size, num_hidden_layers, num_attention_heads,
+    // intermediate_size, max_position_embeddings).
+    {"n_embd", 1, int64_t{1} << 16},
+    {"n_layer", 1, 1024},
+    {"n_head", 1, 1024},
+    {"n_inner", 1, int64_t{1} << 20},
+    {"n_positions", 1, int64_t{1} << 22},
     // A sequence classifier's labels (id2label's size when it is given).
     {"num_labels", 1, int64_t{1} << 16},
     {"num_channels", 1, 16},
@@ -58,6 +70,10 @@ inline constexpr ConfigSizeLimit kConfigSizeLimits[] = {
     // sentence-transformers' 1_Pooling/config.json and
     // sentence_bert_config.json.
     {"word_embedding_dimension", 1, int64_t{1} << 16},
+    {"embedding_dimension", 1, int64_t{1} << 16},  // sentence-transformers 6
+    // tokenizer_config.json's model_max_length, read as a sentence
+    // pipeline's truncation length when it is within these bounds.
+    {"model_max_length", 1, int64_t{1} << 22},
     {"max_seq_length", 1, int64_t{1} << 22},
 };
 

@@ -212,5 +212,42 @@ TEST(XlmRobertaServingTest, TextGivesTheSentenceTransformersEmbedding) {
               HasSubstr("are for a cross-encoder"));
 }
 
+// The rotary encoders' sentence-transformers folders, text in: ModernBERT
+// (classic pipeline, cls pooling, no token types) and NomicBERT (the
+// layout sentence-transformers 6 saves, mean pooling), also with fp8
+// layerwise casting (the embedding within the cast's own error).
+class RotarySentenceServingTest : public ::testing::TestWithParam<const char*> {
+};
+
+TEST_P(RotarySentenceServingTest, TextGivesTheSentenceTransformersEmbedding) {
+  const std::string folder = GetParam();
+  const Tensors reference = Reference(folder);
+  const at::Tensor& expected = reference.at("output.sentence_embedding");
+  for (const char* casting : {"", "fp8"}) {
+    std::shared_ptr<ServedModel> model = Serve(folder, casting);
+    ASSERT_NE(model, nullptr) << casting;
+    inference::ModelInferRequest request;
+    request.set_model_name("encoder");
+    AddStrings(request, "text", MetadataTexts(folder, "texts"));
+    request.add_outputs()->set_name("sentence_embedding");
+    absl::StatusOr<at::Tensor> embedding =
+        Infer(*model, request, "sentence_embedding", 32);
+    ASSERT_TRUE(embedding.ok()) << embedding.status();
+    const double cosine =
+        at::cosine_similarity(*embedding, expected, 1).min().item<double>();
+    if (std::string(casting).empty()) {
+      EXPECT_LE(models::test_util::RelativeMaxError(*embedding, expected),
+                1e-4);
+      EXPECT_GE(cosine, 0.9999);
+    } else {
+      EXPECT_GE(cosine, 0.99) << "fp8";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Folders, RotarySentenceServingTest,
+                         ::testing::Values("models/testdata/modernbert",
+                                           "models/testdata/nomic_bert"));
+
 }  // namespace
 }  // namespace castserve
