@@ -78,6 +78,14 @@ enum class ComputeCopyPolicy {
   kTransient,  // The compute copy is freed when its last user releases it.
 };
 
+// Memory tiers: how much of what its options configure a weight keeps
+// between forwards (Weight::Demote). Hottest first.
+enum class WeightTier {
+  kHot,   // Everything the options configure, as serving builds it.
+  kWarm,  // No cached compute copy: the storage (resident or mapped) only.
+  kCool,  // Nothing resident: the mapped checkpoint pages only.
+};
+
 struct WeightOptions {
   Residency residency = Residency::kResident;
   // Format of the resident copy; ignored for kMapped, whose storage format
@@ -251,6 +259,18 @@ class Weight {
   // module's own Acquire meets the same error inside its forward.
   absl::Status PrefetchCompute() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Frees what `tier` keeps no longer: the cached compute copy below kHot;
+  // also the resident storage copy, its scales and the storage view at
+  // kCool. Nothing else changes: the next use builds them again from the
+  // source as the first use did (bitwise the same compute copies and
+  // stored elements), and from then on the weight keeps what its options
+  // configure — a demoted weight promotes itself as it is used.
+  // FailedPrecondition, freeing nothing, while a compute copy is held (a
+  // ComputeHandle alive). The caller's contract, not checked: no StorageView
+  // from ReadStorage is in use (kCool frees it), i.e. no forward runs on the
+  // weight's model.
+  absl::Status Demote(WeightTier tier) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Bytes by state, as now.
   Footprint footprint() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -371,7 +391,8 @@ class Weight {
   // activity_.storage_reads is storage_reads_ (counted without the lock).
   WeightActivity activity_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> storage_reads_{0};
-  // ReadStorage's view: built once under mu_, then published.
+  // ReadStorage's view: built under mu_ on first use, then published;
+  // dropped only by Demote(kCool).
   std::unique_ptr<StorageView> owned_storage_view_ ABSL_GUARDED_BY(mu_);
   std::atomic<const StorageView*> storage_view_{nullptr};
 };
