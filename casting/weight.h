@@ -65,6 +65,7 @@
 #include "casting/formats/checkpoint.h"
 #include "casting/memory/buffer_pool.h"
 #include "casting/memory/footprint.h"
+#include "casting/memory/weight_tier.h"
 
 namespace castserve::casting {
 
@@ -78,13 +79,6 @@ enum class ComputeCopyPolicy {
   kTransient,  // The compute copy is freed when its last user releases it.
 };
 
-// Memory tiers: how much of what its options configure a weight keeps
-// between forwards (Weight::Demote). Hottest first.
-enum class WeightTier {
-  kHot,   // Everything the options configure, as serving builds it.
-  kWarm,  // No cached compute copy: the storage (resident or mapped) only.
-  kCool,  // Nothing resident: the mapped checkpoint pages only.
-};
 
 struct WeightOptions {
   Residency residency = Residency::kResident;
