@@ -665,8 +665,9 @@ absl::StatusOr<const StorageView*> Weight::ReadStorage() {
         "weight '", entry_.name,
         "': only floating weights on the CPU have a storage view"));
   }
-  // Storage, once made, is never dropped or moved: the view is built on the
-  // first call and then handed out without a lock.
+  // Storage is never moved, and dropped only by Demote, while no forward
+  // reads it: the view is built on the first call and then handed out
+  // without a lock.
   if (const StorageView* view = storage_view_.load(std::memory_order_acquire)) {
     storage_reads_.fetch_add(1, std::memory_order_relaxed);
     return view;
@@ -749,6 +750,30 @@ void Weight::AdviseWillNeed() const {
   // A hint: failure only loses the readahead.
   (void)checkpoint_->file(entry_.file_index)
       .AdviseWillNeed(entry_.offset_bytes, entry_.size_bytes);
+}
+
+absl::Status Weight::Demote(WeightTier tier) {
+  absl::MutexLock lock(&mu_);
+  if (users_ > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "weight '", entry_.name, "': ", users_,
+        " users hold its compute copy; it is demoted only while no forward "
+        "uses it"));
+  }
+  if (tier == WeightTier::kHot) return absl::OkStatus();
+  // With no users, a compute copy that is not the storage itself is a
+  // cached one, or a transient one a prefetch made: neither is kept below
+  // kHot. (A storage that doubles as the compute copy stays with it.)
+  if (compute_.defined() && !compute_.is_same(storage_)) {
+    Recycle(std::move(compute_));
+  }
+  compute_.reset();
+  if (tier == WeightTier::kWarm) return absl::OkStatus();
+  storage_view_.store(nullptr, std::memory_order_release);
+  owned_storage_view_.reset();
+  storage_.reset();
+  scales_.reset();
+  return absl::OkStatus();
 }
 
 Footprint Weight::footprint() const {

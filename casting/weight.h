@@ -65,6 +65,7 @@
 #include "casting/formats/checkpoint.h"
 #include "casting/memory/buffer_pool.h"
 #include "casting/memory/footprint.h"
+#include "casting/memory/weight_tier.h"
 
 namespace castserve::casting {
 
@@ -77,6 +78,7 @@ enum class ComputeCopyPolicy {
   kCached,     // The compute copy stays after first use.
   kTransient,  // The compute copy is freed when its last user releases it.
 };
+
 
 struct WeightOptions {
   Residency residency = Residency::kResident;
@@ -251,6 +253,18 @@ class Weight {
   // module's own Acquire meets the same error inside its forward.
   absl::Status PrefetchCompute() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Frees what `tier` keeps no longer: the cached compute copy below kHot;
+  // also the resident storage copy, its scales and the storage view at
+  // kCool. Nothing else changes: the next use builds them again from the
+  // source as the first use did (bitwise the same compute copies and
+  // stored elements), and from then on the weight keeps what its options
+  // configure — a demoted weight promotes itself as it is used.
+  // FailedPrecondition, freeing nothing, while a compute copy is held (a
+  // ComputeHandle alive). The caller's contract, not checked: no StorageView
+  // from ReadStorage is in use (kCool frees it), i.e. no forward runs on the
+  // weight's model.
+  absl::Status Demote(WeightTier tier) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Bytes by state, as now.
   Footprint footprint() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -371,7 +385,8 @@ class Weight {
   // activity_.storage_reads is storage_reads_ (counted without the lock).
   WeightActivity activity_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> storage_reads_{0};
-  // ReadStorage's view: built once under mu_, then published.
+  // ReadStorage's view: built under mu_ on first use, then published;
+  // dropped only by Demote(kCool).
   std::unique_ptr<StorageView> owned_storage_view_ ABSL_GUARDED_BY(mu_);
   std::atomic<const StorageView*> storage_view_{nullptr};
 };

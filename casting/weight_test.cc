@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "casting/formats/safetensors_reader.h"
 #include "casting/formats/test_util/safetensors_writer.h"
 #include "gmock/gmock.h"
@@ -252,6 +253,107 @@ TEST_F(WeightTest, ConfiguredFootprintIsWhatTheWeightHoldsWhenItServes) {
           << weight->footprint().ToString();
     }
   }
+}
+
+// Every configuration demoted to each tier frees what the tier does not
+// keep, and the next use builds bitwise the same compute copy and stored
+// elements as before, back to the configured footprint.
+TEST_F(WeightTest, DemotionFreesWhatTheTierDropsAndUseRebuildsItBitwise) {
+  struct Case {
+    Residency residency;
+    StorageFormat storage;
+    ElementType compute;
+    ComputeCopyPolicy copy;
+  };
+  const Case cases[] = {
+      {Residency::kResident, StorageFormat::Plain(ElementType::kF32),
+       ElementType::kF32, ComputeCopyPolicy::kCached},
+      {Residency::kResident, StorageFormat::Plain(ElementType::kBF16),
+       ElementType::kF32, ComputeCopyPolicy::kCached},
+      {Residency::kResident,
+       {ElementType::kF8E4M3FN, Scaling::kPerRow},
+       ElementType::kF32,
+       ComputeCopyPolicy::kTransient},
+      {Residency::kResident,
+       {ElementType::kF8E5M2, Scaling::kPerTensor},
+       ElementType::kBF16,
+       ComputeCopyPolicy::kCached},
+      {Residency::kMapped, StorageFormat::Plain(ElementType::kF32),
+       ElementType::kF32, ComputeCopyPolicy::kCached},
+      {Residency::kMapped, StorageFormat::Plain(ElementType::kF32),
+       ElementType::kBF16, ComputeCopyPolicy::kTransient},
+  };
+  for (const char* name : {"w_bf16", "w_f32", "ids"}) {
+    for (const Case& c : cases) {
+      WeightOptions options;
+      options.residency = c.residency;
+      options.storage = c.storage;
+      options.compute_dtype = c.compute;
+      options.compute_copy = c.copy;
+      std::unique_ptr<Weight> weight = MakeWeight(name, options);
+      ASSERT_NE(weight, nullptr);
+      const std::string what = absl::StrCat(name, " ", c.storage.ToString());
+      const bool floating = std::string(name) != "ids";
+      auto compute = [&] {
+        absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+        EXPECT_TRUE(handle.ok()) << what << ": " << handle.status();
+        return handle.ok() ? handle->tensor().clone() : at::Tensor();
+      };
+      auto stored = [&] {
+        absl::StatusOr<const StorageView*> view = weight->ReadStorage();
+        EXPECT_TRUE(view.ok()) << what << ": " << view.status();
+        if (!view.ok()) return std::string();
+        return std::string(reinterpret_cast<const char*>((*view)->data),
+                           (*view)->size_bytes());
+      };
+      const at::Tensor first = compute();
+      const std::string first_stored = floating ? stored() : "";
+      const Footprint configured = weight->ConfiguredFootprint();
+      ASSERT_EQ(weight->footprint().owned_bytes(),
+                configured.owned_bytes() - configured.transient_compute_bytes())
+          << what << ": " << weight->footprint().ToString();
+
+      ASSERT_TRUE(weight->Demote(WeightTier::kHot).ok());
+      EXPECT_EQ(weight->footprint().cached_compute_bytes(),
+                configured.cached_compute_bytes())
+          << what;
+      ASSERT_TRUE(weight->Demote(WeightTier::kWarm).ok());
+      EXPECT_EQ(weight->footprint().cached_compute_bytes(), 0) << what;
+      EXPECT_EQ(weight->footprint().total_resident_bytes(),
+                configured.total_resident_bytes())
+          << what;
+      EXPECT_TRUE(compute().equal(first)) << what << ": warm";
+
+      ASSERT_TRUE(weight->Demote(WeightTier::kCool).ok());
+      const Footprint cool = weight->footprint();
+      EXPECT_EQ(cool.owned_bytes(), 0) << what << ": " << cool.ToString();
+      EXPECT_EQ(cool.mapped_bytes(),
+                static_cast<int64_t>(checkpoint_->Find(name)->size_bytes))
+          << what;
+      if (floating) EXPECT_EQ(stored(), first_stored) << what << ": cool";
+      EXPECT_TRUE(compute().equal(first)) << what << ": cool";
+      EXPECT_EQ(weight->footprint().owned_bytes(),
+                configured.owned_bytes() - configured.transient_compute_bytes())
+          << what << ": promoted back by use";
+    }
+  }
+}
+
+TEST_F(WeightTest, DemotionWaitsForNoOneToHoldTheComputeCopy) {
+  WeightOptions options;
+  options.storage = StorageFormat::Plain(ElementType::kBF16);
+  options.compute_copy = ComputeCopyPolicy::kCached;
+  std::unique_ptr<Weight> weight = MakeWeight("w_f32", options);
+  absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  const Footprint held = weight->footprint();
+  absl::Status demoted = weight->Demote(WeightTier::kCool);
+  EXPECT_EQ(demoted.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(demoted.message(), HasSubstr("'w_f32': 1 users"));
+  EXPECT_EQ(weight->footprint(), held) << "nothing freed";
+  handle->Reset();
+  EXPECT_TRUE(weight->Demote(WeightTier::kCool).ok());
+  EXPECT_EQ(weight->footprint().owned_bytes(), 0);
 }
 
 TEST(WeightActivityTest, SumsFieldByField) {
@@ -704,6 +806,13 @@ TEST_F(PrequantizedWeightTest, BlockScalesDecodeFromTheFileBytes) {
     auto rows = (*weight)->GatherRows(ids);
     ASSERT_TRUE(rows.ok()) << rows.status();
     EXPECT_TRUE(at::equal(*rows, expected.index_select(0, ids)));
+    // Cool: the file's pages only, scales dropped too; used again, the
+    // same elements from the same bytes.
+    ASSERT_TRUE((*weight)->Demote(WeightTier::kCool).ok());
+    EXPECT_EQ((*weight)->footprint().owned_bytes(), 0);
+    auto again = (*weight)->Acquire();
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(at::equal(again->tensor(), expected));
   }
 }
 

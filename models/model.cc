@@ -156,6 +156,7 @@ absl::StatusOr<NamedTensors> Model::Forward(
 
 absl::StatusOr<NamedTensors> Model::Run(
     const CheckedInputs& inputs, const Cancellation* cancellation) const {
+  const ForwardPass pass = EnterForward();
   absl::StatusOr<NamedTensors> outputs =
       CatchExceptions([&]() -> absl::StatusOr<NamedTensors> {
         TORCH_INTERNAL_ASSERT(&inputs.model() == this,
@@ -171,6 +172,17 @@ absl::StatusOr<NamedTensors> Model::Run(
                      outputs.status().message()));
   }
   return outputs;
+}
+
+absl::Status Model::Demote(casting::WeightTier tier) {
+  absl::MutexLock no_forwards(&forward_gate_);
+  absl::Status status;
+  root().Visit([&](Module& module) {
+    for (const auto& [name, weight] : module.weights()) {
+      if (status.ok()) status = weight->Demote(tier);
+    }
+  });
+  return status;
 }
 
 }  // namespace castserve::models

@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "c10/util/Exception.h"
 #include "casting/device/device.h"
+#include "casting/memory/weight_tier.h"
 #include "models/module.h"
 #include "models/prefetch_counts.h"
 
@@ -156,6 +158,32 @@ class Model {
   // (config.json's id2label), in label order; empty for other models.
   virtual std::vector<std::string> output_labels() const { return {}; }
 
+  // Memory tiers (casting/memory/weight_tier.h): frees what `tier` keeps no
+  // longer in every weight of the model (casting::Weight::Demote), once the
+  // forwards running now have ended; forwards that start meanwhile wait for
+  // it (it only frees memory). Later forwards build back, layer by layer,
+  // what the weight policy configures, bitwise the same. Thread-safe.
+  absl::Status Demote(casting::WeightTier tier);
+
+  // Holds Demote off while it lives. Every forward holds one: Run does;
+  // code that drives incremental_decoder() itself (the generation
+  // scheduler) holds one per step. Shared: passes never wait for each
+  // other, only for a Demote.
+  class ForwardPass {
+   public:
+    explicit ForwardPass(absl::Mutex* gate) ABSL_SHARED_LOCK_FUNCTION(gate)
+        : gate_(gate) {
+      gate_->ReaderLock();
+    }
+    ~ForwardPass() ABSL_UNLOCK_FUNCTION() { gate_->ReaderUnlock(); }
+    ForwardPass(const ForwardPass&) = delete;
+    ForwardPass& operator=(const ForwardPass&) = delete;
+
+   private:
+    absl::Mutex* const gate_;
+  };
+  ForwardPass EnterForward() const { return ForwardPass(&forward_gate_); }
+
   // What the loader says once about how this model's weights are kept, for
   // the load log line and the served config's parameters: a pre-quantized
   // checkpoint's note (models/loading/prequantized_weights.h); empty otherwise.
@@ -186,6 +214,8 @@ class Model {
 
  private:
   std::string storage_note_;
+  // Forwards hold it shared (ForwardPass), Demote exclusively.
+  mutable absl::Mutex forward_gate_;
 };
 
 }  // namespace castserve::models

@@ -287,6 +287,8 @@ void GenerationScheduler::RunStep() {
                         static_cast<int64_t>(sequence->pending.size())});
     ids.insert(ids.end(), sequence->pending.begin(), sequence->pending.end());
   }
+  // The step is one forward: a demotion of the model waits for it.
+  const Model::ForwardPass pass = model_.EnterForward();
   absl::StatusOr<at::Tensor> logits =
       CatchExceptions([&]() -> absl::StatusOr<at::Tensor> {
         c10::InferenceMode inference_mode;
