@@ -5,7 +5,7 @@ gen_llama_checkpoint.py) to GGUF with llama.cpp's own convert_hf_to_gguf.py.
 The benchmark checkpoint has weights and config.json only; the converter
 insists on a tokenizer. This script gives it one in a staging folder beside
 the output (symlinks to the checkpoint's files + a byte-level BPE
-tokenizer.json of the 256 byte symbols and no merges, built with
+tokenizer.json of the 256 byte symbols and one merge, built with
 `tokenizers`), and names its pre-tokenizer "default": the converter
 recognises pre-tokenizers by hashing how known vocabularies tokenize a test
 string, and this one is none of them. The vocabulary is padded to the
@@ -30,7 +30,11 @@ def write_tokenizer(folder):
 
     alphabet = sorted(ByteLevel.alphabet())
     vocab = {symbol: i for i, symbol in enumerate(alphabet)}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    # One merge: llama.cpp's loader refuses a BPE vocabulary without any
+    # ("cannot find tokenizer merges in model file").
+    first, second = "\u0120", "t"  # " t" in the byte-level alphabet
+    vocab[first + second] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[(first, second)]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.save(os.path.join(folder, "tokenizer.json"))
