@@ -97,9 +97,10 @@ void CastingHooks::PreForward(const Module& module, ForwardContext& context) {
   }
   if (module.ReadsOwnWeights()) return;
   for (const auto& [name, weight] : module.weights()) {
-    // A weight read from its storage needs no compute copy, unless one
-    // exists (prefetched before the rows were known): held, it is used and
-    // then released, not left behind.
+    // A weight read from its storage needs no compute copy. One that exists
+    // (prefetched before the rows were known) is held so that it is
+    // released after the module, not left behind; the product still reads
+    // the storage (ProductWithWeight).
     if (module.ComputesFromStorage(name, context) &&
         !weight->has_compute_copy()) {
       continue;

@@ -68,9 +68,9 @@ std::vector<Policy> Policies() {
       options.compute_copy = copy;
       options.prefetch = copy == casting::ComputeCopyPolicy::kTransient;
       policies.push_back(
-          {std::string(format) +
-               (copy == casting::ComputeCopyPolicy::kCached ? " cached"
-                                                            : " transient"),
+          {std::string(format) + (copy == casting::ComputeCopyPolicy::kCached
+                                      ? " cached"
+                                      : " transient"),
            options});
     }
   }
@@ -84,6 +84,12 @@ TEST(ModelTiersTest, EveryTierGivesBitwiseTheSameOutputs) {
     ASSERT_TRUE(model.ok()) << policy.name << ": " << model.status();
     auto hot = (*model)->Forward(inputs);
     ASSERT_TRUE(hot.ok()) << policy.name << ": " << hot.status();
+    auto hot_again = (*model)->Forward(inputs);
+    ASSERT_TRUE(hot_again.ok()) << policy.name << ": " << hot_again.status();
+    for (const auto& [name, tensor] : *hot) {
+      EXPECT_TRUE(tensor.equal(hot_again->at(name)))
+          << policy.name << " " << name << ": hot twice";
+    }
     const casting::Footprint serving = Held(**model);
 
     ASSERT_TRUE((*model)->Demote(casting::WeightTier::kWarm).ok());

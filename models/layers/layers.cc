@@ -61,7 +61,11 @@ at::Tensor ProductWith(const Module& owner, ForwardContext& context,
                        bool reads_storage, const at::Tensor& x,
                        const at::Tensor& bias,
                        std::optional<Activation> activation) {
-  if (!reads_storage || context.Find(&owner, weight_name) != nullptr) {
+  // A compute copy this forward holds anyway (one prefetched before the
+  // rows were known) is not used when the rows say storage: the result
+  // depends on the weight and the rows only, never on what a prefetch
+  // guessed, so a first forward equals the later ones bit for bit.
+  if (!reads_storage) {
     return LinearProduct(x, owner.Param(context, weight_name), bias,
                          activation);
   }

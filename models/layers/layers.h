@@ -33,9 +33,10 @@ namespace castserve::models {
 // y = x W^T + b with W own weight `weight_name` of `owner` (a Linear's, or
 // the embedding table a tied head multiplies by), inside owner's hooks.
 // Reads W's storage (models/kernels/storage_product.h) when ReadsStorageFor(W,
-// rows of x) and this forward holds no compute copy of W (a hook that found
-// one prefetched holds it); else multiplies by the compute copy (Param)
-// with LinearProduct. Notes x's rows in `context` first. Throws c10::Error
+// rows of x), even when this forward holds a compute copy of W (a hook that
+// found one prefetched holds it, to release it): the result depends on W and
+// the rows only. Else multiplies by the compute copy (Param) with
+// LinearProduct. Notes x's rows in `context` first. Throws c10::Error
 // (WeightUnavailableError) if W cannot be read.
 at::Tensor ProductWithWeight(
     const Module& owner, ForwardContext& context, absl::string_view weight_name,
