@@ -1,7 +1,7 @@
-// Encoding speed, single thread: the parity corpus through the MiniLM and
-// the byte-level BPE tokenizers (tokens/s), and 1 MiB and 2 MiB texts of one
-// repeated character (the time must double, not quadruple). Run from the
-// repository root:
+// Encoding speed, single thread: the parity corpus through the MiniLM, the
+// byte-level BPE and the XLM-R Unigram tokenizers (tokens/s), and 1 MiB and
+// 2 MiB texts of one repeated character (the time must double, not
+// quadruple). Run from the repository root:
 //   bazel run -c opt //text:tokenizer_benchmark -- $PWD
 #include <unistd.h>
 
@@ -65,13 +65,16 @@ int main(int argc, char** argv) {
   const std::vector<std::string> texts = ReadCorpus();
   auto minilm = LoadTokenizer("text/testdata/all-MiniLM-L6-v2");
   auto bpe = LoadTokenizer("text/testdata/bpe-llama3");
-  if (texts.empty() || !minilm.ok() || !bpe.ok()) {
+  auto unigram = LoadTokenizer("text/testdata/unigram/xlmr");
+  if (texts.empty() || !minilm.ok() || !bpe.ok() || !unigram.ok()) {
     std::fprintf(stderr, "run from the repository root (or pass it)\n");
     return 1;
   }
   MeasureCorpus("minilm", **minilm, texts);
   MeasureCorpus("bpe-llama3", **bpe, texts);
+  MeasureCorpus("unigram-xlmr", **unigram, texts);
   MeasureRepeated("minilm", **minilm);
   MeasureRepeated("bpe-llama3", **bpe);
+  MeasureRepeated("unigram-xlmr", **unigram);
   return 0;
 }

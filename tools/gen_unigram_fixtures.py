@@ -34,6 +34,17 @@ text/testdata/unigram/:
                                  -1) with longest_first truncation
                                  (max_length 0: none; else at least 4)
 
+and, to serve end to end, with gen_encoder_fixtures.py's builders:
+  xlm_roberta_model/             a random XLMRobertaModel (its seed, shape
+                                 and sentence-transformers pipeline: mean
+                                 pooling, Normalize) over xlmr's 3,002 ids,
+                                 saved by sentence-transformers with that
+                                 tokenizer; reference.safetensors holds
+                                 input.input_ids / input.attention_mask (the
+                                 tokenizer's batch of SERVED_TEXTS) and
+                                 output.sentence_embedding, SERVED_TEXTS in
+                                 its metadata "texts"
+
   /work/main/.venv-ref/bin/python tools/gen_unigram_fixtures.py
 """
 import io
@@ -200,6 +211,59 @@ def byte_fallback_tokenizer(model_bytes, folder):
     tokenizer.save(os.path.join(OUT, folder, "tokenizer.json"))
 
 
+# Texts the served fixture embeds: what the charsmap rewrites, unknown
+# characters, whitespace runs, several scripts.
+SERVED_TEXTS = [
+    "Ｈｅｌｌｏ　ｗｏｒｌｄ ﬁne ① ㍿",
+    "bonjour  café crème brûlée",
+    "你好世界 こんにちは ｶﾞ",
+    "Привет мир 😀 👍🏽",
+    "tabs\tand\nnewlines \U0001F9EC Ａ\u0301",
+]
+
+
+def served_model(tokenizer_folder, folder):
+    import numpy as np
+    import gen_encoder_fixtures as encoders
+    from sentence_transformers import SentenceTransformer, models as st_models
+    from transformers import PreTrainedTokenizerFast
+
+    fixtures = encoders.fixtures
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=os.path.join(tokenizer_folder, "tokenizer.json"), bos_token="<s>",
+        eos_token="</s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
+    model = encoders.build("xlm_roberta", tokenizer.backend_tokenizer.get_vocab_size())
+    fixtures.fresh_dir(folder)
+    staging = folder + ".hf"
+    fixtures.fresh_dir(staging)
+    model.save_pretrained(staging, safe_serialization=True)
+    tokenizer.save_pretrained(staging)
+    transformer = st_models.Transformer(staging, max_seq_length=64)
+    pooling = st_models.Pooling(32, pooling_mode="mean")
+    st = SentenceTransformer(modules=[transformer, pooling, st_models.Normalize()], device="cpu")
+    st.save(folder)
+    shutil.rmtree(staging)
+    os.remove(os.path.join(folder, "README.md"))  # the generated model card
+    encoders.write_classic_pipeline(folder)
+    with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
+        saved = json.load(f)
+    with open(os.path.join(tokenizer_folder, "tokenizer.json"), encoding="utf-8") as f:
+        original = json.load(f)
+    # serde_json's default float parsing is best effort (within an ulp), so
+    # a score read and written again may differ in its last digits.
+    assert [t for t, _ in saved["model"]["vocab"]] == [t for t, _ in original["model"]["vocab"]]
+    assert all(abs(a[1] - b[1]) < 1e-12
+               for a, b in zip(saved["model"]["vocab"], original["model"]["vocab"]))
+    st = SentenceTransformer(folder, device="cpu")
+    embeddings = st.encode(SERVED_TEXTS, convert_to_numpy=True, batch_size=len(SERVED_TEXTS))
+    batch = encoders.to_numpy(st.preprocess(SERVED_TEXTS))
+    batch.pop("token_type_ids", None)
+    tensors = {"input.%s" % k: v for k, v in batch.items()}
+    tensors["output.sentence_embedding"] = embeddings.astype(np.float32)
+    encoders.save(os.path.join(folder, "reference.safetensors"), tensors,
+                  {"texts": SERVED_TEXTS})
+
+
 def references(name, texts):
     from tokenizers import Tokenizer
     tokenizer = Tokenizer.from_file(os.path.join(OUT, name, "tokenizer.json"))
@@ -245,6 +309,7 @@ def main():
                               [corpus_source.escape(t) for t in extra])
     for name in ("xlmr", "xlmr-converter", "byte-fallback"):
         references(name, shared + extra)
+    served_model(os.path.join(OUT, "xlmr"), os.path.join(OUT, "xlm_roberta_model"))
     print("gen_unigram_fixtures: wrote", OUT)
 
 
