@@ -118,12 +118,12 @@ absl::StatusOr<std::vector<Unigram::BestPath>> Unigram::Viterbi(
     absl::string_view word) const {
   std::vector<BestPath> best(word.size() + 1);
   best[0].begin = 0;
-  auto offer = [&](size_t begin, size_t end, double score, int64_t id) -> bool {
+  auto offer = [&](size_t begin, size_t end, double score, int64_t id) {
     const double candidate = best[begin].score + score;
     BestPath& target = best[end];
-    if (target.begin >= 0 && !(candidate > target.score)) return false;
-    target = BestPath{candidate, id, static_cast<int64_t>(begin)};
-    return true;
+    if (target.begin < 0 || candidate > target.score) {
+      target = BestPath{candidate, id, static_cast<int64_t>(begin)};
+    }
   };
   for (size_t begin = 0; begin < word.size();) {
     const size_t char_length =
