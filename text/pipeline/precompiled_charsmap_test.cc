@@ -1,12 +1,14 @@
 #include "text/pipeline/precompiled_charsmap.h"
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "text/unicode/unicode.h"
 
 namespace castserve::text {
 namespace {
@@ -87,6 +89,36 @@ TEST(PrecompiledCharsmapTest, MalformedBlobsAreRefused) {
                 HasSubstr("normalizer.precompiled_charsmap: "));
     EXPECT_THAT(charsmap.status().message(), HasSubstr(message));
   }
+}
+
+// Blobs with random bytes changed either fail to load or normalize any text
+// to UTF-8 (under AddressSanitizer: tools/run_sanitizers.sh with TARGETS).
+TEST(PrecompiledCharsmapTest, CorruptedBlobsLoadOrAreRefusedNeverOverrun) {
+  const std::string valid = Blob(TwoKeyUnits(), absl::string_view("b\0X\0", 4));
+  const std::string texts[] = {"ab", "a\u0301", "\u00e9a", "xyz\r\n", ""};
+  std::mt19937 random(20261202);
+  int loaded = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string blob = valid;
+    const int changes = 1 + static_cast<int>(random() % 4);
+    for (int i = 0; i < changes; ++i) {
+      blob[random() % blob.size()] = static_cast<char>(random() & 0xFF);
+    }
+    if (random() % 8 == 0) blob.resize(random() % blob.size());
+    absl::StatusOr<std::unique_ptr<PrecompiledCharsmap>> charsmap =
+        PrecompiledCharsmap::Create(blob, "charsmap");
+    if (!charsmap.ok()) {
+      EXPECT_EQ(charsmap.status().code(), absl::StatusCode::kInvalidArgument);
+      continue;
+    }
+    ++loaded;
+    for (const std::string& text : texts) {
+      absl::StatusOr<std::string> normalized = (*charsmap)->Normalize(text);
+      ASSERT_TRUE(normalized.ok()) << normalized.status();
+      EXPECT_TRUE(IsValidUtf8(*normalized));
+    }
+  }
+  EXPECT_GT(loaded, 100);
 }
 
 }  // namespace
