@@ -44,6 +44,15 @@ and, to serve end to end, with gen_encoder_fixtures.py's builders:
                                  tokenizer's batch of SERVED_TEXTS) and
                                  output.sentence_embedding, SERVED_TEXTS in
                                  its metadata "texts"
+  xlm_roberta_reranker/          a random XLMRobertaForSequenceClassification
+                                 (gen_encoder_fixtures' reranker) over the
+                                 same tokenizer; reference.safetensors as
+                                 gen_encoder_fixtures writes a reranker's:
+                                 input.* (the pair batch), output.scores
+                                 (logits), output.cross_encoder
+                                 (CrossEncoder.predict) and the fp8 per-row
+                                 round trip's scores; metadata "queries",
+                                 "documents" (SERVED_QUERIES / _DOCUMENTS)
 
   /work/main/.venv-ref/bin/python tools/gen_unigram_fixtures.py
 """
@@ -222,16 +231,56 @@ SERVED_TEXTS = [
 ]
 
 
+SERVED_QUERIES = ["ｃａｐｉｔａｌ of France?", "株式会社 ㍿", "bonjour  café", "😀 emoji"]
+SERVED_DOCUMENTS = ["Paris est la capitale de la France.", "株式会社とは会社の一種です。",
+                    "Привет мир ①②", "tabs\tand\nnewlines \U0001F9EC Ａ\u0301"]
+
+
+def xlmr_fast_tokenizer(tokenizer_folder):
+    from transformers import PreTrainedTokenizerFast
+    return PreTrainedTokenizerFast(
+        tokenizer_file=os.path.join(tokenizer_folder, "tokenizer.json"), bos_token="<s>",
+        eos_token="</s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
+
+
+def served_reranker(tokenizer_folder, folder):
+    import numpy as np
+    import torch
+    import gen_encoder_fixtures as encoders
+    from sentence_transformers import CrossEncoder
+
+    fixtures = encoders.fixtures
+    tokenizer = xlmr_fast_tokenizer(tokenizer_folder)
+    model = encoders.build("xlm_roberta_reranker", tokenizer.backend_tokenizer.get_vocab_size())
+    fixtures.fresh_dir(folder)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    batch = encoders.to_numpy(tokenizer(SERVED_QUERIES, SERVED_DOCUMENTS, padding=True,
+                                        return_tensors="pt"))
+    batch.pop("token_type_ids", None)
+    tensors = {"input.%s" % k: v for k, v in batch.items()}
+    tensors["output.scores"] = encoders.forward(model, batch, ["scores"])["scores"]
+    cast = encoders.CAST_FORMAT
+    round_tripped = fixtures.round_tripped_model(model, cast)
+    tensors["roundtrip.%s.output.scores" % cast] = encoders.forward(
+        round_tripped, batch, ["scores"])["scores"]
+    cross = CrossEncoder(folder, device="cpu")
+    predicted = cross.predict(list(zip(SERVED_QUERIES, SERVED_DOCUMENTS)),
+                              activation_fn=torch.nn.Identity(), convert_to_numpy=True,
+                              batch_size=len(SERVED_QUERIES))
+    tensors["output.cross_encoder"] = np.asarray(predicted, np.float32).reshape(
+        len(SERVED_QUERIES), -1)
+    encoders.save(os.path.join(folder, "reference.safetensors"), tensors,
+                  {"queries": SERVED_QUERIES, "documents": SERVED_DOCUMENTS})
+
+
 def served_model(tokenizer_folder, folder):
     import numpy as np
     import gen_encoder_fixtures as encoders
     from sentence_transformers import SentenceTransformer, models as st_models
-    from transformers import PreTrainedTokenizerFast
 
     fixtures = encoders.fixtures
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_file=os.path.join(tokenizer_folder, "tokenizer.json"), bos_token="<s>",
-        eos_token="</s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
+    tokenizer = xlmr_fast_tokenizer(tokenizer_folder)
     model = encoders.build("xlm_roberta", tokenizer.backend_tokenizer.get_vocab_size())
     fixtures.fresh_dir(folder)
     staging = folder + ".hf"
@@ -310,6 +359,7 @@ def main():
     for name in ("xlmr", "xlmr-converter", "byte-fallback"):
         references(name, shared + extra)
     served_model(os.path.join(OUT, "xlmr"), os.path.join(OUT, "xlm_roberta_model"))
+    served_reranker(os.path.join(OUT, "xlmr"), os.path.join(OUT, "xlm_roberta_reranker"))
     print("gen_unigram_fixtures: wrote", OUT)
 
 

@@ -2,7 +2,8 @@
 // gRPC, through HfServedModelFactory and the wire request/response of
 // ServedModel::Infer: a cross-encoder (XLM-RoBERTa, BERT) takes BYTES
 // `query` and `document` and answers FP32 `scores` equal to transformers'
-// logits and CrossEncoder.predict, its labels in the config's parameters;
+// logits and CrossEncoder.predict, its labels in the config's parameters
+// (also through a Unigram tokenizer.json, text/testdata/unigram);
 // the XLM-RoBERTa sentence-transformers folder takes `text` and answers
 // sentence-transformers' embedding, and so does an XLM-RoBERTa folder whose
 // tokenizer.json is SentencePiece's Unigram (text/testdata/unigram). Also
@@ -188,6 +189,10 @@ INSTANTIATE_TEST_SUITE_P(
     Rerankers, RerankerServingTest,
     ::testing::Values(
         RerankerCase{"models/testdata/xlm_roberta_reranker", R"(["LABEL_0"])"},
+        // bge-reranker's kind of tokenizer: Unigram with SentencePiece's
+        // Precompiled normalizer, the pair template "<s> A </s></s> B </s>".
+        RerankerCase{"text/testdata/unigram/xlm_roberta_reranker",
+                     R"(["LABEL_0"])"},
         RerankerCase{"models/testdata/bert_reranker",
                      R"(["contradiction","entailment","neutral"])"}));
 
