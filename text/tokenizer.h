@@ -2,7 +2,8 @@
 // picks an implementation from a model folder.
 //
 // Implementations: a tokenizer.json pipeline (json_tokenizer.h: WordPiece as
-// BERT declares it, byte-level BPE as Llama 3 and Qwen2 declare it) and a
+// BERT declares it, byte-level BPE as Llama 3 and Qwen2 declare it, Unigram
+// with SentencePiece's charsmap as XLM-RoBERTa declares it) and a
 // SentencePiece tokenizer.model (sentencepiece_tokenizer.h). Token ids equal
 // those of Hugging Face's `tokenizers` (resp. `sentencepiece`) Python library
 // for the same file; text/testdata holds the references the tests compare.

@@ -1,8 +1,10 @@
-// Encoding speed, single thread: the parity corpus through the MiniLM and
-// the byte-level BPE tokenizers (tokens/s), and 1 MiB and 2 MiB texts of one
-// repeated character (the time must double, not quadruple). Run from the
+// Encoding speed, single thread: the parity corpus through the MiniLM, the
+// byte-level BPE and the XLM-R Unigram tokenizers (tokens/s), and 1 MiB and
+// 2 MiB texts of one repeated character (the time must double, not
+// quadruple). Folders named after the root (a real model's, say) are
+// loaded (the time printed) and measured on the corpus too. Run from the
 // repository root:
-//   bazel run -c opt //text:tokenizer_benchmark -- $PWD
+//   bazel run -c opt //text:tokenizer_benchmark -- $PWD [FOLDER...]
 #include <unistd.h>
 
 #include <chrono>
@@ -65,13 +67,29 @@ int main(int argc, char** argv) {
   const std::vector<std::string> texts = ReadCorpus();
   auto minilm = LoadTokenizer("text/testdata/all-MiniLM-L6-v2");
   auto bpe = LoadTokenizer("text/testdata/bpe-llama3");
-  if (texts.empty() || !minilm.ok() || !bpe.ok()) {
+  auto unigram = LoadTokenizer("text/testdata/unigram/xlmr");
+  if (texts.empty() || !minilm.ok() || !bpe.ok() || !unigram.ok()) {
     std::fprintf(stderr, "run from the repository root (or pass it)\n");
     return 1;
   }
   MeasureCorpus("minilm", **minilm, texts);
   MeasureCorpus("bpe-llama3", **bpe, texts);
+  MeasureCorpus("unigram-xlmr", **unigram, texts);
   MeasureRepeated("minilm", **minilm);
   MeasureRepeated("bpe-llama3", **bpe);
+  MeasureRepeated("unigram-xlmr", **unigram);
+  for (int i = 2; i < argc; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    auto tokenizer = LoadTokenizer(argv[i]);
+    const double seconds = Seconds(start);
+    if (!tokenizer.ok()) {
+      std::fprintf(stderr, "%s: %s\n", argv[i],
+                   tokenizer.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("%s: loaded in %.3f s, %lld ids\n", argv[i], seconds,
+                static_cast<long long>((*tokenizer)->vocab_size()));
+    MeasureCorpus(argv[i], **tokenizer, texts);
+  }
   return 0;
 }

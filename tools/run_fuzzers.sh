@@ -21,7 +21,7 @@
 #                          decoder of each endpoint (bounds kept, refusals
 #                          INVALID_ARGUMENT)
 #   text/fuzz/             tokenizer_encode: Tokenizer::Encode of arbitrary bytes
-#                          over the MiniLM and byte-level BPE tokenizers (ids in
+#                          over the MiniLM, byte-level BPE and Unigram tokenizers (ids in
 #                          the vocabulary, BPE decodes back to the text)
 #   text/jinja/fuzz/       chat_template: ChatTemplate::Create and Render of
 #                          arbitrary templates and JSON contexts (only the

@@ -1,7 +1,9 @@
 // libFuzzer target: Tokenizer::Encode of untrusted text over the MiniLM
-// (WordPiece) and the Llama 3-style byte-level BPE tokenizers of
-// text/testdata. Checks: invalid UTF-8 is InvalidArgument and nothing else
-// fails; ids are in the vocabulary; byte-level BPE decodes back to the text
+// (WordPiece), the Llama 3-style byte-level BPE and the XLM-R Unigram
+// (Precompiled charsmap) tokenizers of text/testdata. Checks: invalid UTF-8
+// is InvalidArgument and nothing else fails; ids are in the vocabulary (a
+// Unigram pair too, and its decoding succeeds); byte-level BPE decodes back
+// to the text
 // (the lossless property; "<L>" swallows spaces, so texts with it are
 // skipped). Built by tools/run_fuzzers.sh; run from the repository root.
 #include <cstddef>
@@ -51,8 +53,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Load("text/testdata/all-MiniLM-L6-v2");
   static const std::unique_ptr<Tokenizer> bpe_tokenizer =
       Load("text/testdata/bpe-llama3");
+  static const std::unique_ptr<Tokenizer> unigram_tokenizer =
+      Load("text/testdata/unigram/xlmr");
   const Tokenizer& minilm = *minilm_tokenizer;
   const Tokenizer& bpe = *bpe_tokenizer;
+  const Tokenizer& unigram = *unigram_tokenizer;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   castserve::text::EncodeOptions options;
   options.max_length = size % 3 == 0 ? 0 : static_cast<int64_t>(size % 64);
@@ -60,10 +65,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!word_pieces.ok()) {
     TrapUnless(absl::IsInvalidArgument(word_pieces.status()),
                "only InvalidArgument");
-    TrapUnless(!bpe.Encode(text, options).ok(), "both refuse invalid UTF-8");
+    TrapUnless(!bpe.Encode(text, options).ok(), "all refuse invalid UTF-8");
+    TrapUnless(!unigram.Encode(text, options).ok(), "all refuse invalid UTF-8");
     return 0;
   }
   CheckIds(minilm, *word_pieces);
+  const absl::StatusOr<Encoding> pieces = unigram.Encode(text, options);
+  TrapUnless(pieces.ok(), "Unigram encodes what WordPiece accepts");
+  CheckIds(unigram, *pieces);
+  TrapUnless(unigram.Decode(pieces->ids, true).ok(), "Unigram ids decode");
+  const size_t half = text.size() / 2;
+  const absl::StatusOr<Encoding> pair =
+      unigram.EncodePair(text.substr(0, half), text.substr(half), options);
+  // A cut inside a character makes both halves invalid UTF-8.
+  TrapUnless(pair.ok() || absl::IsInvalidArgument(pair.status()),
+             "a Unigram pair encodes or is InvalidArgument");
+  if (pair.ok()) CheckIds(unigram, *pair);
   options.add_special_tokens = false;
   options.max_length = 0;
   const absl::StatusOr<Encoding> bytes = bpe.Encode(text, options);

@@ -173,12 +173,13 @@ void Bpe::MergeAll(std::vector<Symbol>* symbols_pointer) const {
   }
 }
 
-void Bpe::Tokenize(absl::string_view word, std::vector<int64_t>* ids) const {
-  if (word.empty()) return;
+absl::Status Bpe::Tokenize(absl::string_view word,
+                           std::vector<int64_t>* ids) const {
+  if (word.empty()) return absl::OkStatus();
   if (ignore_merges_) {
     if (std::optional<int64_t> id = vocabulary_.Find(word)) {
       ids->push_back(*id);
-      return;
+      return absl::OkStatus();
     }
   }
   std::vector<Symbol> symbols = InitialSymbols(word);
@@ -186,6 +187,7 @@ void Bpe::Tokenize(absl::string_view word, std::vector<int64_t>* ids) const {
   for (const Symbol& symbol : symbols) {
     if (!symbol.removed) ids->push_back(symbol.id);
   }
+  return absl::OkStatus();
 }
 
 }  // namespace castserve::text

@@ -26,8 +26,8 @@ class Bpe : public Model {
   // in the vocabulary ("model.merges[3]"), an unknown token missing from it.
   static absl::StatusOr<std::unique_ptr<Bpe>> Create(const ModelSpec& spec);
 
-  void Tokenize(absl::string_view word,
-                std::vector<int64_t>* ids) const override;
+  absl::Status Tokenize(absl::string_view word,
+                        std::vector<int64_t>* ids) const override;
   const Vocabulary& vocabulary() const override { return vocabulary_; }
 
  private:

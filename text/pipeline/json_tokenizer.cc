@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "text/pipeline/bpe.h"
+#include "text/pipeline/unigram.h"
 #include "text/pipeline/word_piece.h"
 #include "text/unicode/unicode.h"
 
@@ -12,6 +13,11 @@ namespace castserve::text {
 namespace {
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec) {
+  if (spec.type == ModelSpec::Type::kUnigram) {
+    absl::StatusOr<std::unique_ptr<Unigram>> unigram = Unigram::Create(spec);
+    if (!unigram.ok()) return unigram.status();
+    return std::unique_ptr<Model>(*std::move(unigram));
+  }
   if (spec.type == ModelSpec::Type::kBpe) {
     absl::StatusOr<std::unique_ptr<Bpe>> bpe = Bpe::Create(spec);
     if (!bpe.ok()) return bpe.status();
@@ -167,24 +173,31 @@ absl::Status JsonTokenizer::TokenizeText(absl::string_view text,
   for (const AddedVocabulary::Segment& segment : added_->Split(text, true)) {
     if (segment.id >= 0) {
       ids->push_back(segment.id);
-    } else {
-      TokenizeNormalized(
-          text.substr(segment.begin, segment.end - segment.begin),
-          starts_text && segment.begin == 0, ids);
+      continue;
+    }
+    if (absl::Status status = TokenizeNormalized(
+            text.substr(segment.begin, segment.end - segment.begin),
+            starts_text && segment.begin == 0, ids);
+        !status.ok()) {
+      return status;
     }
   }
   return absl::OkStatus();
 }
 
-void JsonTokenizer::TokenizeNormalized(absl::string_view text, bool starts_text,
-                                       std::vector<int64_t>* ids) const {
+absl::Status JsonTokenizer::TokenizeNormalized(
+    absl::string_view text, bool starts_text, std::vector<int64_t>* ids) const {
   if (pre_tokenizer_ == nullptr) {
-    if (!text.empty()) model_->Tokenize(text, ids);
-    return;
+    return text.empty() ? absl::OkStatus() : model_->Tokenize(text, ids);
   }
   std::vector<std::string> words;
   pre_tokenizer_->PreTokenize(text, &words, starts_text);
-  for (const std::string& word : words) model_->Tokenize(word, ids);
+  for (const std::string& word : words) {
+    if (absl::Status status = model_->Tokenize(word, ids); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> JsonTokenizer::Decode(

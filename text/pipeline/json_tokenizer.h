@@ -49,8 +49,8 @@ class JsonTokenizer : public Tokenizer {
   // `starts_text`: no added token precedes the piece.
   absl::Status TokenizeText(absl::string_view text, bool starts_text,
                             std::vector<int64_t>* ids) const;
-  void TokenizeNormalized(absl::string_view text, bool starts_text,
-                          std::vector<int64_t>* ids) const;
+  absl::Status TokenizeNormalized(absl::string_view text, bool starts_text,
+                                  std::vector<int64_t>* ids) const;
 
   std::unique_ptr<Normalizer> normalizer_;       // may be null
   std::unique_ptr<PreTokenizer> pre_tokenizer_;  // may be null

@@ -345,8 +345,8 @@ TEST(JsonTokenizerTest, MalformedFilesAreInvalidArgumentNamingTheField) {
   EXPECT_THAT(ErrorOf(R"json({"model": {}, "model": {}})json"),
               HasSubstr("duplicate key"));
   EXPECT_THAT(
-      ErrorOf(BpeJson(R"json({"type": "Unigram", "vocab": {}})json", "null")),
-      HasSubstr("model.type: unsupported model type \"Unigram\""));
+      ErrorOf(BpeJson(R"json({"type": "WordLevel", "vocab": {}})json", "null")),
+      HasSubstr("model.type: unsupported model type \"WordLevel\""));
   EXPECT_THAT(
       ErrorOf(BpeJson(
           R"json({"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b"]})json",

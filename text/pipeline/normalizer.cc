@@ -127,7 +127,16 @@ absl::Status Normalizer::AddSteps(const NormalizerSpec& spec) {
     }
     return absl::OkStatus();
   }
-  Step step{spec, nullptr};
+  Step step{spec, nullptr, nullptr};
+  if (spec.type == Type::kPrecompiled) {
+    absl::StatusOr<std::unique_ptr<PrecompiledCharsmap>> charsmap =
+        PrecompiledCharsmap::Create(
+            spec.precompiled_charsmap,
+            absl::StrCat(spec.path, ".precompiled_charsmap"));
+    if (!charsmap.ok()) return charsmap.status();
+    step.charsmap = *std::move(charsmap);
+    step.spec.precompiled_charsmap.clear();
+  }
   if (spec.type == Type::kReplace) {
     absl::StatusOr<std::unique_ptr<SplitPattern>> pattern =
         SplitPattern::Create(spec.pattern);
@@ -175,6 +184,8 @@ absl::StatusOr<std::string> Normalizer::Apply(const Step& step,
       return ReplaceMatches(text, *step.pattern, step.spec.content);
     case Type::kPrepend:
       return text.empty() ? text : absl::StrCat(step.spec.content, text);
+    case Type::kPrecompiled:
+      return step.charsmap->Normalize(text);
     case Type::kSequence:
       break;  // flattened by AddSteps
   }

@@ -1,6 +1,7 @@
 // tokenizer.json's "normalizer": the text rewrites applied before
 // pre-tokenization (BertNormalizer, NFC/NFD/NFKC/NFKD, Lowercase, Strip,
-// StripAccents, Replace, Prepend, Sequence), with the semantics of the
+// StripAccents, Replace, Prepend, Precompiled, Sequence), with the
+// semantics of the
 // `tokenizers` library. Offsets are not tracked: castserve needs only ids.
 //
 // Immutable after Create; Normalize is thread-safe.
@@ -13,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "text/pipeline/precompiled_charsmap.h"
 #include "text/pipeline/tokenizer_json.h"
 #include "text/unicode/split_pattern.h"
 
@@ -20,7 +22,8 @@ namespace castserve::text {
 
 class Normalizer {
  public:
-  // InvalidArgument naming the field for a Replace pattern RE2 rejects.
+  // InvalidArgument naming the field for a Replace pattern RE2 rejects or a
+  // Precompiled charsmap that does not parse (precompiled_charsmap.h).
   static absl::StatusOr<std::unique_ptr<Normalizer>> Create(
       const NormalizerSpec& spec);
 
@@ -30,7 +33,8 @@ class Normalizer {
  private:
   struct Step {
     NormalizerSpec spec;  // without the children of a Sequence
-    std::unique_ptr<SplitPattern> pattern;  // Replace
+    std::unique_ptr<SplitPattern> pattern;          // Replace
+    std::unique_ptr<PrecompiledCharsmap> charsmap;  // Precompiled
   };
   Normalizer() = default;
   absl::Status AddSteps(const NormalizerSpec& spec);

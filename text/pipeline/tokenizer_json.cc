@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "platform/json_parser.h"
 
@@ -148,6 +149,22 @@ absl::Status ReadPattern(const Json& object, absl::string_view path,
 
 // --- Normalizers ------------------------------------------------------------
 
+// Precompiled's "precompiled_charsmap": standard base64, as the library
+// writes it.
+absl::Status ReadPrecompiledCharsmap(const Json& json, absl::string_view path,
+                                     NormalizerSpec* spec) {
+  absl::StatusOr<const Json*> value =
+      Required(json, path, "precompiled_charsmap");
+  if (!value.ok()) return value.status();
+  const std::string field = Child(path, "precompiled_charsmap");
+  if (!(*value)->is_string()) return FieldError(field, "must be a string");
+  if (!absl::Base64Unescape((*value)->get_ref<const std::string&>(),
+                            &spec->precompiled_charsmap)) {
+    return FieldError(field, "is not base64");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<NormalizerSpec> ParseNormalizer(const Json& json,
                                                const std::string& path) {
   using T = NormalizerSpec::Type;
@@ -162,6 +179,7 @@ absl::StatusOr<NormalizerSpec> ParseNormalizer(const Json& json,
       {"StripAccents", T::kStripAccents},
       {"Replace", T::kReplace},
       {"Prepend", T::kPrepend},
+      {"Precompiled", T::kPrecompiled},
       {"Sequence", T::kSequence},
   };
   absl::StatusOr<T> type = ReadType(json, path, "normalizer", kTypes);
@@ -184,8 +202,8 @@ absl::StatusOr<NormalizerSpec> ParseNormalizer(const Json& json,
       break;
     }
     case T::kStrip:
-      RETURN_IF_ERROR(ReadBool(json, path, "left", &spec.strip_left));
-      RETURN_IF_ERROR(ReadBool(json, path, "right", &spec.strip_right));
+      RETURN_IF_ERROR(ReadBool(json, path, "strip_left", &spec.strip_left));
+      RETURN_IF_ERROR(ReadBool(json, path, "strip_right", &spec.strip_right));
       break;
     case T::kReplace:
       RETURN_IF_ERROR(ReadPattern(json, path, &spec.pattern));
@@ -193,6 +211,9 @@ absl::StatusOr<NormalizerSpec> ParseNormalizer(const Json& json,
       break;
     case T::kPrepend:
       RETURN_IF_ERROR(ReadString(json, path, "prepend", &spec.content));
+      break;
+    case T::kPrecompiled:
+      RETURN_IF_ERROR(ReadPrecompiledCharsmap(json, path, &spec));
       break;
     case T::kSequence: {
       absl::StatusOr<const Json*> list =
@@ -369,15 +390,56 @@ absl::Status ReadMerges(const Json& json, absl::string_view path,
   return absl::OkStatus();
 }
 
+// Unigram's vocab: [[token, score], ...], the id being the index.
+absl::Status ReadScoredVocab(const Json& json, absl::string_view path,
+                             ModelSpec* spec) {
+  absl::StatusOr<const Json*> vocab = RequiredArray(json, path, "vocab");
+  if (!vocab.ok()) return vocab.status();
+  const std::string vocab_path = Child(path, "vocab");
+  spec->vocab.reserve((*vocab)->size());
+  spec->scores.reserve((*vocab)->size());
+  for (size_t i = 0; i < (*vocab)->size(); ++i) {
+    const Json& entry = (**vocab)[i];
+    if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() ||
+        !entry[1].is_number()) {
+      return FieldError(Index(vocab_path, i), "must be [token, score]");
+    }
+    spec->vocab.emplace_back(entry[0].get<std::string>(),
+                             static_cast<int64_t>(i));
+    spec->scores.push_back(entry[1].get<double>());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelSpec> ParseUnigram(const Json& json,
+                                       const std::string& path) {
+  ModelSpec spec;
+  spec.type = ModelSpec::Type::kUnigram;
+  RETURN_IF_ERROR(ReadScoredVocab(json, path, &spec));
+  const Json* unk_id = Find(json, "unk_id");
+  if (unk_id != nullptr && !unk_id->is_null()) {
+    int64_t value = -1;
+    if (!IntegerValue(*unk_id, &value) || value < 0) {
+      return FieldError(Child(path, "unk_id"),
+                        "must be a non-negative integer");
+    }
+    spec.unk_id = value;
+  }
+  RETURN_IF_ERROR(ReadBool(json, path, "byte_fallback", &spec.byte_fallback));
+  return spec;
+}
+
 absl::StatusOr<ModelSpec> ParseModel(const Json& json,
                                      const std::string& path) {
   using T = ModelSpec::Type;
   static constexpr std::pair<absl::string_view, T> kTypes[] = {
       {"WordPiece", T::kWordPiece},
       {"BPE", T::kBpe},
+      {"Unigram", T::kUnigram},
   };
   absl::StatusOr<T> type = ReadType(json, path, "model", kTypes);
   if (!type.ok()) return type.status();
+  if (*type == T::kUnigram) return ParseUnigram(json, path);
   ModelSpec spec;
   spec.type = *type;
   RETURN_IF_ERROR(ReadVocab(json, path, &spec));

@@ -36,6 +36,7 @@ struct NormalizerSpec {
     kStripAccents,
     kReplace,
     kPrepend,
+    kPrecompiled,
     kSequence,
   };
   Type type = Type::kSequence;
@@ -51,6 +52,9 @@ struct NormalizerSpec {
   // Replace (pattern -> content), Prepend (content)
   PatternSpec pattern;
   std::string content;
+  // Precompiled: the SentencePiece normalizer's charsmap, base64-decoded
+  // (its structure is checked by the builder, precompiled_charsmap.h).
+  std::string precompiled_charsmap;
   std::vector<NormalizerSpec> normalizers;  // Sequence
 };
 
@@ -90,8 +94,9 @@ struct PreTokenizerSpec {
 };
 
 struct ModelSpec {
-  enum class Type { kWordPiece, kBpe };
+  enum class Type { kWordPiece, kBpe, kUnigram };
   Type type = Type::kWordPiece;
+  // token -> id; for Unigram the list's order (id = index).
   std::vector<std::pair<std::string, int64_t>> vocab;
   std::optional<std::string> unk_token;
   std::optional<std::string> continuing_subword_prefix;
@@ -101,8 +106,12 @@ struct ModelSpec {
   std::vector<std::pair<std::string, std::string>> merges;
   std::optional<std::string> end_of_word_suffix;
   bool fuse_unk = false;
-  bool byte_fallback = false;
+  bool byte_fallback = false;  // BPE and Unigram
   bool ignore_merges = false;
+  // Unigram: each token's score (log probability), by id, and the unknown
+  // token's id.
+  std::vector<double> scores;
+  std::optional<int64_t> unk_id;
 };
 
 struct AddedTokenSpec {

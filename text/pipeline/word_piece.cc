@@ -30,11 +30,11 @@ absl::StatusOr<std::unique_ptr<WordPiece>> WordPiece::Create(
                     spec.max_input_chars_per_word));
 }
 
-void WordPiece::Tokenize(absl::string_view word,
-                         std::vector<int64_t>* ids) const {
+absl::Status WordPiece::Tokenize(absl::string_view word,
+                                 std::vector<int64_t>* ids) const {
   if (static_cast<int64_t>(CodePointCount(word)) > max_input_chars_per_word_) {
     ids->push_back(unk_id_);
-    return;
+    return absl::OkStatus();
   }
   const size_t first_new = ids->size();
   std::string candidate;
@@ -56,11 +56,12 @@ void WordPiece::Tokenize(absl::string_view word,
     if (!found.has_value()) {
       ids->resize(first_new);
       ids->push_back(unk_id_);
-      return;
+      return absl::OkStatus();
     }
     ids->push_back(*found);
     start = end;
   }
+  return absl::OkStatus();
 }
 
 }  // namespace castserve::text

@@ -21,8 +21,8 @@ class WordPiece : public Model {
   static absl::StatusOr<std::unique_ptr<WordPiece>> Create(
       const ModelSpec& spec);
 
-  void Tokenize(absl::string_view word,
-                std::vector<int64_t>* ids) const override;
+  absl::Status Tokenize(absl::string_view word,
+                        std::vector<int64_t>* ids) const override;
   const Vocabulary& vocabulary() const override { return vocabulary_; }
 
  private:

@@ -42,20 +42,24 @@ std::vector<std::string> ReadCorpus() {
   return texts;
 }
 
-std::vector<std::vector<int64_t>> ReadReferenceIds(const std::string& name) {
-  std::vector<std::vector<int64_t>> all;
-  for (const std::string& line :
-       ReadLines(absl::StrCat(kReferencesFolder, name, ".ids"))) {
-    std::vector<int64_t> ids;
-    for (absl::string_view field :
-         absl::StrSplit(line, ' ', absl::SkipEmpty())) {
-      int64_t id = -1;
-      absl::SimpleAtoi(field, &id);
-      ids.push_back(id);
-    }
-    all.push_back(std::move(ids));
+std::vector<int64_t> ParseIds(absl::string_view line) {
+  std::vector<int64_t> ids;
+  for (absl::string_view field : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+    int64_t id = -1;
+    absl::SimpleAtoi(field, &id);
+    ids.push_back(id);
   }
+  return ids;
+}
+
+std::vector<std::vector<int64_t>> ReadIdsFile(const std::string& path) {
+  std::vector<std::vector<int64_t>> all;
+  for (const std::string& line : ReadLines(path)) all.push_back(ParseIds(line));
   return all;
+}
+
+std::vector<std::vector<int64_t>> ReadReferenceIds(const std::string& name) {
+  return ReadIdsFile(absl::StrCat(kReferencesFolder, name, ".ids"));
 }
 
 }  // namespace castserve::text

@@ -25,6 +25,12 @@ std::vector<std::string> ReadCorpus();
 // references/<name>.ids: per line, space-separated ids.
 std::vector<std::vector<int64_t>> ReadReferenceIds(const std::string& name);
 
+// Space-separated ids (one line of a .ids file).
+std::vector<int64_t> ParseIds(absl::string_view line);
+
+// The lines of an .ids file at `path`.
+std::vector<std::vector<int64_t>> ReadIdsFile(const std::string& path);
+
 }  // namespace castserve::text
 
 #endif  // CASTSERVE_TEXT_TEST_UTIL_REFERENCE_CORPUS_H_

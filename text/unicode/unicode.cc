@@ -1,13 +1,16 @@
 #include "text/unicode/unicode.h"
 
+#include <unicode/brkiter.h>
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 #include <unicode/ustring.h>
+#include <unicode/utext.h>
 #include <unicode/utf16.h>
 #include <unicode/utf8.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -219,6 +222,38 @@ absl::StatusOr<std::string> NormalizeUnicode(absl::string_view text,
         absl::StrCat("ICU normalization: ", u_errorName(error)));
   }
   return out;
+}
+
+absl::StatusOr<std::vector<size_t>> GraphemeEnds(absl::string_view text) {
+  if (text.size() > static_cast<size_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError("text longer than ICU's 2 GiB");
+  }
+  std::vector<size_t> ends;
+  if (text.empty()) return ends;
+  UErrorCode error = U_ZERO_ERROR;
+  // Making an iterator loads its rules; each thread keeps one.
+  thread_local std::unique_ptr<icu::BreakIterator> iterator(
+      icu::BreakIterator::createCharacterInstance(icu::Locale::getRoot(),
+                                                  error));
+  if (iterator == nullptr || U_FAILURE(error)) {
+    return absl::InternalError(
+        absl::StrCat("ICU grapheme iterator: ", u_errorName(error)));
+  }
+  UText* utext = utext_openUTF8(nullptr, text.data(),
+                                static_cast<int64_t>(text.size()), &error);
+  iterator->setText(utext, error);
+  if (U_SUCCESS(error)) {
+    for (int32_t end = iterator->next(); end != icu::BreakIterator::DONE;
+         end = iterator->next()) {
+      ends.push_back(static_cast<size_t>(end));
+    }
+  }
+  utext_close(utext);
+  if (U_FAILURE(error)) {
+    return absl::InternalError(
+        absl::StrCat("ICU grapheme segmentation: ", u_errorName(error)));
+  }
+  return ends;
 }
 
 }  // namespace castserve::text

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -62,6 +63,11 @@ enum class NormalizationForm { kNfc, kNfd, kNfkc, kNfkd };
 // 2 GiB (ICU's int32 lengths), Internal if ICU fails.
 absl::StatusOr<std::string> NormalizeUnicode(absl::string_view text,
                                              NormalizationForm form);
+
+// The byte offsets where the extended grapheme clusters (UAX #29, ICU's
+// Unicode version) of `text` (valid UTF-8) end, in order; the last is
+// text.size(). InvalidArgument past 2 GiB, Internal if ICU fails.
+absl::StatusOr<std::vector<size_t>> GraphemeEnds(absl::string_view text);
 
 }  // namespace castserve::text
 

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace castserve::text {
@@ -71,6 +72,22 @@ TEST(UnicodeTest, NormalizationForms) {
             "cafe\u0301");
   EXPECT_EQ(NormalizeUnicode("ﬁ", NormalizationForm::kNfkc).value(), "fi");
   EXPECT_EQ(NormalizeUnicode("", NormalizationForm::kNfc).value(), "");
+}
+
+// Extended grapheme clusters: a base and its marks, CR LF, an emoji with
+// its skin tone, a ZWJ sequence and a flag stay together.
+TEST(UnicodeTest, GraphemeEndsAreExtendedClusterBoundaries) {
+  using ::testing::ElementsAre;
+  EXPECT_THAT(GraphemeEnds("").value(), ElementsAre());
+  EXPECT_THAT(GraphemeEnds("ab").value(), ElementsAre(1, 2));
+  EXPECT_THAT(GraphemeEnds("a\u0301b").value(), ElementsAre(3, 4));
+  EXPECT_THAT(GraphemeEnds("\r\n\n").value(), ElementsAre(2, 3));
+  EXPECT_THAT(GraphemeEnds("\U0001F44D\U0001F3FDx").value(), ElementsAre(8, 9));
+  EXPECT_THAT(
+      GraphemeEnds("\U0001F468\u200D\U0001F469\u200D\U0001F467.").value(),
+      ElementsAre(18, 19));
+  EXPECT_THAT(GraphemeEnds("\U0001F1EB\U0001F1F7\U0001F1EF\U0001F1F5").value(),
+              ElementsAre(8, 16));
 }
 
 }  // namespace

@@ -2,9 +2,12 @@
 // gRPC, through HfServedModelFactory and the wire request/response of
 // ServedModel::Infer: a cross-encoder (XLM-RoBERTa, BERT) takes BYTES
 // `query` and `document` and answers FP32 `scores` equal to transformers'
-// logits and CrossEncoder.predict, its labels in the config's parameters;
+// logits and CrossEncoder.predict, its labels in the config's parameters
+// (also through a Unigram tokenizer.json, text/testdata/unigram);
 // the XLM-RoBERTa sentence-transformers folder takes `text` and answers
-// sentence-transformers' embedding. Also the requests it refuses.
+// sentence-transformers' embedding, and so does an XLM-RoBERTa folder whose
+// tokenizer.json is SentencePiece's Unigram (text/testdata/unigram). Also
+// the requests it refuses.
 #include <ATen/ATen.h>
 
 #include <cstring>
@@ -186,6 +189,10 @@ INSTANTIATE_TEST_SUITE_P(
     Rerankers, RerankerServingTest,
     ::testing::Values(
         RerankerCase{"models/testdata/xlm_roberta_reranker", R"(["LABEL_0"])"},
+        // bge-reranker's kind of tokenizer: Unigram with SentencePiece's
+        // Precompiled normalizer, the pair template "<s> A </s></s> B </s>".
+        RerankerCase{"text/testdata/unigram/xlm_roberta_reranker",
+                     R"(["LABEL_0"])"},
         RerankerCase{"models/testdata/bert_reranker",
                      R"(["contradiction","entailment","neutral"])"}));
 
@@ -248,6 +255,49 @@ TEST_P(RotarySentenceServingTest, TextGivesTheSentenceTransformersEmbedding) {
 INSTANTIATE_TEST_SUITE_P(Folders, RotarySentenceServingTest,
                          ::testing::Values("models/testdata/modernbert",
                                            "models/testdata/nomic_bert"));
+
+// Adds INT64 input `name` with the contents of `values` (2-D).
+void AddInt64(inference::ModelInferRequest& request, const std::string& name,
+              const at::Tensor& values) {
+  auto* input = request.add_inputs();
+  input->set_name(name);
+  input->set_datatype("INT64");
+  for (int64_t size : values.sizes()) input->add_shape(size);
+  const at::Tensor contiguous = values.to(at::kLong).contiguous();
+  request.add_raw_input_contents()->assign(
+      static_cast<const char*>(contiguous.data_ptr()),
+      contiguous.numel() * sizeof(int64_t));
+}
+
+// XLM-RoBERTa as bge-m3 / multilingual-e5 ship it: a Unigram tokenizer.json
+// with SentencePiece's Precompiled normalizer. Text gives sentence-
+// transformers' embedding, and the same as the tokenizer's ids sent as
+// tensors.
+TEST(XlmRobertaServingTest, UnigramTokenizerTextEqualsTheTokenIdPath) {
+  const std::string folder = "text/testdata/unigram/xlm_roberta_model";
+  const Tensors reference = Reference(folder);
+  const at::Tensor& expected = reference.at("output.sentence_embedding");
+  std::shared_ptr<ServedModel> model = Serve(folder);
+  ASSERT_NE(model, nullptr);
+  inference::ModelInferRequest text;
+  text.set_model_name("encoder");
+  AddStrings(text, "text", MetadataTexts(folder, "texts"));
+  text.add_outputs()->set_name("sentence_embedding");
+  absl::StatusOr<at::Tensor> from_text =
+      Infer(*model, text, "sentence_embedding", 32);
+  ASSERT_TRUE(from_text.ok()) << from_text.status();
+  EXPECT_LE(models::test_util::RelativeMaxError(*from_text, expected), 1e-4);
+  inference::ModelInferRequest ids;
+  ids.set_model_name("encoder");
+  AddInt64(ids, "input_ids", reference.at("input.input_ids"));
+  AddInt64(ids, "attention_mask", reference.at("input.attention_mask"));
+  ids.add_outputs()->set_name("sentence_embedding");
+  absl::StatusOr<at::Tensor> from_ids =
+      Infer(*model, ids, "sentence_embedding", 32);
+  ASSERT_TRUE(from_ids.ok()) << from_ids.status();
+  EXPECT_LE(models::test_util::RelativeMaxError(*from_ids, expected), 1e-4);
+  EXPECT_LE(models::test_util::RelativeMaxError(*from_text, *from_ids), 1e-5);
+}
 
 }  // namespace
 }  // namespace castserve
