@@ -13,7 +13,9 @@ vLLM count them (over the generated tokens only, not the prompt):
 computed here by a LogitsProcessor of this script that transformers runs
 after its own repetition penalty (the order vLLM applies them in), greedy.
 Every penalty case is checked to differ from plain greedy, so a server that
-ignored the penalty would fail the comparison.
+ignored the penalty would fail the comparison, and every greedy step of every
+case to have its two best processed scores at least MIN_GAP apart, so that
+another implementation's float rounding cannot pick the other one.
 
 Two files:
   models/testdata/llama/logprobs_reference.json  (the llama decoder fixture;
@@ -40,7 +42,10 @@ PENALTIES = [(1.5, 0.0, 1.0), (0.0, 0.7, 1.0), (0.5, 0.4, 1.0),
 # larger penalties and more tokens, OpenAI's fields only.
 TINY_PENALTIES = [(2.0, 0.0, 1.0), (0.0, 2.0, 1.0), (1.0, 1.0, 1.0),
                   (-2.0, 0.0, 1.0), (-1.0, -0.5, 1.0)]
-TINY_PENALTY_NEW_TOKENS = 48
+TINY_PENALTY_NEW_TOKENS = 32
+# Its greedy runs from "The quick brown fox" repeat nothing for 46 tokens
+# and then meet a near-tie: the penalty cases start from another prompt.
+TINY_PENALTY_PROMPT = "Once upon a time"
 
 
 def load(folder):
@@ -72,7 +77,26 @@ class OpenAiPenalties:
         return scores - self.presence * (counts > 0).to(scores.dtype)
 
 
-def generate(model, prompt, new_tokens, eos, presence=0.0, frequency=0.0, repetition=1.0):
+# A greedy step whose two best processed scores are closer than this could
+# go either way in another implementation's float rounding: such a case is
+# not a reference.
+MIN_GAP = 1e-3
+
+
+class GapRecorder:
+    """Records the smallest gap between the two best processed scores."""
+
+    def __init__(self):
+        self.min_gap = float("inf")
+
+    def __call__(self, input_ids, scores):
+        top = scores.topk(2, dim=-1).values[0]
+        self.min_gap = min(self.min_gap, float(top[0] - top[1]))
+        return scores
+
+
+def generate(model, prompt, new_tokens, eos, presence=0.0, frequency=0.0, repetition=1.0,
+             gaps=None):
     import torch
     import transformers as tf
 
@@ -82,12 +106,16 @@ def generate(model, prompt, new_tokens, eos, presence=0.0, frequency=0.0, repeti
     processors = tf.LogitsProcessorList()
     if presence or frequency:
         processors.append(OpenAiPenalties(len(prompt), presence, frequency))
+    recorder = GapRecorder()
+    processors.append(recorder)
     ids = torch.tensor([prompt], dtype=torch.long)
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                              generation_config=config, logits_processor=processors,
                              output_logits=True, return_dict_in_generate=True)
     tokens = [int(t) for t in out.sequences[0, len(prompt):]]
+    if gaps is not None:
+        gaps.append(recorder.min_gap)
     return tokens, [step[0].float() for step in out.logits]
 
 
@@ -103,14 +131,20 @@ def logprobs_of(tokens, logits):
 
 
 def penalty_cases(model, prompt, new_tokens, eos, penalties):
-    plain, _ = generate(model, prompt, new_tokens, eos)
+    """Plain greedy and each penalty case; AssertionError when a case
+    changes nothing or has a near-tie."""
+    gaps = []
+    plain, _ = generate(model, prompt, new_tokens, eos, gaps=gaps)
     cases = []
     for presence, frequency, repetition in penalties:
-        tokens, _ = generate(model, prompt, new_tokens, eos, presence, frequency, repetition)
+        tokens, _ = generate(model, prompt, new_tokens, eos, presence, frequency, repetition,
+                             gaps=gaps)
         if tokens == plain:
             raise AssertionError(f"penalties {presence}, {frequency} change nothing")
         cases.append({"presence_penalty": presence, "frequency_penalty": frequency,
                       "repetition_penalty": repetition, "generated": tokens})
+    if min(gaps) < MIN_GAP:
+        raise AssertionError(f"a greedy step has a near-tie ({min(gaps):.2e})")
     return plain, cases
 
 
@@ -129,9 +163,12 @@ def fixture_reference():
         prompts = [case["prompt"] for case in json.load(f)["cases"][:2]]
     model = load(folder)
     cases = []
+    gaps = []
     for prompt in prompts:
-        tokens, logits = generate(model, prompt, NEW_TOKENS, None)
+        tokens, logits = generate(model, prompt, NEW_TOKENS, None, gaps=gaps)
         cases.append({"prompt": prompt, "steps": logprobs_of(tokens, logits)})
+    if min(gaps) < MIN_GAP:
+        raise AssertionError(f"a greedy step has a near-tie ({min(gaps):.2e})")
     plain, penalties = penalty_cases(model, prompts[0], PENALTY_NEW_TOKENS, None, PENALTIES)
     return dict(header(), logprob_cases=cases,
                 penalty_prompt=prompts[0], penalty_max_new_tokens=PENALTY_NEW_TOKENS,
@@ -147,17 +184,23 @@ def tiny_llama_reference():
     tokenizer = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
     model = load(folder)
     prompt = greedy["prompt_ids"]
-    tokens, logits = generate(model, prompt, NEW_TOKENS, 2)
+    gaps = []
+    tokens, logits = generate(model, prompt, NEW_TOKENS, 2, gaps=gaps)
+    if min(gaps) < MIN_GAP:
+        raise AssertionError(f"a greedy step has a near-tie ({min(gaps):.2e})")
     steps = logprobs_of(tokens, logits)
     for step in steps:
         step["text"] = tokenizer.decode([step["token"]], skip_special_tokens=False)
         step["top_texts"] = [tokenizer.decode([i], skip_special_tokens=False)
                              for i in step["top_ids"]]
-    _, penalties = penalty_cases(model, prompt, TINY_PENALTY_NEW_TOKENS, 2, TINY_PENALTIES)
+    penalty_prompt = tokenizer.encode(TINY_PENALTY_PROMPT).ids  # With BOS.
+    _, penalties = penalty_cases(model, penalty_prompt, TINY_PENALTY_NEW_TOKENS, 2,
+                                 TINY_PENALTIES)
     for case in penalties:
         case["text_output"] = tokenizer.decode(case["generated"], skip_special_tokens=True)
     return dict(header(), prompt=greedy["prompt"], prompt_ids=prompt,
                 max_tokens=NEW_TOKENS, steps=steps,
+                penalty_prompt=TINY_PENALTY_PROMPT, penalty_prompt_ids=penalty_prompt,
                 penalty_max_tokens=TINY_PENALTY_NEW_TOKENS, penalty_cases=penalties)
 
 
