@@ -106,6 +106,11 @@ void OpenAiCompletionCall::Run(const inference::ModelConfig& config) {
                      "' has no chat template (chat_template.jinja or "
                      "tokenizer_config.json's chat_template in its folder, "
                      "and a tokenizer): use /v1/completions"));
+  } else if (request_.logprobs && !HasInput(config, "text_input")) {
+    refused = InvalidField(
+        "logprobs", absl::StrCat("model '", config.name(),
+                                 "' has no tokenizer: its tokens have no text "
+                                 "for logprobs"));
   } else if (!request_.chat && !HasInput(config, "text_input") &&
              std::any_of(request_.prompts.begin(), request_.prompts.end(),
                          [](const TextOrTokens& p) { return !p.is_tokens; })) {

@@ -219,10 +219,11 @@ void AddLogprobOutputs(inference::ModelInferResponse& response, int64_t first,
 // call is cancelled, then fails CANCELLED.
 class FakeGenerator : public FakeKindModel {
  public:
-  explicit FakeGenerator(bool chat) {
+  // `text`: with a tokenizer (text_input); else token ids only.
+  explicit FakeGenerator(bool chat, bool text = true) {
     config_.set_name("generator");
     config_.mutable_generation()->set_default_max_tokens(4);
-    AddInput("text_input", inference::TYPE_STRING);
+    if (text) AddInput("text_input", inference::TYPE_STRING);
     if (chat) AddInput("messages", inference::TYPE_STRING);
     AddInput("input_ids", inference::TYPE_INT64);
     AddOutputSpec("text_output", inference::TYPE_STRING);
@@ -366,6 +367,8 @@ class OpenAiServiceTest : public ::testing::Test {
     manager_.AddServedModel("reranker", reranker_);
     manager_.AddServedModel("generator", generator_);
     manager_.AddServedModel("plain", std::make_shared<FakeGenerator>(false));
+    manager_.AddServedModel("ids_only",
+                            std::make_shared<FakeGenerator>(false, false));
     manager_.AddModel("tensor");
     Start(nullptr);
   }
@@ -450,8 +453,9 @@ TEST_F(OpenAiServiceTest, ListsTheModelsThatAnswerAnEndpoint) {
     EXPECT_EQ(model["owned_by"], "castserve");
     EXPECT_GT(model["created"].get<int64_t>(), 1700000000);
   }
-  EXPECT_THAT(ids, ::testing::UnorderedElementsAre("embedder", "reranker",
-                                                   "generator", "plain"))
+  EXPECT_THAT(
+      ids, ::testing::UnorderedElementsAre("embedder", "reranker", "generator",
+                                           "plain", "ids_only"))
       << list.body;
   Reply one = Call("GET", "/v1/models/generator");
   ASSERT_EQ(one.status, 200) << one.body;
@@ -747,6 +751,12 @@ TEST_F(OpenAiServiceTest, CompletionsLogprobsUnaryAndStreamed) {
   }
   EXPECT_EQ(tokens, json({"a", "b", "c"}));
   EXPECT_EQ(offsets, json({0, 1, 2}));
+  // A model without a tokenizer has no text for its tokens.
+  Reply ids_only = Call("POST", "/v1/completions",
+                        R"({"model": "ids_only", "prompt": [1, 2],)"
+                        R"( "logprobs": 1})");
+  EXPECT_EQ(ids_only.status, 400);
+  EXPECT_EQ(ids_only.Error()["param"], "logprobs");
   // Not asked: null, and nothing sent to the model.
   Reply plain = Call("POST", "/v1/completions",
                      R"({"model": "generator", "prompt": "Once"})");
