@@ -1,6 +1,7 @@
-// The KServe messages the OpenAI frontend sends and reads: one request per
-// text, token array or document, its inputs shaped for the model's config,
-// and the outputs and parameters of its answer. Stateless; thread-safe.
+// The KServe messages the OpenAI frontend sends and reads: requests of
+// texts, token arrays or documents, their inputs shaped for the model's
+// config, and the outputs and parameters of their answers. Stateless;
+// thread-safe.
 #ifndef CASTSERVE_SERVER_OPENAI_OPENAI_TENSORS_H_
 #define CASTSERVE_SERVER_OPENAI_OPENAI_TENSORS_H_
 
