@@ -11,7 +11,11 @@ to transformers' tokens (tests/testdata/tiny_llama_greedy.json), unary and
 streamed, with usage; chat completions equal to a completion of the prompt
 the template renders, tokenised by Hugging Face `tokenizers` (the reference
 tokenizer); n choices; stop strings; closing a stream frees the KV cache
-(castserve_kv_cache_bytes on /metrics); bad requests are 400 with OpenAI's
+(castserve_kv_cache_bytes on /metrics); logprobs (completions' and chat's,
+unary and streamed) equal to transformers' log_softmax of tiny_llama's raw
+logits, and presence / frequency penalties change greedy output exactly as
+the reference computed in Python says (tests/testdata/tiny_llama_logprobs.json,
+tools/gen_logprob_references.py); bad requests are 400 with OpenAI's
 error shape naming the field; tokens and scopes are 401 / 403.
 
 The client checks need `openai` and `tokenizers` (tools/test_all.sh installs
@@ -20,7 +24,7 @@ script re-runs itself under $TRITON_PYTHON when this Python lacks them.
 
 Run by Bazel as:
   openai_integration_test.py CASTSERVE TINY_CONFIG GREEDY_REFERENCE
-      MINILM_CONFIG MINILM_SENTENCES
+      MINILM_CONFIG MINILM_SENTENCES LOGPROBS_REFERENCE
 """
 
 import os
@@ -61,6 +65,8 @@ REFERENCE = os.path.abspath(sys.argv[3])
 MINILM_CONFIG = os.path.abspath(sys.argv[4])
 MINILM_DIR = os.path.dirname(os.path.abspath(sys.argv[5]))
 WEIGHTS = os.path.join(MINILM_DIR, "weights")
+LOGPROBS_REFERENCE = os.path.abspath(sys.argv[6])
+LOGPROB_TOLERANCE = 1e-4
 LLAMA = "tiny_llama"
 MINILM = "minilm"
 INFER_TOKEN = "openai-infer-token-0123456789"
@@ -85,6 +91,8 @@ class OpenAiTest(unittest.TestCase):
                                  "does)")
         with open(REFERENCE, encoding="utf-8") as f:
             cls.reference = json.load(f)
+        with open(LOGPROBS_REFERENCE, encoding="utf-8") as f:
+            cls.logprobs_reference = json.load(f)
         cls.repository = tempfile.mkdtemp(prefix="castserve-openai-")
         shutil.copytree(os.path.dirname(TINY_CONFIG),
                         os.path.join(cls.repository, LLAMA))
@@ -282,6 +290,109 @@ class OpenAiTest(unittest.TestCase):
                                 ended_by_length)
         self.assertLessEqual(sampled.usage.completion_tokens, 3 * 8)
 
+    # --- logprobs and penalties -------------------------------------------
+
+    def assert_steps(self, got, steps):
+        """`got`: (token text, logprob, [(text, logprob)]) per token."""
+        self.assertEqual(len(got), len(steps))
+        for i, ((text, logprob, top), step) in enumerate(zip(got, steps)):
+            self.assertEqual(text, step["text"], f"step {i}")
+            self.assertAlmostEqual(logprob, step["logprob"],
+                                   delta=LOGPROB_TOLERANCE, msg=f"step {i}")
+            # Completions' top_logprobs is a JSON object: castserve's keys
+            # come in no particular order, so compare by token.
+            expected_top = dict(zip(step["top_texts"], step["top_logprobs"]))
+            if top:
+                self.assertEqual(sorted(t for t, _ in top), sorted(expected_top))
+            for text, value in top:
+                self.assertAlmostEqual(value, expected_top[text],
+                                       delta=LOGPROB_TOLERANCE)
+
+    def test_completion_logprobs_equal_transformers(self):
+        ref = self.logprobs_reference
+        top = ref["top"]
+        answer = self.client.completions.create(
+            prompt=ref["prompt_ids"], max_tokens=ref["max_tokens"],
+            logprobs=top, **self.greedy())
+        logprobs = answer.choices[0].logprobs
+        got = [(text, value, list(alternatives.items()))
+               for text, value, alternatives in zip(
+                   logprobs.tokens, logprobs.token_logprobs,
+                   logprobs.top_logprobs)]
+        # Alternatives that decode alike share one key: compare the distinct.
+        distinct = all(len(set(s["top_texts"])) == top for s in ref["steps"])
+        if distinct:
+            self.assert_steps(got, ref["steps"])
+        else:
+            self.assert_steps([(t, v, []) for t, v, _ in got], ref["steps"])
+        offsets = [0]
+        for text in logprobs.tokens[:-1]:
+            offsets.append(offsets[-1] + len(text))
+        self.assertEqual(logprobs.text_offset, offsets)
+
+        stream = self.client.completions.create(
+            prompt=ref["prompt_ids"], max_tokens=ref["max_tokens"],
+            logprobs=0, stream=True, **self.greedy())
+        streamed = []
+        for chunk in stream:
+            for choice in chunk.choices:
+                if choice.logprobs is not None:
+                    streamed += list(zip(choice.logprobs.tokens,
+                                         choice.logprobs.token_logprobs,
+                                         [[]] * len(choice.logprobs.tokens)))
+        self.assert_steps(streamed, ref["steps"])
+
+    def test_chat_logprobs_equal_transformers(self):
+        """Chat through the template: the prompt differs from the
+        reference's, so the reference here is the completion of the same
+        rendered ids, whose logprobs the test above checks."""
+        messages = [{"role": "user", "content": "Count to three."}]
+        ids = self.tokenizer.encode(chatml(messages),
+                                    add_special_tokens=False).ids
+        completion = self.client.completions.create(
+            prompt=ids, max_tokens=6, logprobs=3, **self.greedy())
+        expected = completion.choices[0].logprobs
+        answer = self.client.chat.completions.create(
+            messages=messages, max_completion_tokens=6, logprobs=True,
+            top_logprobs=3, **self.greedy())
+        content = answer.choices[0].logprobs.content
+        self.assertEqual([c.token for c in content], expected.tokens)
+        for entry, value, alternatives in zip(content, expected.token_logprobs,
+                                              expected.top_logprobs):
+            self.assertAlmostEqual(entry.logprob, value, delta=1e-6)
+            self.assertEqual(entry.bytes, list(entry.token.encode()))
+            self.assertEqual(len(entry.top_logprobs), 3)
+            for alternative in entry.top_logprobs:
+                if alternative.token in alternatives:
+                    self.assertLessEqual(
+                        abs(alternative.logprob -
+                            alternatives[alternative.token]), 1e-6)
+        stream = self.client.chat.completions.create(
+            messages=messages, max_completion_tokens=6, logprobs=True,
+            top_logprobs=3, stream=True, **self.greedy())
+        streamed = []
+        for chunk in stream:
+            for choice in chunk.choices:
+                if choice.logprobs is not None and choice.logprobs.content:
+                    streamed += choice.logprobs.content
+        self.assertEqual([c.model_dump() for c in streamed],
+                         [c.model_dump() for c in content])
+
+    def test_penalties_change_greedy_as_the_reference_says(self):
+        ref = self.logprobs_reference
+        for case in ref["penalty_cases"]:
+            if case["repetition_penalty"] != 1.0:
+                continue  # repetition_penalty is not an OpenAI field.
+            kwargs = dict(prompt=ref["penalty_prompt_ids"],
+                          max_tokens=ref["penalty_max_tokens"],
+                          presence_penalty=case["presence_penalty"],
+                          frequency_penalty=case["frequency_penalty"],
+                          **self.greedy())
+            answer = self.client.completions.create(**kwargs)
+            self.assertEqual(answer.choices[0].text, case["text_output"], case)
+            self.assertEqual(answer.usage.completion_tokens,
+                             len(case["generated"]), case)
+
     # --- chat -------------------------------------------------------------
 
     def test_chat_equals_completion_of_the_rendered_template(self):
@@ -342,10 +453,18 @@ class OpenAiTest(unittest.TestCase):
         self.assert_bad_request(lambda: chat.create(
             model=LLAMA, messages=say, temperature=7), "temperature")
         self.assert_bad_request(lambda: chat.create(
-            model=LLAMA, messages=say, logprobs=True), "logprobs")
+            model=LLAMA, messages=say, logprobs=True, top_logprobs=21),
+            "top_logprobs")
         self.assert_bad_request(lambda: chat.create(
-            model=LLAMA, messages=say, presence_penalty=0.5),
+            model=LLAMA, messages=say, top_logprobs=2), "top_logprobs")
+        self.assert_bad_request(lambda: chat.create(
+            model=LLAMA, messages=say, presence_penalty=2.5),
             "presence_penalty")
+        self.assert_bad_request(lambda: self.client.completions.create(
+            model=LLAMA, prompt="x", frequency_penalty=-2.5),
+            "frequency_penalty")
+        self.assert_bad_request(lambda: self.client.completions.create(
+            model=LLAMA, prompt="x", logprobs=21), "logprobs")
         self.assert_bad_request(lambda: chat.create(
             model=LLAMA, messages=say, n=9), "n")
         self.assert_bad_request(lambda: chat.create(

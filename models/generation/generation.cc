@@ -203,8 +203,12 @@ absl::StatusOr<GenerationResult> Generate(const Model& model,
     absl::StatusOr<at::Tensor> logits =
         (*session)->FeedLast(next, cancellation);
     if (!logits.ok()) return logits.status();
-    const int64_t token = sampler.Next(*logits, history);
+    SampledToken sampled = sampler.Next(*logits, history);
+    const int64_t token = sampled.id;
     result.tokens.push_back(token);
+    if (sampled.logprobs) {
+      result.logprobs.push_back(*std::move(sampled.logprobs));
+    }
     history.push_back(token);
     if (std::optional<GenerationResult::Stop> stop =
             StopByIdOf(options, token)) {

@@ -50,6 +50,8 @@ struct GenerationResult {
   // (generation_scheduler.h); Generate never stops so.
   enum class Stop { kEos, kStopToken, kMaxNewTokens, kStoppedByCaller };
   std::vector<int64_t> tokens;  // The new tokens, the EOS/stop id included.
+  // With sampling.logprobs: one per token, in order; else empty.
+  std::vector<TokenLogprobs> logprobs;
   Stop stop = Stop::kMaxNewTokens;
   // What the sequence's KV cache held at most (KvCache::bytes(), or the
   // scheduler's blocks).

@@ -309,9 +309,8 @@ void GenerationScheduler::RunStep() {
   size_t i = 0;
   for (int64_t row = 0; row < logits->size(0); ++row) {
     Sequence& sequence = *running_[i];
-    const int64_t token =
-        sequence.sampler.Next((*logits)[row], sequence.history);
-    if (Commit(sequence, token)) {
+    if (Commit(sequence,
+               sequence.sampler.Next((*logits)[row], sequence.history))) {
       Finish(i, std::move(sequence.result));
     } else {
       ++i;
@@ -319,9 +318,16 @@ void GenerationScheduler::RunStep() {
   }
 }
 
-bool GenerationScheduler::Commit(Sequence& sequence, int64_t token) {
+bool GenerationScheduler::Commit(Sequence& sequence, SampledToken sampled) {
   GenerationResult& result = sequence.result;
   const GenerationOptions& options = sequence.request.generation.options();
+  const int64_t token = sampled.id;
+  if (sampled.logprobs) {
+    if (sequence.request.on_logprobs) {
+      sequence.request.on_logprobs(*sampled.logprobs);
+    }
+    result.logprobs.push_back(*std::move(sampled.logprobs));
+  }
   result.tokens.push_back(token);
   sequence.history.push_back(token);
   sequence.pending = {token};

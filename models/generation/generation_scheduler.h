@@ -107,6 +107,9 @@ struct SequenceRequest {
   // the sequence after this token with Stop::kStoppedByCaller (a stop
   // string matched, the caller has what it needs). May be null.
   std::function<bool(int64_t token)> on_token;
+  // With sampling.logprobs: each new token's log-probabilities, just before
+  // on_token gets that token. May be null.
+  std::function<void(const TokenLogprobs& logprobs)> on_logprobs;
   // Exactly once: the result (every new token, the stop reason, the KV bytes
   // the sequence held at most), or the error: RESOURCE_EXHAUSTED when the
   // waiting line is full or the prompt alone needs more than the whole pool,
@@ -161,8 +164,9 @@ class GenerationScheduler {
   void Admit() ABSL_LOCKS_EXCLUDED(mu_);
   // One forward over the running sequences and a token for each.
   void RunStep();
-  // Adds `token` to `sequence` (on_token); true when that ends it.
-  static bool Commit(Sequence& sequence, int64_t token);
+  // Adds `token` to `sequence` (on_logprobs, on_token); true when that ends
+  // it.
+  static bool Commit(Sequence& sequence, SampledToken token);
   // Frees the running sequence `index`'s blocks and removes it; on_done.
   void Finish(size_t index, absl::StatusOr<GenerationResult> result);
   // Preempts running sequence `index` back to the front of the line.

@@ -7,9 +7,19 @@
 namespace castserve {
 
 inline constexpr const char* kGenerationParameterNames[] = {
-    "max_tokens", "temperature",        "top_k",
-    "top_p",      "repetition_penalty", "seed",
-    "stop",       "stop_token_ids",     "ignore_eos"};
+    "max_tokens",
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "logprobs",
+    "top_logprobs",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos"};
 
 }  // namespace castserve
 

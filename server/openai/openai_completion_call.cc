@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "server/openai/openai_calls.h"
 #include "server/openai/openai_errors.h"
+#include "server/openai/openai_logprobs.h"
 #include "server/openai/openai_tensors.h"
 
 namespace castserve::openai {
@@ -45,6 +46,16 @@ void SetParameters(const CompletionRequest& request, uint64_t seed,
   SetDouble(infer, "temperature", request.temperature);
   SetDouble(infer, "top_p", request.top_p);
   SetInt(infer, "seed", static_cast<int64_t>(seed));
+  if (request.presence_penalty != 0) {
+    SetDouble(infer, "presence_penalty", request.presence_penalty);
+  }
+  if (request.frequency_penalty != 0) {
+    SetDouble(infer, "frequency_penalty", request.frequency_penalty);
+  }
+  if (request.logprobs) {
+    (*infer.mutable_parameters())["logprobs"].set_bool_param(true);
+    SetInt(infer, "top_logprobs", request.top_logprobs);
+  }
   if (!request.stop.empty()) {
     (*infer.mutable_parameters())["stop"].set_string_param(
         json(request.stop).dump());
@@ -95,6 +106,11 @@ void OpenAiCompletionCall::Run(const inference::ModelConfig& config) {
                      "' has no chat template (chat_template.jinja or "
                      "tokenizer_config.json's chat_template in its folder, "
                      "and a tokenizer): use /v1/completions"));
+  } else if (request_.logprobs && !HasInput(config, "text_input")) {
+    refused = InvalidField(
+        "logprobs", absl::StrCat("model '", config.name(),
+                                 "' has no tokenizer: its tokens have no text "
+                                 "for logprobs"));
   } else if (!request_.chat && !HasInput(config, "text_input") &&
              std::any_of(request_.prompts.begin(), request_.prompts.end(),
                          [](const TextOrTokens& p) { return !p.is_tokens; })) {
@@ -153,10 +169,22 @@ void OpenAiCompletionCall::Run(const inference::ModelConfig& config) {
   }
 }
 
+absl::StatusOr<json> OpenAiCompletionCall::LogprobsOf(
+    size_t index, const inference::ModelInferResponse& response) {
+  if (!request_.logprobs) return json(nullptr);
+  absl::StatusOr<AnswerLogprobs> logprobs =
+      ReadLogprobs(response, request_.top_logprobs);
+  if (!logprobs.ok()) return logprobs.status();
+  if (request_.chat) return ChatLogprobsJson(*logprobs);
+  return CompletionLogprobsJson(*logprobs, &choices_[index].text_offset);
+}
+
 json OpenAiCompletionCall::Chunk(size_t index, const std::string& text,
+                                 json logprobs,
                                  const std::string* finish_reason) {
-  json choice = {
-      {"index", index}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  json choice = {{"index", index},
+                 {"logprobs", std::move(logprobs)},
+                 {"finish_reason", nullptr}};
   if (finish_reason != nullptr) choice["finish_reason"] = *finish_reason;
   if (request_.chat) {
     json delta = json::object();
@@ -186,8 +214,10 @@ void OpenAiCompletionCall::Token(
   absl::MutexLock lock(&mutex_);
   if (failed_) return;
   if (!text.ok()) return Fail(text.status());
+  absl::StatusOr<json> logprobs = LogprobsOf(index, response);
+  if (!logprobs.ok()) return Fail(logprobs.status());
   choices_[index].completion_tokens += ElementCount(response, kOutputIds);
-  Send(Chunk(index, *text, nullptr));
+  Send(Chunk(index, *text, *std::move(logprobs), nullptr));
 }
 
 void OpenAiCompletionCall::Ended(size_t index, absl::Status status) {
@@ -197,17 +227,24 @@ void OpenAiCompletionCall::Ended(size_t index, absl::Status status) {
                   : absl::StatusOr<std::string>(std::string());
   absl::MutexLock lock(&mutex_);
   if (status.ok() && !text.ok()) status = text.status();
+  absl::StatusOr<json> logprobs = json(nullptr);
+  if (status.ok()) logprobs = LogprobsOf(index, choice.response);
+  if (status.ok() && !logprobs.ok()) status = logprobs.status();
   if (status.ok()) {
-    choice.completion_tokens += ElementCount(choice.response, kOutputIds);
+    const int64_t tokens = ElementCount(choice.response, kOutputIds);
+    choice.completion_tokens += tokens;
     choice.prompt_tokens =
         IntParameter(choice.response, "prompt_tokens").value_or(0);
     const std::string finish_reason =
         StringParameter(choice.response, "finish_reason").value_or("stop");
     if (request_.stream && !failed_) {
-      if (!text->empty()) Send(Chunk(index, *text, nullptr));
-      Send(Chunk(index, "", &finish_reason));
+      if (!text->empty() || (request_.logprobs && tokens > 0)) {
+        Send(Chunk(index, *text, *std::move(logprobs), nullptr));
+      }
+      Send(Chunk(index, "", nullptr, &finish_reason));
     } else {
       choice.text = *std::move(text);
+      choice.logprobs = *std::move(logprobs);
     }
   } else if (!failed_) {
     status_ = status;
@@ -235,7 +272,7 @@ json OpenAiCompletionCall::UnaryAnswer() const {
     const Choice& choice = choices_[i];
     json entry = {
         {"index", i},
-        {"logprobs", nullptr},
+        {"logprobs", choice.logprobs},
         {"finish_reason",
          StringParameter(choice.response, "finish_reason").value_or("stop")}};
     if (request_.chat) {

@@ -15,6 +15,9 @@
 // sequence (the HttpServer's client_gone is each call's is_cancelled), which
 // frees their KV blocks.
 //
+// logprobs: each choice's (and each chunk's) tokens with their
+// log-probabilities (openai_logprobs.h), completions' or chat's shape.
+//
 // usage: prompt_tokens counts each prompt once (the model's prompt_tokens
 // parameter), completion_tokens every choice's new ids (an EOS included).
 //
@@ -53,6 +56,10 @@ class OpenAiCompletionCall
     inference::ModelInferRequest request;
     inference::ModelInferResponse response;
     std::string text;  // Unary: the whole text; stream: unused.
+    // Unary with logprobs asked: the choice's `logprobs`; else null.
+    nlohmann::json logprobs;
+    // Completions' text_offset of the next token.
+    int64_t text_offset = 0;
     int64_t completion_tokens = 0;
     int64_t prompt_tokens = 0;
     bool role_sent = false;
@@ -66,8 +73,15 @@ class OpenAiCompletionCall
   void Ended(size_t index, absl::Status status);
   // Once every choice ended.
   void Finish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // `logprobs`: the chunk's tokens' (null when not asked).
   nlohmann::json Chunk(size_t index, const std::string& text,
+                       nlohmann::json logprobs,
                        const std::string* finish_reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The `logprobs` of `response`'s tokens for choice `index` (null when not
+  // asked); advances its text_offset.
+  absl::StatusOr<nlohmann::json> LogprobsOf(
+      size_t index, const inference::ModelInferResponse& response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   nlohmann::json Usage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   nlohmann::json UnaryAnswer() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);

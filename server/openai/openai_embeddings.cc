@@ -1,4 +1,11 @@
-// POST /v1/embeddings: one sentence_embedding request per input.
+// POST /v1/embeddings: the inputs as sentence_embedding requests through
+// the model's dynamic batching. Consecutive texts go together, up to the
+// model's max_batch_size, as one batched request (`text` [n, 1]), as a
+// KServe client sends them: the batcher pads them to their longest and runs
+// them in one forward (and may still join the request with other clients'
+// of the same padded length). Each token array is its own request: arrays
+// of different lengths do not share a tensor.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -46,28 +53,82 @@ json EmbeddingValue(const std::vector<float>& embedding, bool base64) {
                         embedding.size() * sizeof(float)));
 }
 
+// The inference requests of `request`'s inputs, and how many inputs each
+// carries (in order).
+std::vector<inference::ModelInferRequest> InferRequests(
+    const inference::ModelConfig& config, const EmbeddingsRequest& request,
+    std::vector<size_t>* inputs_per_request) {
+  const size_t max_texts =
+      static_cast<size_t>(std::max<int64_t>(config.max_batch_size(), 1));
+  std::vector<inference::ModelInferRequest> requests;
+  std::vector<absl::string_view> texts;
+  auto add = [&]() -> inference::ModelInferRequest& {
+    inference::ModelInferRequest& infer = requests.emplace_back();
+    infer.set_model_name(request.model);
+    infer.add_outputs()->set_name(kEmbeddingOutput);
+    return infer;
+  };
+  auto flush_texts = [&] {
+    if (texts.empty()) return;
+    inference::ModelInferRequest& infer = add();
+    if (config.max_batch_size() > 0) {
+      AddBytesInputs(config, "text", texts, &infer);
+    } else {
+      AddBytesInput(config, "text", texts.front(), &infer);
+    }
+    inputs_per_request->push_back(texts.size());
+    texts.clear();
+  };
+  for (const TextOrTokens& input : request.inputs) {
+    if (!input.is_tokens) {
+      texts.push_back(input.text);
+      if (texts.size() == max_texts) flush_texts();
+      continue;
+    }
+    flush_texts();
+    AddTokenInputs(config, input.tokens, &add());
+    inputs_per_request->push_back(1);
+  }
+  flush_texts();
+  return requests;
+}
+
 absl::StatusOr<json> Answer(
     const EmbeddingsRequest& request,
+    const std::vector<size_t>& inputs_per_request,
     std::vector<inference::ModelInferResponse>& responses) {
   json data = json::array();
   int64_t prompt_tokens = 0;
+  size_t index = 0;
   for (size_t i = 0; i < responses.size(); ++i) {
-    absl::StatusOr<std::vector<float>> embedding =
+    absl::StatusOr<std::vector<float>> embeddings =
         Fp32Output(responses[i], kEmbeddingOutput);
-    if (!embedding.ok()) return embedding.status();
-    if (request.dimensions.has_value()) {
-      if (*request.dimensions > static_cast<int64_t>(embedding->size())) {
-        return InvalidField(
-            "dimensions",
-            absl::StrCat("'dimensions' must be at most the model's ",
-                         embedding->size(), ", got ", *request.dimensions));
+    if (!embeddings.ok()) return embeddings.status();
+    const size_t rows = inputs_per_request[i];
+    if (embeddings->empty() || embeddings->size() % rows != 0) {
+      return absl::InternalError(absl::StrCat("the model's ", kEmbeddingOutput,
+                                              " holds ", embeddings->size(),
+                                              " values for ", rows, " inputs"));
+    }
+    const size_t width = embeddings->size() / rows;
+    for (size_t row = 0; row < rows; ++row, ++index) {
+      std::vector<float> embedding(embeddings->begin() + row * width,
+                                   embeddings->begin() + (row + 1) * width);
+      if (request.dimensions.has_value()) {
+        if (*request.dimensions > static_cast<int64_t>(width)) {
+          return InvalidField(
+              "dimensions",
+              absl::StrCat("'dimensions' must be at most the model's ", width,
+                           ", got ", *request.dimensions));
+        }
+        Truncate(*request.dimensions, &embedding);
       }
-      Truncate(*request.dimensions, &*embedding);
+      data.push_back(
+          {{"object", "embedding"},
+           {"index", index},
+           {"embedding", EmbeddingValue(embedding, request.base64)}});
     }
     prompt_tokens += IntParameter(responses[i], "prompt_tokens").value_or(0);
-    data.push_back({{"object", "embedding"},
-                    {"index", i},
-                    {"embedding", EmbeddingValue(*embedding, request.base64)}});
   }
   return json{
       {"object", "list"},
@@ -91,22 +152,15 @@ void ServeEmbeddings(InferenceCore* core, CallContext call,
           return reply(ErrorResponse(
               core->RefuseInference(WrongKind(*config, "/v1/embeddings"))));
         }
-        std::vector<inference::ModelInferRequest> requests;
-        for (const TextOrTokens& input : request.inputs) {
-          inference::ModelInferRequest& infer = requests.emplace_back();
-          infer.set_model_name(request.model);
-          if (input.is_tokens) {
-            AddTokenInputs(*config, input.tokens, &infer);
-          } else {
-            AddBytesInput(*config, "text", input.text, &infer);
-          }
-          infer.add_outputs()->set_name(kEmbeddingOutput);
-        }
+        auto inputs_per_request = std::make_shared<std::vector<size_t>>();
+        std::vector<inference::ModelInferRequest> requests =
+            InferRequests(*config, request, inputs_per_request.get());
         auto shared = std::make_shared<EmbeddingsRequest>(std::move(request));
         InferAndAnswer(
             core, call, std::move(requests),
-            [shared](std::vector<inference::ModelInferResponse>& responses) {
-              return Answer(*shared, responses);
+            [shared, inputs_per_request](
+                std::vector<inference::ModelInferResponse>& responses) {
+              return Answer(*shared, *inputs_per_request, responses);
             },
             std::move(reply));
       });

@@ -222,7 +222,6 @@ FieldReader RefusedUnless(const std::string& name,
   };
 }
 
-bool IsZero(const json& v) { return v.is_number() && v.get<double>() == 0; }
 bool IsFalse(const json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool IsEmptyObject(const json& v) { return v.is_object() && v.empty(); }
 
@@ -362,12 +361,18 @@ std::map<std::string, FieldReader> SamplingReaders(CompletionRequest* out) {
     }
     return absl::OkStatus();
   };
-  readers["presence_penalty"] =
-      RefusedUnless("presence_penalty", IsZero,
-                    "castserve's sampler has no presence penalty (0 only)");
-  readers["frequency_penalty"] =
-      RefusedUnless("frequency_penalty", IsZero,
-                    "castserve's sampler has no frequency penalty (0 only)");
+  readers["presence_penalty"] = [out](const json& v) -> absl::Status {
+    absl::StatusOr<double> penalty =
+        ReadNumber(v, "presence_penalty", -kMaxPenalty, kMaxPenalty);
+    if (penalty.ok()) out->presence_penalty = *penalty;
+    return penalty.status();
+  };
+  readers["frequency_penalty"] = [out](const json& v) -> absl::Status {
+    absl::StatusOr<double> penalty =
+        ReadNumber(v, "frequency_penalty", -kMaxPenalty, kMaxPenalty);
+    if (penalty.ok()) out->frequency_penalty = *penalty;
+    return penalty.status();
+  };
   readers["logit_bias"] =
       RefusedUnless("logit_bias", IsEmptyObject, "castserve has no logit bias");
   readers["user"] = [](const json& v) {
@@ -452,10 +457,17 @@ absl::StatusOr<CompletionRequest> DecodeCompletionRequest(
     readers["max_completion_tokens"] = [&](const json& v) {
       return ReadMaxTokens(v, "max_completion_tokens", &out);
     };
-    readers["logprobs"] = RefusedUnless(
-        "logprobs", IsFalse, "castserve does not return log probabilities");
-    readers["top_logprobs"] = RefusedUnless(
-        "top_logprobs", IsZero, "castserve does not return log probabilities");
+    readers["logprobs"] = [&](const json& v) -> absl::Status {
+      absl::StatusOr<bool> logprobs = ReadBool(v, "logprobs");
+      if (logprobs.ok()) out.logprobs = *logprobs;
+      return logprobs.status();
+    };
+    readers["top_logprobs"] = [&](const json& v) -> absl::Status {
+      absl::StatusOr<int64_t> top =
+          ReadInt(v, "top_logprobs", 0, kMaxTopLogprobs);
+      if (top.ok()) out.top_logprobs = static_cast<int>(*top);
+      return top.status();
+    };
     const auto empty_array = [](const json& v) {
       return v.is_array() && v.empty();
     };
@@ -493,8 +505,15 @@ absl::StatusOr<CompletionRequest> DecodeCompletionRequest(
       if (prompts.ok()) out.prompts = *std::move(prompts);
       return prompts.status();
     };
-    readers["logprobs"] = RefusedUnless(
-        "logprobs", IsZero, "castserve does not return log probabilities");
+    // Completions' logprobs is the count of top alternatives: present (0
+    // included) asks for the chosen tokens' log-probabilities.
+    readers["logprobs"] = [&](const json& v) -> absl::Status {
+      absl::StatusOr<int64_t> top = ReadInt(v, "logprobs", 0, kMaxTopLogprobs);
+      if (!top.ok()) return top.status();
+      out.logprobs = true;
+      out.top_logprobs = static_cast<int>(*top);
+      return absl::OkStatus();
+    };
     readers["messages"] = RefusedUnless(
         "messages", [](const json&) { return false; },
         "messages belong to /v1/chat/completions");
@@ -511,6 +530,10 @@ absl::StatusOr<CompletionRequest> DecodeCompletionRequest(
           ReadFields(*root, readers, {"model", chat ? "messages" : "prompt"});
       !status.ok()) {
     return status;
+  }
+  if (chat && out.top_logprobs > 0 && !out.logprobs) {
+    return InvalidField("top_logprobs",
+                        "'top_logprobs' needs 'logprobs' set to true");
   }
   if (out.include_usage && !out.stream) {
     return InvalidField("stream_options",

@@ -35,6 +35,9 @@ inline constexpr size_t kMaxMessages = 4096;
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr int64_t kMaxTokensLimit = 1 << 20;
 inline constexpr int64_t kMaxDimensions = 1 << 16;
+// The sampler's bounds (models/generation/sampling.h), OpenAI's too.
+inline constexpr double kMaxPenalty = 2;
+inline constexpr int kMaxTopLogprobs = 20;
 
 // One text or token array.
 struct TextOrTokens {
@@ -66,6 +69,14 @@ struct CompletionRequest {
   std::optional<int64_t> seed;    // >= 0.
   std::vector<std::string> stop;  // At most kMaxStopStrings, non-empty.
   int n = 1;                      // 1..kMaxChoices (prompts x n too).
+  // [-kMaxPenalty, kMaxPenalty]; 0: off.
+  double presence_penalty = 0;
+  double frequency_penalty = 0;
+  // Completions' `logprobs: N` (0..kMaxTopLogprobs), chat's `logprobs: true`
+  // with `top_logprobs: N`: each token's log-probability and the N most
+  // probable tokens'.
+  bool logprobs = false;
+  int top_logprobs = 0;
   bool stream = false;
   bool include_usage = false;
 };

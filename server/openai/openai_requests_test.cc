@@ -105,8 +105,9 @@ TEST(OpenAiRequestsTest, ChatTakesItsParameters) {
       R"( {"role": "user", "content": [{"type": "text", "text": "hi"}]}],)"
       R"( "max_completion_tokens": 5, "temperature": 0, "top_p": 0.5,)"
       R"( "seed": 7, "stop": ["a", "b"], "n": 3, "stream": true,)"
-      R"( "stream_options": {"include_usage": true}, "logprobs": false,)"
-      R"( "presence_penalty": 0, "frequency_penalty": 0.0,)"
+      R"( "stream_options": {"include_usage": true}, "logprobs": true,)"
+      R"( "top_logprobs": 20, "presence_penalty": -2,)"
+      R"( "frequency_penalty": 1.25,)"
       R"( "response_format": {"type": "text"}, "user": "u"})",
       /*chat=*/true);
   ASSERT_TRUE(chat.ok()) << chat.status();
@@ -119,6 +120,10 @@ TEST(OpenAiRequestsTest, ChatTakesItsParameters) {
   EXPECT_EQ(chat->n, 3);
   EXPECT_TRUE(chat->stream);
   EXPECT_TRUE(chat->include_usage);
+  EXPECT_TRUE(chat->logprobs);
+  EXPECT_EQ(chat->top_logprobs, 20);
+  EXPECT_EQ(chat->presence_penalty, -2);
+  EXPECT_EQ(chat->frequency_penalty, 1.25);
   EXPECT_NE(chat->messages_json.find("\"role\":\"system\""), std::string::npos);
 }
 
@@ -133,6 +138,28 @@ TEST(OpenAiRequestsTest, CompletionsDefaultsAreOpenAIs) {
   EXPECT_EQ(completion->stop, std::vector<std::string>{"."});
   ASSERT_EQ(completion->prompts.size(), 1);
   EXPECT_EQ(completion->prompts[0].text, "Once");
+  EXPECT_FALSE(completion->logprobs);
+  EXPECT_EQ(completion->presence_penalty, 0);
+  EXPECT_EQ(completion->frequency_penalty, 0);
+}
+
+// Completions' logprobs is a count: 0 asks for the chosen tokens only.
+TEST(OpenAiRequestsTest, CompletionsLogprobsCountsTheAlternatives) {
+  for (int top : {0, 3, 20}) {
+    absl::StatusOr<CompletionRequest> completion = DecodeCompletionRequest(
+        absl::StrCat(R"({"model": "m", "prompt": "x", "logprobs": )", top,
+                     R"(, "presence_penalty": 2, "frequency_penalty": -0.5})"),
+        /*chat=*/false);
+    ASSERT_TRUE(completion.ok()) << completion.status();
+    EXPECT_TRUE(completion->logprobs);
+    EXPECT_EQ(completion->top_logprobs, top);
+    EXPECT_EQ(completion->presence_penalty, 2);
+    EXPECT_EQ(completion->frequency_penalty, -0.5);
+  }
+  absl::StatusOr<CompletionRequest> off = DecodeCompletionRequest(
+      R"({"model": "m", "prompt": "x", "logprobs": null})", /*chat=*/false);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->logprobs);
 }
 
 TEST(OpenAiRequestsTest, EveryBadCompletionFieldIsNamed) {
@@ -154,10 +181,14 @@ TEST(OpenAiRequestsTest, EveryBadCompletionFieldIsNamed) {
        "stream_options"},
       {kChat + R"("stream": true, "stream_options": {"include_usage": 1}})",
        "stream_options.include_usage"},
-      {kChat + R"("logprobs": true})", "logprobs"},
+      {kChat + R"("logprobs": 1})", "logprobs"},
       {kChat + R"("top_logprobs": 2})", "top_logprobs"},
-      {kChat + R"("presence_penalty": 0.5})", "presence_penalty"},
-      {kChat + R"("frequency_penalty": 1})", "frequency_penalty"},
+      {kChat + R"("logprobs": false, "top_logprobs": 2})", "top_logprobs"},
+      {kChat + R"("logprobs": true, "top_logprobs": 21})", "top_logprobs"},
+      {kChat + R"("logprobs": true, "top_logprobs": -1})", "top_logprobs"},
+      {kChat + R"("presence_penalty": 2.5})", "presence_penalty"},
+      {kChat + R"("presence_penalty": "high"})", "presence_penalty"},
+      {kChat + R"("frequency_penalty": -3})", "frequency_penalty"},
       {kChat + R"("logit_bias": {"1": 2}})", "logit_bias"},
       {kChat + R"("response_format": {"type": "json_object"}})",
        "response_format"},
@@ -188,7 +219,10 @@ TEST(OpenAiRequestsTest, EveryBadCompletionFieldIsNamed) {
   const std::vector<std::pair<std::string, std::string>> completions = {
       {R"({"model": "m"})", "prompt"},
       {R"({"model": "m", "prompt": "x", "echo": true})", "echo"},
-      {R"({"model": "m", "prompt": "x", "logprobs": 2})", "logprobs"},
+      {R"({"model": "m", "prompt": "x", "logprobs": 21})", "logprobs"},
+      {R"({"model": "m", "prompt": "x", "logprobs": true})", "logprobs"},
+      {R"({"model": "m", "prompt": "x", "frequency_penalty": 2.1})",
+       "frequency_penalty"},
       {R"({"model": "m", "prompt": "x", "suffix": "y"})", "suffix"},
       {R"({"model": "m", "prompt": "x", "best_of": 2})", "best_of"},
       {R"({"model": "m", "prompt": "x", "messages": []})", "messages"},

@@ -1,7 +1,9 @@
 // POST /v1/rerank (and /rerank): one request per (query, document) pair to
 // a reranker, whose `scores` output is one logit per pair; relevance_score
 // is its sigmoid, as vLLM and text-embeddings-inference answer for a
-// cross-encoder with one label.
+// cross-encoder with one label (sentence-transformers' CrossEncoder.predict
+// default activation for one label). A classifier of pairs with more labels
+// is refused naming them.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -9,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/openai/openai_calls.h"
 #include "server/openai/openai_errors.h"
 #include "server/openai/openai_tensors.h"
@@ -53,6 +57,26 @@ absl::StatusOr<json> Answer(
               {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}};
 }
 
+// OK for a model that scores one label per pair (a reranker; a model
+// whose config lists no labels is taken at its `scores` shape's word);
+// InvalidArgument naming the model's labels for a classifier of pairs.
+absl::Status CheckOneLabel(const inference::ModelConfig& config) {
+  auto labels = config.parameters().find("castserve_score_labels");
+  if (labels == config.parameters().end()) return absl::OkStatus();
+  const json names = json::parse(labels->second.string_value(), nullptr,
+                                 /*allow_exceptions=*/false);
+  if (!names.is_array() || names.size() == 1) return absl::OkStatus();
+  std::vector<std::string> texts;
+  for (const json& name : names) {
+    texts.push_back(name.is_string() ? name.get<std::string>() : name.dump());
+  }
+  return InvalidField(
+      "model",
+      absl::StrCat("model '", config.name(), "' scores ", names.size(),
+                   " labels (", absl::StrJoin(texts, ", "),
+                   "): /v1/rerank needs a reranker, which scores one"));
+}
+
 }  // namespace
 
 void ServeRerank(InferenceCore* core, CallContext call, RerankRequest request,
@@ -63,9 +87,11 @@ void ServeRerank(InferenceCore* core, CallContext call, RerankRequest request,
       [core, call, request = std::move(request), reply = std::move(reply)](
           absl::StatusOr<inference::ModelConfig> config) mutable {
         if (!config.ok()) return reply(ErrorResponse(config.status()));
-        if (KindOf(*config) != ModelKind::kReranker) {
-          return reply(ErrorResponse(
-              core->RefuseInference(WrongKind(*config, "/v1/rerank"))));
+        absl::Status refused = KindOf(*config) != ModelKind::kReranker
+                                   ? WrongKind(*config, "/v1/rerank")
+                                   : CheckOneLabel(*config);
+        if (!refused.ok()) {
+          return reply(ErrorResponse(core->RefuseInference(refused)));
         }
         std::vector<inference::ModelInferRequest> requests;
         for (const std::string& document : request.documents) {

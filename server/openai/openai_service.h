@@ -12,9 +12,10 @@
 //
 // Bodies are decoded once (openai_requests.h); errors are OpenAI's
 // {"error": {"message", "type", "param", "code"}} (openai_errors.h) with the
-// HTTP status the KServe path gives. Each embedding input and each rerank
-// document is its own inference request, so they go through the model's
-// dynamic batching; each completion choice is its own sequence
+// HTTP status the KServe path gives. An embeddings call's consecutive texts
+// go as one batched inference request (at most max_batch_size texts each;
+// a token array alone), each rerank document as its own, all through the
+// model's dynamic batching; each completion choice is its own sequence
 // (openai_completion_call.h). docs/PROTOCOL.md lists the fields.
 //
 // Thread-safe. The core and the executor must outlive the service, and the

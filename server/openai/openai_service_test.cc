@@ -95,9 +95,27 @@ class FakeKindModel : public ServedModel {
   std::vector<TensorSpec> specs_;
 };
 
-// "text" -> sentence_embedding [3, 4, 0, 0] / 5 (a unit vector), or
-// [len, 1, 1, 1] unnormalised for texts starting with "raw"; prompt_tokens
-// is the text's length. Token ids: the embedding of their count.
+// Every string of BYTES input `name`, in order.
+std::vector<std::string> InputStrings(
+    const inference::ModelInferRequest& request, const std::string& name) {
+  std::vector<std::string> strings;
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    if (request.inputs(i).name() != name) continue;
+    absl::string_view raw = request.raw_input_contents(i);
+    while (raw.size() >= 4) {
+      uint32_t length = 0;
+      std::memcpy(&length, raw.data(), 4);
+      strings.emplace_back(raw.substr(4, length));
+      raw.remove_prefix(4 + std::min<size_t>(length, raw.size() - 4));
+    }
+  }
+  return strings;
+}
+
+// "text" [n, 1] -> sentence_embedding [n, 4]: [3, 4, 0, 0] / 5 (a unit
+// vector), or [len, 1, 1, 1] unnormalised for texts starting with "raw";
+// prompt_tokens is the texts' length. Token ids: the embedding of their
+// count. Records each request's batch size.
 class FakeEmbedder : public FakeKindModel {
  public:
   FakeEmbedder() {
@@ -111,23 +129,41 @@ class FakeEmbedder : public FakeKindModel {
              std::function<void(absl::Status)> done) override {
     ++calls;
     const inference::ModelInferRequest& request = *call.request;
-    std::string text = InputString(request, "text");
+    std::vector<std::string> texts = InputStrings(request, "text");
     if (request.inputs(0).name() == "input_ids") {
       EXPECT_EQ(request.inputs(0).shape(0), 1);
-      text = std::string(request.inputs(0).shape(1), 'x');
+      texts = {std::string(request.inputs(0).shape(1), 'x')};
     } else {
-      EXPECT_EQ(request.inputs(0).shape_size(), 2);  // [1, 1]: batching.
+      // [n, 1]: batching, n within max_batch_size.
+      EXPECT_EQ(request.inputs(0).shape_size(), 2);
+      EXPECT_EQ(request.inputs(0).shape(0), static_cast<int64_t>(texts.size()));
+      EXPECT_LE(texts.size(), 8u);
     }
-    std::vector<float> embedding = {0.6f, 0.8f, 0, 0};
-    if (absl::StartsWith(text, "raw")) {
-      embedding = {static_cast<float>(text.size()), 1, 1, 1};
+    {
+      absl::MutexLock lock(&mutex);
+      batch_sizes.push_back(static_cast<int>(texts.size()));
     }
-    AddOutput(*call.response, "sentence_embedding", "FP32", {1, 4},
-              std::string(reinterpret_cast<const char*>(embedding.data()), 16));
+    std::vector<float> embeddings;
+    int64_t prompt_tokens = 0;
+    for (const std::string& text : texts) {
+      std::vector<float> embedding = {0.6f, 0.8f, 0, 0};
+      if (absl::StartsWith(text, "raw")) {
+        embedding = {static_cast<float>(text.size()), 1, 1, 1};
+      }
+      embeddings.insert(embeddings.end(), embedding.begin(), embedding.end());
+      prompt_tokens += static_cast<int64_t>(text.size());
+    }
+    AddOutput(*call.response, "sentence_embedding", "FP32",
+              {static_cast<int64_t>(texts.size()), 4},
+              std::string(reinterpret_cast<const char*>(embeddings.data()),
+                          embeddings.size() * sizeof(float)));
     (*call.response->mutable_parameters())["prompt_tokens"].set_int64_param(
-        static_cast<int64_t>(text.size()));
+        prompt_tokens);
     done(absl::OkStatus());
   }
+
+  absl::Mutex mutex;
+  std::vector<int> batch_sizes ABSL_GUARDED_BY(mutex);
 };
 
 // (query, document) -> scores [logit]: the document's length minus 3.
@@ -152,6 +188,30 @@ class FakeReranker : public FakeKindModel {
   }
 };
 
+// The log-probability outputs of the tokens `first`..`first + count - 1` as
+// the generation servable gives them: token i is the letter 'a' + i with
+// log-probability -(i + 1) / 8, its alternatives "A", "B", ... with -k - 1.
+void AddLogprobOutputs(inference::ModelInferResponse& response, int64_t first,
+                       int64_t count, int64_t top) {
+  std::string logprobs, texts, top_logprobs, top_texts;
+  for (int64_t i = first; i < first + count; ++i) {
+    const float logprob = -static_cast<float>(i + 1) / 8;
+    logprobs.append(reinterpret_cast<const char*>(&logprob), 4);
+    texts += RawString(std::string(1, static_cast<char>('a' + i)));
+    for (int64_t k = 0; k < top; ++k) {
+      const float alternative = -static_cast<float>(k + 1);
+      top_logprobs.append(reinterpret_cast<const char*>(&alternative), 4);
+      top_texts += RawString(std::string(1, static_cast<char>('A' + k)));
+    }
+  }
+  AddOutput(response, "output_logprobs", "FP32", {count}, logprobs);
+  AddOutput(response, "output_tokens", "BYTES", {count}, texts);
+  if (top == 0) return;
+  AddOutput(response, "output_top_logprobs", "FP32", {count, top},
+            top_logprobs);
+  AddOutput(response, "output_top_tokens", "BYTES", {count, top}, top_texts);
+}
+
 // Generates the letters "abcdefgh..." one token each, up to max_tokens (then
 // finish_reason "length"), or up to the prompt's "stop" string ("stop").
 // prompt_tokens: the prompt's (or the messages') length. Streams when the
@@ -159,10 +219,11 @@ class FakeReranker : public FakeKindModel {
 // call is cancelled, then fails CANCELLED.
 class FakeGenerator : public FakeKindModel {
  public:
-  explicit FakeGenerator(bool chat) {
+  // `text`: with a tokenizer (text_input); else token ids only.
+  explicit FakeGenerator(bool chat, bool text = true) {
     config_.set_name("generator");
     config_.mutable_generation()->set_default_max_tokens(4);
-    AddInput("text_input", inference::TYPE_STRING);
+    if (text) AddInput("text_input", inference::TYPE_STRING);
     if (chat) AddInput("messages", inference::TYPE_STRING);
     AddInput("input_ids", inference::TYPE_INT64);
     AddOutputSpec("text_output", inference::TYPE_STRING);
@@ -198,6 +259,12 @@ class FakeGenerator : public FakeKindModel {
     if (auto it = parameters.find("max_tokens"); it != parameters.end()) {
       max_tokens = it->second.int64_param();
     }
+    // -1: no logprobs asked.
+    int64_t top = -1;
+    if (auto it = parameters.find("logprobs");
+        it != parameters.end() && it->second.bool_param()) {
+      top = parameters.at("top_logprobs").int64_param();
+    }
     std::string stop;
     if (auto it = parameters.find("stop"); it != parameters.end()) {
       stop = json::parse(it->second.string_param())[0];
@@ -222,6 +289,7 @@ class FakeGenerator : public FakeKindModel {
         AddOutput(partial, "text_output", "BYTES", {1}, RawString(piece));
         AddOutput(partial, "output_ids", "INT64", {1},
                   std::string(reinterpret_cast<const char*>(&i), 8));
+        if (top >= 0) AddLogprobOutputs(partial, i, 1, top);
         call.partial_response(std::move(partial));
       }
     }
@@ -237,12 +305,19 @@ class FakeGenerator : public FakeKindModel {
                 {static_cast<int64_t>(last.size())},
                 std::string(reinterpret_cast<const char*>(last.data()),
                             last.size() * 8));
+      if (top >= 0) {
+        AddLogprobOutputs(response, last.empty() ? 0 : last.back(),
+                          static_cast<int64_t>(last.size()), top);
+      }
     } else {
       AddOutput(response, "text_output", "BYTES", {1}, RawString(text));
       AddOutput(response, "output_ids", "INT64",
                 {static_cast<int64_t>(ids.size())},
                 std::string(reinterpret_cast<const char*>(ids.data()),
                             ids.size() * 8));
+      if (top >= 0) {
+        AddLogprobOutputs(response, 0, static_cast<int64_t>(ids.size()), top);
+      }
     }
     (*response.mutable_parameters())["finish_reason"].set_string_param(finish);
     (*response.mutable_parameters())["prompt_tokens"].set_int64_param(
@@ -292,6 +367,8 @@ class OpenAiServiceTest : public ::testing::Test {
     manager_.AddServedModel("reranker", reranker_);
     manager_.AddServedModel("generator", generator_);
     manager_.AddServedModel("plain", std::make_shared<FakeGenerator>(false));
+    manager_.AddServedModel("ids_only",
+                            std::make_shared<FakeGenerator>(false, false));
     manager_.AddModel("tensor");
     Start(nullptr);
   }
@@ -376,8 +453,9 @@ TEST_F(OpenAiServiceTest, ListsTheModelsThatAnswerAnEndpoint) {
     EXPECT_EQ(model["owned_by"], "castserve");
     EXPECT_GT(model["created"].get<int64_t>(), 1700000000);
   }
-  EXPECT_THAT(ids, ::testing::UnorderedElementsAre("embedder", "reranker",
-                                                   "generator", "plain"))
+  EXPECT_THAT(
+      ids, ::testing::UnorderedElementsAre("embedder", "reranker", "generator",
+                                           "plain", "ids_only"))
       << list.body;
   Reply one = Call("GET", "/v1/models/generator");
   ASSERT_EQ(one.status, 200) << one.body;
@@ -399,12 +477,12 @@ TEST_F(OpenAiServiceTest, RoutesAndMethods) {
   EXPECT_EQ(Call("POST", "/v1/models", "{}").status, 405);
 }
 
-TEST_F(OpenAiServiceTest, EmbeddingsOneRequestPerInput) {
+TEST_F(OpenAiServiceTest, EmbeddingsTextsGoAsBatchedRequests) {
   Reply reply = Call("POST", "/v1/embeddings",
                      R"({"model": "embedder", "input": ["ab", "rawxy"]})");
   ASSERT_EQ(reply.status, 200) << reply.body;
   const json body = reply.Json();
-  EXPECT_EQ(embedder_->calls, 2);
+  EXPECT_EQ(embedder_->calls, 1);
   EXPECT_EQ(body["object"], "list");
   EXPECT_EQ(body["model"], "embedder");
   ASSERT_EQ(body["data"].size(), 2);
@@ -414,6 +492,22 @@ TEST_F(OpenAiServiceTest, EmbeddingsOneRequestPerInput) {
   EXPECT_EQ(body["data"][1]["embedding"][0].get<double>(), 5.0);
   EXPECT_EQ(body["usage"]["prompt_tokens"], 7);
   EXPECT_EQ(body["usage"]["total_tokens"], 7);
+
+  // Ten texts and a token array between them: texts in requests of at most
+  // max_batch_size (8), the token array alone, the order kept.
+  Reply mixed = Call("POST", "/v1/embeddings",
+                     R"({"model": "embedder", "input": ["a", "raw1", [7, 8],)"
+                     R"( "b", "c", "d", "e", "f", "g", "h", "raw22", "i"]})");
+  ASSERT_EQ(mixed.status, 200) << mixed.body;
+  const json data = mixed.Json()["data"];
+  ASSERT_EQ(data.size(), 12);
+  for (size_t i = 0; i < data.size(); ++i) EXPECT_EQ(data[i]["index"], i);
+  EXPECT_EQ(data[1]["embedding"][0].get<double>(), 4.0);
+  EXPECT_NEAR(data[2]["embedding"][1].get<double>(), 0.8, 1e-6);
+  EXPECT_EQ(data[10]["embedding"][0].get<double>(), 5.0);
+  EXPECT_EQ(mixed.Json()["usage"]["prompt_tokens"], 1 + 4 + 2 + 7 + 5 + 1);
+  absl::MutexLock lock(&embedder_->mutex);
+  EXPECT_EQ(embedder_->batch_sizes, (std::vector<int>{2, 2, 1, 8, 1}));
 }
 
 TEST_F(OpenAiServiceTest, EmbeddingsTokensBase64AndDimensions) {
@@ -478,12 +572,12 @@ TEST_F(OpenAiServiceTest, ModelsOfAnotherKindAreRefusedNamingTheKind) {
 }
 
 TEST_F(OpenAiServiceTest, BadBodiesAre400NamingTheField) {
-  Reply reply =
-      Call("POST", "/v1/chat/completions",
-           R"({"model": "generator", "messages":)"
-           R"( [{"role": "user", "content": "x"}], "logprobs": true})");
+  Reply reply = Call("POST", "/v1/chat/completions",
+                     R"({"model": "generator", "messages":)"
+                     R"( [{"role": "user", "content": "x"}], "logprobs": true,)"
+                     R"( "top_logprobs": 21})");
   EXPECT_EQ(reply.status, 400);
-  EXPECT_EQ(reply.Error()["param"], "logprobs");
+  EXPECT_EQ(reply.Error()["param"], "top_logprobs");
   EXPECT_EQ(reply.Error()["type"], "invalid_request_error");
   EXPECT_TRUE(reply.Error().contains("code"));
   Reply not_json = Call("POST", "/v1/embeddings", "{");
@@ -612,6 +706,94 @@ TEST_F(OpenAiServiceTest, CompletionsStreamWithoutUsage) {
   EXPECT_EQ(text, "ab");
   absl::MutexLock lock(&generator_->mutex);
   EXPECT_EQ(generator_->last_request.inputs(0).name(), "input_ids");
+}
+
+TEST_F(OpenAiServiceTest, CompletionsLogprobsUnaryAndStreamed) {
+  Reply unary = Call("POST", "/v1/completions",
+                     R"({"model": "generator", "prompt": "Once",)"
+                     R"( "max_tokens": 3, "logprobs": 2,)"
+                     R"( "presence_penalty": 0.5, "frequency_penalty": -1})");
+  ASSERT_EQ(unary.status, 200) << unary.body;
+  const json logprobs = unary.Json()["choices"][0]["logprobs"];
+  EXPECT_EQ(logprobs["tokens"], json({"a", "b", "c"}));
+  ASSERT_EQ(logprobs["token_logprobs"].size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FLOAT_EQ(logprobs["token_logprobs"][i].get<float>(), -(i + 1) / 8.f);
+    EXPECT_EQ(logprobs["top_logprobs"][i], json({{"A", -1.0}, {"B", -2.0}}));
+  }
+  EXPECT_EQ(logprobs["text_offset"], json({0, 1, 2}));
+  {
+    absl::MutexLock lock(&generator_->mutex);
+    const auto& sent = generator_->last_request.parameters();
+    EXPECT_TRUE(sent.at("logprobs").bool_param());
+    EXPECT_EQ(sent.at("top_logprobs").int64_param(), 2);
+    EXPECT_EQ(sent.at("presence_penalty").double_param(), 0.5);
+    EXPECT_EQ(sent.at("frequency_penalty").double_param(), -1);
+  }
+  Reply streamed = Call("POST", "/v1/completions",
+                        R"({"model": "generator", "prompt": "Once",)"
+                        R"( "max_tokens": 3, "logprobs": 0, "stream": true})");
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  json tokens = json::array();
+  json offsets = json::array();
+  for (const std::string& event : Events(streamed)) {
+    if (event == "[DONE]") break;
+    const json chunk = json::parse(event);
+    const json& chunk_logprobs = chunk["choices"][0]["logprobs"];
+    if (chunk_logprobs.is_null()) continue;  // The finish_reason chunk.
+    for (const json& token : chunk_logprobs["tokens"]) tokens.push_back(token);
+    for (const json& offset : chunk_logprobs["text_offset"]) {
+      offsets.push_back(offset);
+    }
+    for (const json& top : chunk_logprobs["top_logprobs"]) {
+      EXPECT_TRUE(top.empty());
+    }
+  }
+  EXPECT_EQ(tokens, json({"a", "b", "c"}));
+  EXPECT_EQ(offsets, json({0, 1, 2}));
+  // A model without a tokenizer has no text for its tokens.
+  Reply ids_only = Call("POST", "/v1/completions",
+                        R"({"model": "ids_only", "prompt": [1, 2],)"
+                        R"( "logprobs": 1})");
+  EXPECT_EQ(ids_only.status, 400);
+  EXPECT_EQ(ids_only.Error()["param"], "logprobs");
+  // Not asked: null, and nothing sent to the model.
+  Reply plain = Call("POST", "/v1/completions",
+                     R"({"model": "generator", "prompt": "Once"})");
+  EXPECT_TRUE(plain.Json()["choices"][0]["logprobs"].is_null());
+  absl::MutexLock lock(&generator_->mutex);
+  EXPECT_FALSE(generator_->last_request.parameters().contains("logprobs"));
+  EXPECT_FALSE(
+      generator_->last_request.parameters().contains("presence_penalty"));
+}
+
+TEST_F(OpenAiServiceTest, ChatLogprobsContentUnaryAndStreamed) {
+  const std::string body =
+      R"({"model": "generator", "messages": [{"role": "user", "content":)"
+      R"( "hi"}], "max_tokens": 2, "logprobs": true, "top_logprobs": 1)";
+  Reply unary = Call("POST", "/v1/chat/completions", body + "}");
+  ASSERT_EQ(unary.status, 200) << unary.body;
+  const json content = unary.Json()["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2);
+  EXPECT_EQ(content[1]["token"], "b");
+  EXPECT_FLOAT_EQ(content[1]["logprob"].get<float>(), -0.25f);
+  EXPECT_EQ(content[1]["bytes"], json({98}));
+  EXPECT_EQ(content[1]["top_logprobs"],
+            json::parse(R"([{"token": "A", "logprob": -1.0, "bytes": [65]}])"));
+  Reply streamed =
+      Call("POST", "/v1/chat/completions", body + R"(, "stream": true})");
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  json streamed_content = json::array();
+  for (const std::string& event : Events(streamed)) {
+    if (event == "[DONE]") break;
+    const json chunk = json::parse(event);
+    const json& logprobs = chunk["choices"][0]["logprobs"];
+    if (logprobs.is_null()) continue;
+    for (const json& token : logprobs["content"]) {
+      streamed_content.push_back(token);
+    }
+  }
+  EXPECT_EQ(streamed_content, content);
 }
 
 TEST_F(OpenAiServiceTest, AClientThatGoesAwayCancelsItsSequences) {

@@ -43,6 +43,15 @@ void AddInt64Input(const inference::ModelConfig& config,
                   values.size() * sizeof(int64_t)));
 }
 
+// One BYTES element, length-prefixed as raw contents carry it.
+void AppendBytesElement(absl::string_view value, std::string& raw) {
+  const auto length = static_cast<uint32_t>(value.size());
+  const size_t at = raw.size();
+  raw.resize(at + 4);
+  std::memcpy(raw.data() + at, &length, 4);
+  raw.append(value.data(), value.size());
+}
+
 int OutputIndex(const inference::ModelInferResponse& response,
                 absl::string_view name) {
   for (int i = 0; i < response.outputs_size(); ++i) {
@@ -92,10 +101,22 @@ void AddBytesInput(const inference::ModelConfig& config,
   input->set_name(name);
   input->set_datatype("BYTES");
   for (int64_t dim : Shape(config, 1)) input->add_shape(dim);
-  std::string raw(4, '\0');
-  const auto length = static_cast<uint32_t>(value.size());
-  std::memcpy(raw.data(), &length, 4);
-  raw.append(value.data(), value.size());
+  std::string raw;
+  AppendBytesElement(value, raw);
+  request->add_raw_input_contents(std::move(raw));
+}
+
+void AddBytesInputs(const inference::ModelConfig& config,
+                    const std::string& name,
+                    const std::vector<absl::string_view>& values,
+                    inference::ModelInferRequest* request) {
+  auto* input = request->add_inputs();
+  input->set_name(name);
+  input->set_datatype("BYTES");
+  input->add_shape(static_cast<int64_t>(values.size()));
+  input->add_shape(1);
+  std::string raw;
+  for (absl::string_view value : values) AppendBytesElement(value, raw);
   request->add_raw_input_contents(std::move(raw));
 }
 
@@ -153,6 +174,32 @@ absl::StatusOr<std::string> BytesOutput(
   }
   const auto& contents = response.outputs(index).contents().bytes_contents();
   return contents.empty() ? std::string() : contents[0];
+}
+
+absl::StatusOr<std::vector<std::string>> BytesOutputs(
+    const inference::ModelInferResponse& response, absl::string_view name) {
+  const int index = OutputIndex(response, name);
+  if (index < 0) return std::vector<std::string>();
+  if (index >= response.raw_output_contents_size()) {
+    const auto& contents = response.outputs(index).contents().bytes_contents();
+    return std::vector<std::string>(contents.begin(), contents.end());
+  }
+  absl::string_view raw = response.raw_output_contents(index);
+  std::vector<std::string> elements;
+  while (!raw.empty()) {
+    uint32_t length = 0;
+    if (raw.size() < 4) break;
+    std::memcpy(&length, raw.data(), 4);
+    raw.remove_prefix(4);
+    if (length > raw.size()) break;
+    elements.emplace_back(raw.substr(0, length));
+    raw.remove_prefix(length);
+  }
+  if (!raw.empty()) {
+    return absl::InternalError(
+        absl::StrCat("output '", name, "' is malformed"));
+  }
+  return elements;
 }
 
 int64_t ElementCount(const inference::ModelInferResponse& response,

@@ -1,6 +1,7 @@
-// The KServe messages the OpenAI frontend sends and reads: one request per
-// text, token array or document, its inputs shaped for the model's config,
-// and the outputs and parameters of its answer. Stateless; thread-safe.
+// The KServe messages the OpenAI frontend sends and reads: requests of
+// texts, token arrays or documents, their inputs shaped for the model's
+// config, and the outputs and parameters of their answers. Stateless;
+// thread-safe.
 #ifndef CASTSERVE_SERVER_OPENAI_OPENAI_TENSORS_H_
 #define CASTSERVE_SERVER_OPENAI_OPENAI_TENSORS_H_
 
@@ -28,6 +29,12 @@ bool HasInput(const inference::ModelConfig& config, absl::string_view name);
 void AddBytesInput(const inference::ModelConfig& config,
                    const std::string& name, absl::string_view value,
                    inference::ModelInferRequest* request);
+// Several BYTES elements as input `name` [n, 1] (a model that batches,
+// n <= max_batch_size: one batched request, as a KServe client sends it).
+void AddBytesInputs(const inference::ModelConfig& config,
+                    const std::string& name,
+                    const std::vector<absl::string_view>& values,
+                    inference::ModelInferRequest* request);
 // Token ids as input_ids [1, n] (or [n] without batching), with the
 // attention_mask (ones) and token_type_ids (zeros) the model requires.
 void AddTokenInputs(const inference::ModelConfig& config,
@@ -39,6 +46,10 @@ absl::StatusOr<std::vector<float>> Fp32Output(
     const inference::ModelInferResponse& response, absl::string_view name);
 // The first element of the BYTES output `name`; "" when absent.
 absl::StatusOr<std::string> BytesOutput(
+    const inference::ModelInferResponse& response, absl::string_view name);
+// Every element of the BYTES output `name`, flat; empty when absent.
+// INTERNAL when malformed.
+absl::StatusOr<std::vector<std::string>> BytesOutputs(
     const inference::ModelInferResponse& response, absl::string_view name);
 // Elements of the output `name`; 0 when absent.
 int64_t ElementCount(const inference::ModelInferResponse& response,

@@ -159,6 +159,40 @@ std::vector<int64_t> StreamedIds(const Outcome& outcome) {
   return ids;
 }
 
+template <typename T>
+std::vector<T> Values(const inference::ModelInferResponse& response,
+                      const std::string& name) {
+  const std::string* raw = Raw(response, name);
+  if (raw == nullptr) return {};
+  std::vector<T> values(raw->size() / sizeof(T));
+  std::memcpy(values.data(), raw->data(), raw->size());
+  return values;
+}
+
+// The elements of a BYTES output, in order.
+std::vector<std::string> Strings(const inference::ModelInferResponse& response,
+                                 const std::string& name) {
+  const std::string* raw = Raw(response, name);
+  std::vector<std::string> strings;
+  for (size_t at = 0; raw != nullptr && at + 4 <= raw->size();) {
+    uint32_t length = 0;
+    std::memcpy(&length, raw->data() + at, 4);
+    strings.push_back(raw->substr(at + 4, length));
+    at += 4 + length;
+  }
+  return strings;
+}
+
+std::vector<int64_t> Shape(const inference::ModelInferResponse& response,
+                           const std::string& name) {
+  for (const auto& output : response.outputs()) {
+    if (output.name() == name) {
+      return std::vector<int64_t>(output.shape().begin(), output.shape().end());
+    }
+  }
+  return {};
+}
+
 std::string StreamedText(const Outcome& outcome) {
   std::string text;
   for (const auto& part : outcome.partials) text += Text(part);
@@ -205,6 +239,119 @@ TEST(GenerationLlamaTest, GreedyIdsEqualTheReferenceUnaryAndStreamed) {
   EXPECT_EQ(stats.success_count, 6u);
   EXPECT_EQ(stats.fail_count, 0u);
   EXPECT_EQ(stats.generated_tokens, 2u * (32 + 32 + 10));
+}
+
+// output_logprobs / output_top_ids / output_top_logprobs against
+// transformers' log_softmax (tools/gen_logprob_references.py), unary and
+// one token per streamed response; only when asked.
+TEST(GenerationLlamaTest, LogprobOutputsEqualTransformersUnaryAndStreamed) {
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      Load(kLlamaFolder, GenerationConfig("llama_logprobs"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<nlohmann::json> reference = platform::ParseJson(
+      ReadFile(std::string(kLlamaFolder) + "/logprobs_reference.json"));
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const int64_t top = reference->at("top").get<int64_t>();
+  const nlohmann::json& item = reference->at("logprob_cases")[0];
+  const nlohmann::json& steps = item.at("steps");
+  const int64_t n = static_cast<int64_t>(steps.size());
+  inference::ModelInferRequest request =
+      IdsRequest(item.at("prompt").get<std::vector<int64_t>>(), n);
+  (*request.mutable_parameters())["ignore_eos"].set_bool_param(true);
+  (*request.mutable_parameters())["logprobs"].set_bool_param(true);
+  (*request.mutable_parameters())["top_logprobs"].set_int64_param(top);
+  auto expect_steps =
+      [&](const std::vector<inference::ModelInferResponse*>& responses) {
+        int64_t step = 0;
+        for (const inference::ModelInferResponse* response : responses) {
+          const std::vector<float> logprobs =
+              Values<float>(*response, "output_logprobs");
+          const std::vector<int64_t> top_ids =
+              Values<int64_t>(*response, "output_top_ids");
+          const std::vector<float> top_logprobs =
+              Values<float>(*response, "output_top_logprobs");
+          const int64_t count = static_cast<int64_t>(Ids(*response).size());
+          ASSERT_EQ(static_cast<int64_t>(logprobs.size()), count);
+          EXPECT_EQ(Shape(*response, "output_top_ids"),
+                    (std::vector<int64_t>{count, top}));
+          ASSERT_EQ(static_cast<int64_t>(top_ids.size()), count * top);
+          ASSERT_EQ(static_cast<int64_t>(top_logprobs.size()), count * top);
+          for (int64_t i = 0; i < count; ++i, ++step) {
+            const nlohmann::json& expected = steps[step];
+            EXPECT_NEAR(logprobs[i], expected.at("logprob").get<double>(), 1e-4)
+                << "step " << step;
+            for (int64_t k = 0; k < top; ++k) {
+              EXPECT_EQ(top_ids[i * top + k], expected.at("top_ids")[k])
+                  << "step " << step;
+              EXPECT_NEAR(top_logprobs[i * top + k],
+                          expected.at("top_logprobs")[k].get<double>(), 1e-4);
+            }
+          }
+        }
+        EXPECT_EQ(step, n);
+      };
+  Outcome unary = Call(**model, request, /*stream=*/false);
+  ASSERT_TRUE(unary.status.ok()) << unary.status;
+  expect_steps({&unary.final_response});
+  Outcome streamed = Call(**model, request, /*stream=*/true);
+  ASSERT_TRUE(streamed.status.ok()) << streamed.status;
+  std::vector<inference::ModelInferResponse*> responses;
+  for (auto& part : streamed.partials) responses.push_back(&part);
+  responses.push_back(&streamed.final_response);
+  expect_steps(responses);
+
+  // Not asked: no such output; top_logprobs 0: the chosen ones only.
+  request.mutable_parameters()->erase("top_logprobs");
+  Outcome chosen = Call(**model, request, /*stream=*/false);
+  ASSERT_TRUE(chosen.status.ok()) << chosen.status;
+  EXPECT_EQ(Values<float>(chosen.final_response, "output_logprobs").size(),
+            static_cast<size_t>(n));
+  EXPECT_EQ(Raw(chosen.final_response, "output_top_ids"), nullptr);
+  request.mutable_parameters()->erase("logprobs");
+  Outcome plain = Call(**model, request, /*stream=*/false);
+  ASSERT_TRUE(plain.status.ok()) << plain.status;
+  EXPECT_EQ(Raw(plain.final_response, "output_logprobs"), nullptr);
+  // Naming a log-probability output without asking for it is refused.
+  request.add_outputs()->set_name("output_top_logprobs");
+  Outcome refused = Call(**model, request, /*stream=*/false);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status.message().find("logprobs"), std::string::npos)
+      << refused.status;
+}
+
+// presence_penalty and frequency_penalty reach the sampler: greedy output
+// equals the reference's for each case.
+TEST(GenerationLlamaTest, PenaltiesChangeGreedyAsTheReferenceSays) {
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      Load(kLlamaFolder, GenerationConfig("llama_penalties"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<nlohmann::json> reference = platform::ParseJson(
+      ReadFile(std::string(kLlamaFolder) + "/logprobs_reference.json"));
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  for (const auto& item : reference->at("penalty_cases")) {
+    inference::ModelInferRequest request =
+        IdsRequest(reference->at("penalty_prompt").get<std::vector<int64_t>>(),
+                   reference->at("penalty_max_new_tokens").get<int64_t>());
+    auto& parameters = *request.mutable_parameters();
+    parameters["ignore_eos"].set_bool_param(true);
+    parameters["presence_penalty"].set_double_param(
+        item.at("presence_penalty").get<double>());
+    parameters["frequency_penalty"].set_double_param(
+        item.at("frequency_penalty").get<double>());
+    parameters["repetition_penalty"].set_double_param(
+        item.at("repetition_penalty").get<double>());
+    const Outcome outcome = Call(**model, request, /*stream=*/false);
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+    EXPECT_EQ(Ids(outcome.final_response),
+              item.at("generated").get<std::vector<int64_t>>())
+        << item.dump();
+  }
+  inference::ModelInferRequest bad = IdsRequest({3, 4}, 2);
+  (*bad.mutable_parameters())["frequency_penalty"].set_double_param(-2.5);
+  const Outcome refused = Call(**model, bad, /*stream=*/false);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status.message().find("frequency_penalty"),
+            std::string::npos);
 }
 
 TEST(GenerationLlamaTest, LimitsOfTheContextAreInvalidArgument) {
@@ -328,6 +475,49 @@ TEST(GenerationLlamaTest, TextInTextOutStreamedAndStopStrings) {
   const Outcome stopped_stream = Call(**model, request, /*stream=*/true);
   ASSERT_TRUE(stopped_stream.status.ok());
   EXPECT_EQ(StreamedText(stopped_stream), before);
+}
+
+// With a tokenizer the log-probability outputs carry each token decoded
+// alone, and its alternatives'.
+TEST(GenerationLlamaTest, LogprobTokensAreEachIdDecodedAlone) {
+  const std::string folder = MakeTokenizerLlama();
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      Load(folder, GenerationConfig("llama_text_logprobs"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto tokenizer = text::LoadTokenizer(folder);
+  ASSERT_TRUE(tokenizer.ok());
+  inference::ModelInferRequest request = TextRequest("Hello world", 6);
+  (*request.mutable_parameters())["ignore_eos"].set_bool_param(true);
+  (*request.mutable_parameters())["logprobs"].set_bool_param(true);
+  (*request.mutable_parameters())["top_logprobs"].set_int64_param(2);
+  for (bool stream : {false, true}) {
+    const Outcome outcome = Call(**model, request, stream);
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+    std::vector<const inference::ModelInferResponse*> responses;
+    for (const auto& part : outcome.partials) responses.push_back(&part);
+    responses.push_back(&outcome.final_response);
+    size_t tokens = 0;
+    for (const inference::ModelInferResponse* response : responses) {
+      const std::vector<int64_t> ids = Ids(*response);
+      const std::vector<int64_t> top_ids =
+          Values<int64_t>(*response, "output_top_ids");
+      const std::vector<std::string> texts =
+          Strings(*response, "output_tokens");
+      const std::vector<std::string> top_texts =
+          Strings(*response, "output_top_tokens");
+      ASSERT_EQ(texts.size(), ids.size());
+      ASSERT_EQ(top_texts.size(), 2 * ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) {
+        EXPECT_EQ(texts[i], *(*tokenizer)->Decode({ids[i]}, false));
+        for (size_t k = 0; k < 2; ++k) {
+          EXPECT_EQ(top_texts[2 * i + k],
+                    *(*tokenizer)->Decode({top_ids[2 * i + k]}, false));
+        }
+      }
+      tokens += ids.size();
+    }
+    EXPECT_EQ(tokens, 6u) << "stream " << stream;
+  }
 }
 
 }  // namespace

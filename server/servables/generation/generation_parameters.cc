@@ -154,6 +154,16 @@ absl::StatusOr<std::vector<int64_t>> StopTokenIdsOf(
   return ids;  // Inside the vocabulary: models::CheckGenerationRequest.
 }
 
+// The sampling parameter of type number named `name`; null for others.
+double* NumberField(const std::string& name, models::SamplingParams& sampling) {
+  if (name == "temperature") return &sampling.temperature;
+  if (name == "top_p") return &sampling.top_p;
+  if (name == "repetition_penalty") return &sampling.repetition_penalty;
+  if (name == "presence_penalty") return &sampling.presence_penalty;
+  if (name == "frequency_penalty") return &sampling.frequency_penalty;
+  return nullptr;
+}
+
 // One parameter into `out`; keys that are not generation parameters are
 // left alone.
 absl::Status ParseOne(const std::string& name, const InferParameter& value,
@@ -162,18 +172,15 @@ absl::Status ParseOne(const std::string& name, const InferParameter& value,
     absl::StatusOr<int64_t> n = IntegerOf(name, value);
     if (!n.ok()) return n.status();
     out.max_tokens = *n;  // Its range: models::CheckGenerationRequest.
-  } else if (name == "temperature" || name == "top_p" ||
-             name == "repetition_penalty") {
+  } else if (double* field = NumberField(name, out.sampling)) {
     absl::StatusOr<double> x = NumberOf(name, value);
     if (!x.ok()) return x.status();
-    double& field = name == "temperature" ? out.sampling.temperature
-                    : name == "top_p"     ? out.sampling.top_p
-                                          : out.sampling.repetition_penalty;
-    field = *x;
-  } else if (name == "top_k" || name == "seed") {
+    *field = *x;  // Its range: the check's.
+  } else if (name == "top_k" || name == "top_logprobs" || name == "seed") {
     absl::StatusOr<int64_t> n = IntegerOf(name, value);
     if (!n.ok()) return n.status();
     if (name == "top_k") out.sampling.top_k = *n;  // Range: the check's.
+    if (name == "top_logprobs") out.sampling.top_logprobs = *n;
     if (name == "seed") {
       // The seed's bits are a uint64's; a negative one means nothing.
       if (*n < 0) return OutOfRange(name, ">= 0", absl::StrCat(*n));
@@ -187,11 +194,13 @@ absl::Status ParseOne(const std::string& name, const InferParameter& value,
     absl::StatusOr<std::vector<int64_t>> ids = StopTokenIdsOf(value);
     if (!ids.ok()) return ids.status();
     out.stop_token_ids = *std::move(ids);
-  } else if (name == "ignore_eos" ||
+  } else if (name == "ignore_eos" || name == "logprobs" ||
              name == "triton_enable_empty_final_response") {
     absl::StatusOr<bool> flag = BoolOf(name, value);
     if (!flag.ok()) return flag.status();
-    (name == "ignore_eos" ? out.ignore_eos : out.empty_final_response) = *flag;
+    (name == "ignore_eos" ? out.ignore_eos
+     : name == "logprobs" ? out.sampling.logprobs
+                          : out.empty_final_response) = *flag;
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,10 @@
 //   top_k               int     >= 0 (0: off)                  [the check's]
 //   top_p               number  (0, 1]                         [the check's]
 //   repetition_penalty  number  > 0                            [the check's]
+//   presence_penalty    number  [-2, 2] (0: off)               [the check's]
+//   frequency_penalty   number  [-2, 2] (0: off)               [the check's]
+//   logprobs            bool    the log-probability outputs
+//   top_logprobs        int     0..20, with logprobs           [the check's]
 //   seed                int     >= 0
 //   stop                string  one stop string, or a JSON array of them
 //   stop_token_ids      string  a JSON array of ids, or an int: one id

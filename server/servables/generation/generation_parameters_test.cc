@@ -48,6 +48,10 @@ TEST(GenerationParametersTest, ParsesEveryParameter) {
   parameters["top_k"] = Int(3);
   parameters["top_p"] = Int(1);  // A number takes an int64 too.
   parameters["repetition_penalty"] = Double(1.5);
+  parameters["presence_penalty"] = Double(-0.5);
+  parameters["frequency_penalty"] = Int(2);
+  parameters["logprobs"] = Bool(true);
+  parameters["top_logprobs"] = Uint(4);
   parameters["seed"] = Int(42);
   parameters["stop"] = String(R"(["###", "\n\n"])");
   parameters["stop_token_ids"] = String("[2, 7]");
@@ -63,6 +67,10 @@ TEST(GenerationParametersTest, ParsesEveryParameter) {
   EXPECT_EQ(parsed->sampling.top_k, 3);
   EXPECT_EQ(parsed->sampling.top_p, 1.0);
   EXPECT_EQ(parsed->sampling.repetition_penalty, 1.5);
+  EXPECT_EQ(parsed->sampling.presence_penalty, -0.5);
+  EXPECT_EQ(parsed->sampling.frequency_penalty, 2.0);
+  EXPECT_TRUE(parsed->sampling.logprobs);
+  EXPECT_EQ(parsed->sampling.top_logprobs, 4);
   EXPECT_EQ(parsed->sampling.seed, 42u);
   EXPECT_EQ(parsed->stop, (std::vector<std::string>{"###", "\n\n"}));
   EXPECT_EQ(parsed->stop_token_ids, (std::vector<int64_t>{2, 7}));
@@ -96,6 +104,12 @@ TEST(GenerationParametersTest, EveryTypeErrorNamesTheParameter) {
             "parameter 'top_p' must be a number, got a bool");
   EXPECT_EQ(ErrorFor("repetition_penalty", Uint(2)),
             "parameter 'repetition_penalty' must be a number, got an integer");
+  EXPECT_EQ(ErrorFor("presence_penalty", String("x")),
+            "parameter 'presence_penalty' must be a number, got a string");
+  EXPECT_EQ(ErrorFor("logprobs", Int(1)),
+            "parameter 'logprobs' must be a bool, got an integer");
+  EXPECT_EQ(ErrorFor("top_logprobs", Double(2)),
+            "parameter 'top_logprobs' must be an integer, got a number");
   EXPECT_EQ(ErrorFor("stop", Int(1)),
             "parameter 'stop' must be a string, got an integer");
   EXPECT_EQ(ErrorFor("ignore_eos", Int(1)),

@@ -145,6 +145,30 @@ absl::StatusOr<std::vector<int64_t>> Prompt(
   return std::vector<int64_t>(data, data + ids.numel());
 }
 
+// InvalidArgument for a requested log-probability output that the
+// parameters do not ask for (logprobs; top_logprobs > 0 for the top ones).
+absl::Status CheckLogprobOutputs(const std::vector<std::string>& requested,
+                                 const models::SamplingParams& sampling) {
+  for (const std::string& name : requested) {
+    const bool top = name == kOutputTopIdsTensor ||
+                     name == kOutputTopLogprobsTensor ||
+                     name == kOutputTopTokensTensor;
+    const bool chosen =
+        name == kOutputLogprobsTensor || name == kOutputTokensTensor;
+    if ((chosen || top) && !sampling.logprobs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("requested output '", name,
+                       "' needs the parameter 'logprobs' set to true"));
+    }
+    if (top && sampling.top_logprobs == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("requested output '", name,
+                       "' needs the parameter 'top_logprobs' above 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The request's prompt with the options its parameters give over the
 // model's defaults, checked by the one check of a generation request
 // (models::CheckGenerationRequest).
@@ -177,6 +201,11 @@ absl::StatusOr<CheckedGenerationRequest> DecodeGenerationRequest(
   absl::StatusOr<GenerationParameters> parameters =
       ParseGenerationParameters(request.parameters());
   if (!parameters.ok()) return parameters.status();
+  if (absl::Status outputs =
+          CheckLogprobOutputs(*requested, parameters->sampling);
+      !outputs.ok()) {
+    return outputs;
+  }
   absl::StatusOr<std::vector<int64_t>> prompt = Prompt(request, limits);
   if (!prompt.ok()) return prompt.status();
   absl::StatusOr<models::CheckedGeneration> generation =

@@ -1,6 +1,9 @@
 #include "server/servables/generation/generation_responses.h"
 
 #include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +19,63 @@ std::string RawBytesElement(absl::string_view bytes) {
   std::memcpy(raw.data(), &length, 4);
   raw.append(bytes.data(), bytes.size());
   return raw;
+}
+
+void AddOutput(const char* name, const char* datatype,
+               std::initializer_list<int64_t> shape, std::string raw,
+               inference::ModelInferResponse& response) {
+  auto* output = response.add_outputs();
+  output->set_name(name);
+  output->set_datatype(datatype);
+  for (int64_t dim : shape) output->add_shape(dim);
+  response.add_raw_output_contents(std::move(raw));
+}
+
+template <typename T>
+void AppendRaw(const T& value, std::string& raw) {
+  raw.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+// The log-probability outputs of the last `count` tokens of `sequence`
+// (its logprobs and texts hold at least that many: asserted by the caller).
+void AddLogprobOutputs(const GenerationSequence& sequence, size_t count,
+                       inference::ModelInferResponse& response) {
+  const int64_t top = sequence.parameters.sampling.top_logprobs;
+  const size_t first = sequence.logprobs.size() - count;
+  const bool text = sequence.text;
+  std::string logprobs, top_ids, top_logprobs, tokens, top_tokens;
+  for (size_t i = first; i < sequence.logprobs.size(); ++i) {
+    const models::TokenLogprobs& entry = sequence.logprobs[i];
+    AppendRaw(entry.logprob, logprobs);
+    // Fewer alternatives than asked only when the vocabulary is smaller:
+    // never, for the vocabularies castserve serves; padded to keep the
+    // shape.
+    for (int64_t k = 0; k < top; ++k) {
+      const bool has = k < static_cast<int64_t>(entry.top_ids.size());
+      AppendRaw(has ? entry.top_ids[k] : int64_t{-1}, top_ids);
+      AppendRaw(
+          has ? entry.top_logprobs[k] : -std::numeric_limits<float>::infinity(),
+          top_logprobs);
+      if (text) {
+        top_tokens += RawBytesElement(
+            has ? sequence.top_token_texts[i * top + k] : std::string());
+      }
+    }
+    if (text) tokens += RawBytesElement(sequence.token_texts[i]);
+  }
+  const auto n = static_cast<int64_t>(count);
+  auto add = [&](const char* name, const char* datatype,
+                 std::initializer_list<int64_t> shape, std::string& raw) {
+    if (sequence.Wants(name)) {
+      AddOutput(name, datatype, shape, std::move(raw), response);
+    }
+  };
+  add(kOutputLogprobsTensor, "FP32", {n}, logprobs);
+  if (text) add(kOutputTokensTensor, "BYTES", {n}, tokens);
+  if (top == 0) return;
+  add(kOutputTopIdsTensor, "INT64", {n, top}, top_ids);
+  add(kOutputTopLogprobsTensor, "FP32", {n, top}, top_logprobs);
+  if (text) add(kOutputTopTokensTensor, "BYTES", {n, top}, top_tokens);
 }
 
 void SetFinal(inference::ModelInferResponse& response, bool final) {
@@ -72,19 +132,30 @@ inference::ModelInferResponse TokenResponse(const GenerationSequence& sequence,
     response.add_raw_output_contents(RawBytesElement(*text));
   }
   if (sequence.Wants(kOutputIdsTensor)) {
-    auto* output = response.add_outputs();
-    output->set_name(kOutputIdsTensor);
-    output->set_datatype("INT64");
-    output->add_shape(static_cast<int64_t>(ids.size()));
-    response.add_raw_output_contents(
-        std::string(reinterpret_cast<const char*>(ids.data()),
-                    ids.size() * sizeof(int64_t)));
+    AddOutput(kOutputIdsTensor, "INT64", {static_cast<int64_t>(ids.size())},
+              std::string(reinterpret_cast<const char*>(ids.data()),
+                          ids.size() * sizeof(int64_t)),
+              response);
+  }
+  // Fewer entries only when the engine gave none: WriteFinalResponse
+  // fails the request then.
+  if (sequence.logprobs_asked() && sequence.logprobs.size() >= ids.size() &&
+      (!sequence.text || sequence.token_texts.size() >= ids.size())) {
+    AddLogprobOutputs(sequence, ids.size(), response);
   }
   return response;
 }
 
 absl::Status WriteFinalResponse(GenerationSequence& sequence,
                                 const models::GenerationResult& result) {
+  if (sequence.logprobs_asked() &&
+      (sequence.logprobs.size() != result.tokens.size() ||
+       (sequence.text &&
+        sequence.token_texts.size() != result.tokens.size()))) {
+    return absl::InternalError(absl::StrCat(
+        "the engine gave log-probabilities for ", sequence.logprobs.size(),
+        " of ", result.tokens.size(), " tokens"));
+  }
   std::string rest;
   if (sequence.text_stream) {
     absl::StatusOr<std::string> flushed = sequence.text_stream->Flush();

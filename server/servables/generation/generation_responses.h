@@ -16,7 +16,9 @@
 namespace castserve {
 
 // A response of `sequence` carrying `ids` and, when not null, `text` (each
-// only if the request wants that output), with triton_final_response false.
+// only if the request wants that output), with triton_final_response false;
+// with logprobs asked, the log-probability outputs of the last ids.size()
+// entries of sequence.logprobs (the ids' own).
 inference::ModelInferResponse TokenResponse(const GenerationSequence& sequence,
                                             absl::Span<const int64_t> ids,
                                             const std::string* text);

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "models/generation/sampling.h"
 #include "proto/inference.pb.h"
 #include "server/lifecycle/served_model.h"
 #include "server/servables/generation/generation_parameters.h"
@@ -31,6 +32,12 @@ struct GenerationSequence {
   bool text = false;
   std::optional<GenerationText> text_stream;
   std::vector<int64_t> tokens;
+  // With parameters.sampling.logprobs: one per token of `tokens` (the
+  // engine's on_logprobs), and with a tokenizer each token decoded alone and
+  // its top ids decoded alone (top_logprobs per token, flattened).
+  std::vector<models::TokenLogprobs> logprobs;
+  std::vector<std::string> token_texts;
+  std::vector<std::string> top_token_texts;
   std::string whole_text;  // Unary: every piece.
   // Streaming: the response of the token that ends the sequence, which
   // becomes the final one once the engine is done.
@@ -44,6 +51,7 @@ struct GenerationSequence {
   absl::Time last_token;
   absl::Status text_error;
 
+  bool logprobs_asked() const { return parameters.sampling.logprobs; }
   bool Wants(absl::string_view output) const {
     return requested_outputs.empty() ||
            std::find(requested_outputs.begin(), requested_outputs.end(),

@@ -101,6 +101,9 @@ class GenerationServedModel::Impl final : public ServedModel {
   void Submit(SequencePtr sequence, models::CheckedGeneration generation);
 
   bool OnToken(GenerationSequence& sequence, int64_t token);
+  // With logprobs asked and a tokenizer: the text of `token` and of its top
+  // ids, each decoded alone (as vLLM's logprobs give them).
+  absl::Status AddTokenTexts(GenerationSequence& sequence, int64_t token) const;
   void OnDone(SequencePtr sequence,
               absl::StatusOr<models::GenerationResult> result);
   // Counts the request, then runs its `done` (which may drop the last
@@ -166,6 +169,11 @@ void GenerationServedModel::Impl::Submit(SequencePtr sequence,
   request.on_token = [this, raw](int64_t token) {
     return OnToken(*raw, token);
   };
+  if (raw->logprobs_asked()) {
+    request.on_logprobs = [raw](const models::TokenLogprobs& logprobs) {
+      raw->logprobs.push_back(logprobs);
+    };
+  }
   // Holds the sequence until the engine is done with the request.
   request.on_done = [this, sequence = std::move(sequence)](
                         absl::StatusOr<models::GenerationResult> result) {
@@ -178,6 +186,10 @@ bool GenerationServedModel::Impl::OnToken(GenerationSequence& sequence,
                                           int64_t token) {
   statistics_.Token(sequence);
   sequence.tokens.push_back(token);
+  if (absl::Status texts = AddTokenTexts(sequence, token); !texts.ok()) {
+    sequence.text_error = texts;
+    return false;
+  }
   std::string piece;
   if (sequence.text_stream) {
     absl::StatusOr<std::string> appended = sequence.text_stream->Append(token);
@@ -201,6 +213,35 @@ bool GenerationServedModel::Impl::OnToken(GenerationSequence& sequence,
     sequence.call.partial_response(std::move(response));
   }
   return more;
+}
+
+absl::Status GenerationServedModel::Impl::AddTokenTexts(
+    GenerationSequence& sequence, int64_t token) const {
+  if (!sequence.logprobs_asked() || tokenizer_ == nullptr ||
+      sequence.logprobs.size() != sequence.tokens.size()) {
+    return absl::OkStatus();  // A missing entry fails the request at its end.
+  }
+  auto alone = [&](int64_t id,
+                   std::vector<std::string>& texts) -> absl::Status {
+    absl::StatusOr<std::string> text =
+        tokenizer_->Decode({id}, /*skip_special_tokens=*/false);
+    if (!text.ok()) return text.status();
+    texts.push_back(*std::move(text));
+    return absl::OkStatus();
+  };
+  if (absl::Status status = alone(token, sequence.token_texts); !status.ok()) {
+    return status;
+  }
+  for (int64_t id : sequence.logprobs.back().top_ids) {
+    if (absl::Status status = alone(id, sequence.top_token_texts);
+        !status.ok()) {
+      return status;
+    }
+  }
+  // top_logprobs texts per token, whatever the vocabulary's size.
+  sequence.top_token_texts.resize(sequence.token_texts.size() *
+                                  sequence.parameters.sampling.top_logprobs);
+  return absl::OkStatus();
 }
 
 void GenerationServedModel::Impl::OnDone(

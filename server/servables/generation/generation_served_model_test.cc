@@ -153,8 +153,16 @@ TEST(GenerationServedModelTest, ReportsADecoupledGenerationConfig) {
   EXPECT_EQ(config.input(0).name(), "text_input");
   EXPECT_EQ(config.input(0).data_type(), inference::TYPE_STRING);
   EXPECT_EQ(config.input(1).name(), "input_ids");
-  ASSERT_EQ(config.output_size(), 2);
+  // text_output, output_ids, then the log-probability outputs (only
+  // produced when a request asks for them).
+  ASSERT_EQ(config.output_size(), 7);
   EXPECT_EQ(config.output(1).name(), "output_ids");
+  EXPECT_EQ(config.output(2).name(), "output_logprobs");
+  EXPECT_EQ(config.output(2).data_type(), inference::TYPE_FP32);
+  EXPECT_EQ(config.output(3).name(), "output_top_ids");
+  EXPECT_EQ(config.output(3).dims_size(), 2);
+  EXPECT_EQ(config.output(6).name(), "output_top_tokens");
+  EXPECT_EQ(config.output(6).data_type(), inference::TYPE_STRING);
 }
 
 void AddMessages(inference::ModelInferRequest& request,

@@ -12,8 +12,9 @@ namespace castserve {
 namespace {
 
 inference::DataType ConfigTypeOf(const TensorSpec& spec) {
-  return spec.datatype == "BYTES" ? inference::TYPE_STRING
-                                  : inference::TYPE_INT64;
+  if (spec.datatype == "BYTES") return inference::TYPE_STRING;
+  if (spec.datatype == "FP32") return inference::TYPE_FP32;
+  return inference::TYPE_INT64;
 }
 
 template <typename ConfigTensors>
@@ -65,6 +66,15 @@ GenerationSignature GenerationSignatureOf(bool text, bool chat) {
   }
   signature.inputs.push_back({kInputIdsTensor, "INT64", {-1}, true});
   signature.outputs.push_back({kOutputIdsTensor, "INT64", {-1}, false});
+  signature.outputs.push_back({kOutputLogprobsTensor, "FP32", {-1}, false});
+  signature.outputs.push_back({kOutputTopIdsTensor, "INT64", {-1, -1}, false});
+  signature.outputs.push_back(
+      {kOutputTopLogprobsTensor, "FP32", {-1, -1}, false});
+  if (text) {
+    signature.outputs.push_back({kOutputTokensTensor, "BYTES", {-1}, false});
+    signature.outputs.push_back(
+        {kOutputTopTokensTensor, "BYTES", {-1, -1}, false});
+  }
   return signature;
 }
 

@@ -2,7 +2,13 @@
 // BYTES [1] (with a tokenizer), messages BYTES [1] (with a tokenizer and a
 // chat template) and input_ids INT64 [-1] in; text_output BYTES
 // [1] (with a tokenizer) and output_ids INT64 [-1] out
-// (generation_served_model.h).
+// (generation_served_model.h), and the log-probability outputs, produced
+// only for a request whose parameter `logprobs` is true (the top ones only
+// with top_logprobs > 0): output_logprobs FP32 [-1] (each new token's),
+// output_top_ids INT64 [-1, -1] and output_top_logprobs FP32 [-1, -1] (each
+// new token's top_logprobs most probable ids and theirs), and with a
+// tokenizer output_tokens BYTES [-1] and output_top_tokens BYTES [-1, -1]
+// (each of those ids decoded alone).
 #ifndef CASTSERVE_SERVER_SERVABLES_GENERATION_GENERATION_SIGNATURE_H_
 #define CASTSERVE_SERVER_SERVABLES_GENERATION_GENERATION_SIGNATURE_H_
 
@@ -22,6 +28,11 @@ inline constexpr char kInputIdsTensor[] = "input_ids";
 inline constexpr char kMessagesTensor[] = "messages";
 inline constexpr char kTextOutputTensor[] = "text_output";
 inline constexpr char kOutputIdsTensor[] = "output_ids";
+inline constexpr char kOutputLogprobsTensor[] = "output_logprobs";
+inline constexpr char kOutputTopIdsTensor[] = "output_top_ids";
+inline constexpr char kOutputTopLogprobsTensor[] = "output_top_logprobs";
+inline constexpr char kOutputTokensTensor[] = "output_tokens";
+inline constexpr char kOutputTopTokensTensor[] = "output_top_tokens";
 
 struct GenerationSignature {
   std::vector<TensorSpec> inputs;
