@@ -76,6 +76,18 @@ at::Tensor KvBlockPool::values(int64_t index, int64_t layer) const {
   return blocks_[index][layer][1];
 }
 
+const void* KvBlockPool::keys_data(int64_t index, int64_t layer) const {
+  const at::Tensor& block = blocks_[index];
+  return static_cast<const uint8_t*>(block.const_data_ptr()) +
+         layer * block.stride(0) * block.element_size();
+}
+
+const void* KvBlockPool::values_data(int64_t index, int64_t layer) const {
+  const at::Tensor& block = blocks_[index];
+  return static_cast<const uint8_t*>(block.const_data_ptr()) +
+         (layer * block.stride(0) + block.stride(1)) * block.element_size();
+}
+
 PagedKvCache::~PagedKvCache() { Release(); }
 
 absl::Status PagedKvCache::Reserve(int64_t tokens) {
@@ -95,6 +107,14 @@ void PagedKvCache::Release() {
 
 std::pair<at::Tensor, at::Tensor> PagedKvCache::Append(
     int64_t layer, const at::Tensor& keys, const at::Tensor& values) {
+  Write(layer, keys, values);
+  const int64_t end = length_ + keys.size(2);
+  return {Gather(layer, /*keys=*/true, end),
+          Gather(layer, /*keys=*/false, end)};
+}
+
+void PagedKvCache::Write(int64_t layer, const at::Tensor& keys,
+                         const at::Tensor& values) {
   TORCH_CHECK(layer >= 0 && layer < pool_.layers(), "KV cache layer ", layer,
               " out of range");
   const int64_t n = keys.size(2);
@@ -115,8 +135,22 @@ std::pair<at::Tensor, at::Tensor> PagedKvCache::Append(
         .copy_(values[0].narrow(1, source, count));
     position += count;
   }
-  return {Gather(layer, /*keys=*/true, end),
-          Gather(layer, /*keys=*/false, end)};
+}
+
+PagedKvBlocks PagedKvCache::Blocks(int64_t layer, int64_t end) const {
+  TORCH_INTERNAL_ASSERT(pool_.reads_in_place() && end <= capacity());
+  PagedKvBlocks blocks;
+  const int64_t used = pool_.BlocksFor(end);
+  blocks.keys.reserve(used);
+  blocks.values.reserve(used);
+  for (int64_t i = 0; i < used; ++i) {
+    blocks.keys.push_back(pool_.keys_data(blocks_[i], layer));
+    blocks.values.push_back(pool_.values_data(blocks_[i], layer));
+  }
+  blocks.tokens = end;
+  blocks.block_tokens = pool_.block_tokens();
+  blocks.dtype = pool_.dtype();
+  return blocks;
 }
 
 at::Tensor PagedKvCache::Gather(int64_t layer, bool keys, int64_t end) const {

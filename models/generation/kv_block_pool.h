@@ -8,15 +8,12 @@
 // for the next sequence. in_use_bytes() counts the blocks sequences hold.
 //
 // PagedKvCache is one sequence's view over the blocks it holds: a
-// SequenceKv whose Append writes the new tokens into their blocks and
-// gathers the layer's blocks into contiguous keys and values for attention
-// (one fused attention call per sequence and layer, as without blocks; the
-// gathered copy lives for the layer's step). Measured side by side on the
-// CPU (one thread, Llama-1B's 32/8 heads of 64, blocks of 16, one query):
-// gather + attention takes about 2x attention over a contiguous cache at 64
-// and at 2048 cached tokens; attending per block would need a log-sum-exp
-// merge of many small attention calls or a paged-attention kernel: left
-// for later, chosen here for simplicity and exactness.
+// SequenceKv whose Write puts the new tokens into their blocks. On the CPU
+// (blocks in f32, bf16 or f16) attention reads the blocks where they lie
+// through Blocks (models/kernels/paged_attention.h); elsewhere (CUDA) Append
+// gathers the layer's blocks into contiguous keys and values for the fused
+// attention call (a copy that lives for the layer's step; measured on the
+// CPU at about 2x the attention alone, which is why the CPU does not).
 //
 // Thread safety: Take and Give are called by one thread at a time (the
 // scheduler's step thread); the byte counters may be read from any thread.
@@ -33,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/generation/kv_cache.h"
+#include "models/kernels/paged_attention.h"
 
 namespace castserve::models {
 
@@ -83,6 +81,13 @@ class KvBlockPool {
   at::Tensor keys(int64_t index, int64_t layer) const;
   at::Tensor values(int64_t index, int64_t layer) const;
   int64_t layers() const { return shape_.layers; }
+  // Whether paged attention reads the blocks in place: on the CPU, in a
+  // dtype it reads.
+  bool reads_in_place() const { return reads_in_place_; }
+  // The address of keys(index, layer)'s (values') first element.
+  const void* keys_data(int64_t index, int64_t layer) const;
+  const void* values_data(int64_t index, int64_t layer) const;
+  at::ScalarType dtype() const { return shape_.options.dtype().toScalarType(); }
 
  private:
   KvBlockPool(const KvCacheShape& shape, int64_t block_tokens,
@@ -90,12 +95,15 @@ class KvBlockPool {
       : shape_(shape),
         block_tokens_(block_tokens),
         block_bytes_(block_bytes),
-        capacity_blocks_(capacity_blocks) {}
+        capacity_blocks_(capacity_blocks),
+        reads_in_place_(shape.options.device().is_cpu() &&
+                        PagedAttentionSupports(dtype())) {}
 
   const KvCacheShape shape_;
   const int64_t block_tokens_;
   const int64_t block_bytes_;
   const int64_t capacity_blocks_;
+  const bool reads_in_place_;
   // Per allocated block: [layers, 2, kv_heads, block_tokens, head_dim].
   std::vector<at::Tensor> blocks_;
   std::vector<int64_t> free_;  // Allocated blocks no sequence holds.
@@ -133,6 +141,10 @@ class PagedKvCache : public SequenceKv {
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer,
                                            const at::Tensor& keys,
                                            const at::Tensor& values) override;
+  void Write(int64_t layer, const at::Tensor& keys,
+             const at::Tensor& values) override;
+  bool ReadsInPlace() const override { return pool_.reads_in_place(); }
+  PagedKvBlocks Blocks(int64_t layer, int64_t end) const override;
   void Advance(int64_t n) override;
 
  private:

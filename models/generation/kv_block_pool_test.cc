@@ -4,6 +4,8 @@
 
 #include "casting/memory/tracking_allocator.h"
 #include "gtest/gtest.h"
+#include "models/kernels/paged_attention.h"
+#include "models/layers/attention.h"
 
 namespace castserve::models {
 namespace {
@@ -96,6 +98,53 @@ TEST(PagedKvCacheTest, DestructionGivesTheBlocksBack) {
   }
   EXPECT_EQ((*pool)->free_blocks(), 4);
   EXPECT_EQ((*pool)->in_use_bytes(), 0);
+}
+
+// Paged attention over Blocks (the CPU path) against the fused kernel over
+// Append's gathered copy (the path off the CPU): 4 query heads over 2 kv
+// heads, 3 new tokens after 6 cached ones, across block boundaries.
+TEST(PagedKvCacheTest, BlocksReadInPlaceAttendAsTheGatheredCopy) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    KvCacheShape shape = Shape();
+    shape.options = shape.options.dtype(dtype);
+    auto pool = KvBlockPool::Create(shape, 4, 1 << 20);
+    ASSERT_TRUE(pool.ok());
+    ASSERT_TRUE((*pool)->reads_in_place());
+    PagedKvCache cache(**pool);
+    ASSERT_TRUE(cache.ReadsInPlace());
+    ASSERT_TRUE(cache.Reserve(9).ok());
+    const auto options = at::TensorOptions().dtype(dtype);
+    for (int64_t layer = 0; layer < 2; ++layer) {
+      cache.Write(layer, at::randn({1, 2, 6, 4}, options),
+                  at::randn({1, 2, 6, 4}, options));
+    }
+    cache.Advance(6);
+    at::Tensor k = at::randn({1, 2, 3, 4}, options);
+    at::Tensor v = at::randn({1, 2, 3, 4}, options);
+    at::Tensor q = at::randn({1, 4, 3, 4}, options);
+    auto [keys, values] = cache.Append(1, k, v);
+    at::Tensor bias = MakeAttentionBias(at::Tensor(), 1, 3, 9,
+                                        /*causal=*/true, options);
+    at::Tensor gathered =
+        ScaledDotProductAttention(q, keys, values, bias, 0.5).to(at::kFloat);
+    PagedAttentionOptions paged_options;
+    paged_options.kv_heads = 2;
+    paged_options.scale = 0.5;
+    at::Tensor paged =
+        PagedAttention(q, {{cache.Blocks(1, 9), 0, 3}}, paged_options);
+    const double tolerance = dtype == at::kFloat ? 1e-5 : 2e-2;
+    EXPECT_LT((paged - gathered).abs().max().item<double>(), tolerance)
+        << dtype;
+  }
+}
+
+TEST(KvBlockPoolTest, OnlyCpuBlocksOfKernelDtypesReadInPlace) {
+  KvCacheShape shape = Shape();
+  shape.options = shape.options.dtype(at::kDouble);
+  auto pool = KvBlockPool::Create(shape, 4, 1 << 20);
+  ASSERT_TRUE(pool.ok());
+  EXPECT_FALSE((*pool)->reads_in_place());
+  EXPECT_FALSE(PagedKvCache(**pool).ReadsInPlace());
 }
 
 }  // namespace
