@@ -12,9 +12,9 @@
 //            attention alone, no pool: the floor the gather was measured
 //            against)
 //
-//   bazel build -c opt //benchmarks:paged_attention_benchmark && \
-//   bazel-bin/benchmarks/paged_attention_benchmark \
-//     [--threads=1] [--sequences=16] [--cached=512] [--rounds=20]
+//   bazel build -c opt //benchmarks:paged_attention_benchmark
+//   bazel-bin/benchmarks/paged_attention_benchmark [--threads=1]
+//       [--sequences=16] [--cached=512] [--rounds=20]
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

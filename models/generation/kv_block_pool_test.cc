@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <memory>
+#include <vector>
+
 #include "casting/memory/tracking_allocator.h"
 #include "gtest/gtest.h"
 #include "models/kernels/paged_attention.h"
@@ -145,6 +148,99 @@ TEST(KvBlockPoolTest, OnlyCpuBlocksOfKernelDtypesReadInPlace) {
   ASSERT_TRUE(pool.ok());
   EXPECT_FALSE((*pool)->reads_in_place());
   EXPECT_FALSE(PagedKvCache(**pool).ReadsInPlace());
+}
+
+std::unique_ptr<KvBlockPool> CachingPool(int64_t blocks) {
+  auto pool = KvBlockPool::Create(Shape(), 4, 512 * blocks,
+                                  /*prefix_caching=*/true);
+  EXPECT_TRUE(pool.ok()) << pool.status();
+  return pool.ok() ? *std::move(pool) : nullptr;
+}
+
+// Fills `cache` with `tokens.size()` positions (distinct values per
+// position and layer) and publishes its full blocks.
+void Fill(PagedKvCache& cache, const std::vector<int64_t>& tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  ASSERT_TRUE(cache.Reserve(n).ok());
+  for (int64_t layer = 0; layer < 2; ++layer) {
+    at::Tensor k = at::randn({1, 2, n, 4});
+    cache.Write(layer, k, k + 1);
+  }
+  cache.Advance(n);
+  cache.PublishFullBlocks(tokens);
+}
+
+TEST(PrefixCacheTest, ReusesTheBlocksOfTheLongestCachedPrefix) {
+  auto pool = CachingPool(8);
+  const std::vector<int64_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  PagedKvCache first(*pool);
+  Fill(first, tokens);
+  EXPECT_EQ(pool->in_use_bytes(), 3 * 512);
+  PagedKvCache second(*pool);
+  EXPECT_EQ(second.ReuseCachedPrefix(tokens), 8);  // Two whole blocks.
+  EXPECT_EQ(second.length(), 8);
+  // Shared, not copied: the same memory, counted once.
+  EXPECT_EQ(pool->in_use_bytes(), 3 * 512);
+  EXPECT_EQ(second.Blocks(1, 8).keys, first.Blocks(1, 8).keys);
+  PagedKvCache diverged(*pool);
+  EXPECT_EQ(diverged.ReuseCachedPrefix({1, 2, 3, 4, 5, 0, 7, 8, 9}), 4);
+  // A block equal to a cached one after a different first block is not a
+  // match: the key is the block and everything before it.
+  PagedKvCache other_start(*pool);
+  EXPECT_EQ(other_start.ReuseCachedPrefix({0, 2, 3, 4, 5, 6, 7, 8, 9}), 0);
+  // Shorter than a block: nothing to reuse.
+  PagedKvCache short_one(*pool);
+  EXPECT_EQ(short_one.ReuseCachedPrefix({1, 2, 3}), 0);
+}
+
+TEST(PrefixCacheTest, ReleasedBlocksStayCachedUntilEvictedLeastRecentFirst) {
+  auto pool = CachingPool(3);
+  {
+    PagedKvCache first(*pool);
+    Fill(first, {1, 2, 3, 4, 5, 6, 7, 8, 9});  // 2 full blocks + 1.
+  }
+  EXPECT_EQ(pool->in_use_bytes(), 0);
+  EXPECT_EQ(pool->cached_bytes(), 2 * 512);
+  EXPECT_EQ(pool->free_blocks(), 3);  // Cached blocks can be taken.
+  {
+    // Two blocks for another sequence: the free one, then an eviction of
+    // the prefix's later block (released first).
+    PagedKvCache other(*pool);
+    ASSERT_TRUE(other.Reserve(8).ok());
+    EXPECT_EQ(pool->cached_bytes(), 512);
+    EXPECT_EQ(pool->allocated_bytes(), 3 * 512);  // Nothing beyond the pool.
+  }
+  PagedKvCache again(*pool);
+  EXPECT_EQ(again.ReuseCachedPrefix({1, 2, 3, 4, 5, 6, 7, 8, 9}), 4);
+  EXPECT_EQ(pool->cached_bytes(), 0);
+  // Under full pressure every cached block goes.
+  PagedKvCache big(*pool);
+  ASSERT_TRUE(big.Reserve(8).ok());
+  EXPECT_EQ(big.Reserve(12).code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(PrefixCacheTest, AnEqualBlockIsPublishedOnce) {
+  auto pool = CachingPool(8);
+  const std::vector<int64_t> tokens = {1, 2, 3, 4, 5};
+  PagedKvCache a(*pool), b(*pool);
+  Fill(a, tokens);
+  Fill(b, tokens);  // Computed alongside: its block stays private.
+  a.Release();
+  b.Release();
+  EXPECT_EQ(pool->cached_bytes(), 512);
+}
+
+TEST(PrefixCacheTest, OffByDefaultNothingIsCached) {
+  auto pool = KvBlockPool::Create(Shape(), 4, 512 * 8);
+  ASSERT_TRUE(pool.ok());
+  EXPECT_FALSE((*pool)->prefix_caching());
+  {
+    PagedKvCache cache(**pool);
+    Fill(cache, {1, 2, 3, 4, 5});
+  }
+  EXPECT_EQ((*pool)->cached_bytes(), 0);
+  PagedKvCache again(**pool);
+  EXPECT_EQ(again.ReuseCachedPrefix({1, 2, 3, 4, 5}), 0);
 }
 
 }  // namespace
