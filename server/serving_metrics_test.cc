@@ -513,10 +513,12 @@ TEST(ServingMetricsTest, ExportsGenerationFamiliesOnlyForGenerationModels) {
   auto plain = std::make_shared<FakeServedModel>();
   for (const MetricFamily& family : CollectOne(plain)) {
     EXPECT_NE(family.name, "castserve_kv_cache_bytes");
+    EXPECT_NE(family.name, "castserve_prefix_cache_bytes");
     EXPECT_NE(family.name, "nv_inference_first_response_histogram_ms");
   }
   auto generation = std::make_shared<FakeServedModel>();
-  generation->activity_value.kv_cache = ServedModelActivity::KvCache{64, 256};
+  generation->activity_value.kv_cache =
+      ServedModelActivity::KvCache{64, 256, 48, 80, 32};
   ModelStatisticsRecorder recorder;
   recorder.RecordFirstToken(absl::Milliseconds(30));
   recorder.RecordNextToken(absl::Milliseconds(5));
@@ -531,6 +533,18 @@ TEST(ServingMetricsTest, ExportsGenerationFamiliesOnlyForGenerationModels) {
       Find(families, "castserve_kv_cache_peak_bytes", labels);
   ASSERT_NE(peak, nullptr);
   EXPECT_EQ(peak->gauge.value, 256);
+  const ClientMetric* hits =
+      Find(families, "castserve_prefix_cache_hit_tokens_total", labels);
+  ASSERT_NE(hits, nullptr);
+  EXPECT_EQ(hits->counter.value, 48);
+  const ClientMetric* misses =
+      Find(families, "castserve_prefix_cache_miss_tokens_total", labels);
+  ASSERT_NE(misses, nullptr);
+  EXPECT_EQ(misses->counter.value, 80);
+  const ClientMetric* cached =
+      Find(families, "castserve_prefix_cache_bytes", labels);
+  ASSERT_NE(cached, nullptr);
+  EXPECT_EQ(cached->gauge.value, 32);
   const ClientMetric* tokens =
       Find(families, "castserve_generation_tokens_total", labels);
   ASSERT_NE(tokens, nullptr);

@@ -40,6 +40,13 @@ SHAPES = {
                              "original_max_position_embeddings": 8192,
                              "rope_type": "llama3"},
                default_max_shard_gb=2.0),
+    # A small Llama for quick serving-path measurements (prefix caching's
+    # time to first token): Llama-1B's head dim and grouping, 8 layers.
+    "small": dict(hidden_size=512, num_hidden_layers=8, intermediate_size=1408,
+                  num_attention_heads=8, num_key_value_heads=2,
+                  vocab_size=32000, tie_word_embeddings=True,
+                  max_position_embeddings=4096, rope_scaling=None,
+                  default_max_shard_gb=1.0),
     # Llama-3-8B.
     "8b": dict(hidden_size=4096, num_hidden_layers=32, intermediate_size=14336,
                num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
@@ -58,8 +65,9 @@ def config_json(shape):
         "architectures": ["LlamaForCausalLM"],
         "attention_bias": False,
         "attention_dropout": 0.0,
-        "bos_token_id": 128000,
-        "eos_token_id": 128001,
+        # Llama 3's ids; within the small shape's vocabulary there.
+        "bos_token_id": 128000 if s["vocab_size"] > 128001 else 1,
+        "eos_token_id": 128001 if s["vocab_size"] > 128001 else 2,
         "head_dim": s["hidden_size"] // s["num_attention_heads"],
         "hidden_act": "silu",
         "hidden_size": s["hidden_size"],

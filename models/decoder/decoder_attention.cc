@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/decoder/rotary_table.h"
+#include "models/kernels/paged_attention.h"
 #include "models/layers/attention.h"
 
 namespace castserve::models {
@@ -37,7 +38,8 @@ DecoderAttention::DecoderAttention(const std::string& name,
       scale_(spec.attention_scale > 0
                  ? spec.attention_scale
                  : 1.0 / std::sqrt(static_cast<double>(spec.head_dim))),
-      softcap_(spec.attention_softcap) {}
+      softcap_(spec.attention_softcap),
+      sliding_window_(spec.layers[layer].sliding_window) {}
 
 absl::StatusOr<std::unique_ptr<DecoderAttention>> DecoderAttention::Create(
     const std::string& name, const DecoderSpec& spec, int64_t layer,
@@ -136,16 +138,51 @@ at::Tensor DecoderAttention::Attend(const at::Tensor& q, const at::Tensor& k,
 at::Tensor DecoderAttention::AttendPerSequence(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const std::vector<DecoderStepInputs::Sequence>& sequences) const {
+  using Keys = DecoderStepInputs::Keys;
   std::vector<at::Tensor> parts;
   parts.reserve(sequences.size());
+  bool all_blocks = true;
   for (const DecoderStepInputs::Sequence& s : sequences) {
-    auto [keys, values] =
-        s.cache->Append(layer_, k.narrow(2, s.offset, s.tokens),
-                        v.narrow(2, s.offset, s.tokens));
-    parts.push_back(Attend(q.narrow(2, s.offset, s.tokens), keys, values,
-                           s.biases[window_index_]));
+    const at::Tensor new_k = k.narrow(2, s.offset, s.tokens);
+    const at::Tensor new_v = v.narrow(2, s.offset, s.tokens);
+    const at::Tensor new_q = q.narrow(2, s.offset, s.tokens);
+    all_blocks = all_blocks && s.keys == Keys::kBlocks;
+    if (s.keys == Keys::kAppended) {
+      auto [keys, values] = s.cache->Append(layer_, new_k, new_v);
+      parts.push_back(Attend(new_q, keys, values, s.biases[window_index_]));
+    } else {
+      s.cache->Write(layer_, new_k, new_v);
+      parts.push_back(s.keys == Keys::kOwn
+                          ? Attend(new_q, new_k, new_v, s.biases[window_index_])
+                          : at::Tensor());
+    }
+  }
+  at::Tensor paged = AttendBlocks(q, sequences);
+  if (all_blocks) return paged.to(q.scalar_type());
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const DecoderStepInputs::Sequence& s = sequences[i];
+    if (s.keys != Keys::kBlocks) continue;
+    parts[i] = paged.narrow(2, s.offset, s.tokens).to(q.scalar_type());
   }
   return parts.size() == 1 ? parts[0] : at::cat(parts, /*dim=*/2);
+}
+
+at::Tensor DecoderAttention::AttendBlocks(
+    const at::Tensor& q,
+    const std::vector<DecoderStepInputs::Sequence>& sequences) const {
+  std::vector<PagedQueries> paged;
+  for (const DecoderStepInputs::Sequence& s : sequences) {
+    if (s.keys != DecoderStepInputs::Keys::kBlocks) continue;
+    paged.push_back({s.cache->Blocks(layer_, s.cache->length() + s.tokens),
+                     s.offset, s.tokens});
+  }
+  if (paged.empty()) return at::Tensor();
+  PagedAttentionOptions options;
+  options.kv_heads = kv_heads_;
+  options.scale = scale_;
+  options.softcap = softcap_;
+  options.sliding_window = sliding_window_;
+  return PagedAttention(q, paged, options);
 }
 
 }  // namespace castserve::models

@@ -32,13 +32,26 @@
 namespace castserve::models {
 
 struct DecoderStepInputs {
+  // Where a sequence's attention reads its keys and values.
+  enum class Keys {
+    // Append's tensors (a contiguous cache; a paged one off the CPU: a
+    // gathered copy), with the biases.
+    kAppended,
+    // Nothing is cached before the step: its own keys are all of them
+    // (fused attention with the biases, no copy).
+    kOwn,
+    // Cached tokens in blocks on the CPU: paged attention reads them in
+    // place (causal and windowed by position; no biases).
+    kBlocks,
+  };
   // One sequence of a decode step: tokens offset..offset+tokens-1 of the
-  // step's flattened tokens, its cache, and per window the bias of its
-  // queries over its cached and new keys.
+  // step's flattened tokens, its cache, and for kAppended and kOwn per
+  // window the bias of its queries over its cached and new keys.
   struct Sequence {
     SequenceKv* cache = nullptr;
     int64_t offset = 0;
     int64_t tokens = 0;
+    Keys keys = Keys::kAppended;
     std::vector<at::Tensor> biases;
   };
   std::vector<RopeTables> ropes;    // Per DecoderSpec::ropes entry.
@@ -78,6 +91,11 @@ class DecoderAttention : public Module {
   at::Tensor AttendPerSequence(
       const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       const std::vector<DecoderStepInputs::Sequence>& sequences) const;
+  // Paged attention of the kBlocks sequences (their keys written), f32
+  // [1, q_heads, total, head_dim]; undefined when there are none.
+  at::Tensor AttendBlocks(
+      const at::Tensor& q,
+      const std::vector<DecoderStepInputs::Sequence>& sequences) const;
 
   const int64_t layer_;
   const int window_index_;
@@ -87,6 +105,7 @@ class DecoderAttention : public Module {
   const int64_t head_dim_;
   const double scale_;
   const double softcap_;
+  const int64_t sliding_window_;
   Linear* q_ = nullptr;
   Linear* k_ = nullptr;
   Linear* v_ = nullptr;

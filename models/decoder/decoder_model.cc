@@ -275,10 +275,18 @@ at::Tensor DecoderForCausalLM::DecodeBatch(ForwardContext& ctx,
   for (const Segment& segment : segments) {
     const int64_t n = segment.tokens, start = segment.cache->length();
     positions.push_back(at::arange(start, start + n, long_options));
-    // The n queries are the last n of start + n keys.
-    step.sequences.push_back({segment.cache, offset, n,
-                              Biases(at::Tensor(), 1, n, start + n,
-                                     ids.options().dtype(compute_dtype_))});
+    DecoderStepInputs::Sequence sequence{segment.cache, offset, n};
+    if (start == 0) {
+      sequence.keys = DecoderStepInputs::Keys::kOwn;
+    } else if (segment.cache->ReadsInPlace()) {
+      sequence.keys = DecoderStepInputs::Keys::kBlocks;
+    }
+    if (sequence.keys != DecoderStepInputs::Keys::kBlocks) {
+      // The n queries are the last n of start + n keys.
+      sequence.biases = Biases(at::Tensor(), 1, n, start + n,
+                               ids.options().dtype(compute_dtype_));
+    }
+    step.sequences.push_back(std::move(sequence));
     offset += n;
     last_rows.push_back(offset - 1);
   }

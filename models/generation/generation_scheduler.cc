@@ -75,8 +75,9 @@ GenerationScheduler::Create(const Model& model,
   if (!decoder.ok()) return decoder.status();
   absl::Status valid = CheckOptions(options);
   if (!valid.ok()) return valid;
-  absl::StatusOr<std::unique_ptr<KvBlockPool>> pool = KvBlockPool::Create(
-      (*decoder)->kv_cache_shape(), options.block_tokens, options.pool_bytes);
+  absl::StatusOr<std::unique_ptr<KvBlockPool>> pool =
+      KvBlockPool::Create((*decoder)->kv_cache_shape(), options.block_tokens,
+                          options.pool_bytes, options.prefix_caching);
   if (!pool.ok()) return pool.status();
   SchedulerOptions resolved = options;
   if (resolved.model_tag.empty()) {
@@ -161,6 +162,11 @@ SchedulerStats GenerationScheduler::stats() const {
   stats.pool_capacity_bytes = pool_->capacity_bytes();
   stats.kv_bytes_in_use = pool_->in_use_bytes();
   stats.kv_bytes_peak = pool_->peak_bytes();
+  stats.prefix_cache_hit_tokens =
+      prefix_hit_tokens_.load(std::memory_order_relaxed);
+  stats.prefix_cache_miss_tokens =
+      prefix_miss_tokens_.load(std::memory_order_relaxed);
+  stats.prefix_cache_bytes = pool_->cached_bytes();
   stats.running = running_count_;
   stats.waiting = static_cast<int64_t>(waiting_.size()) + reaping_;
   return stats;
@@ -247,36 +253,51 @@ void GenerationScheduler::GrowRunning() {
 void GenerationScheduler::Admit() {
   while (static_cast<int64_t>(running_.size()) < options_.max_running) {
     SequencePtr next;
+    std::unique_ptr<PagedKvCache> cache;
     bool fits = true;
     {
       absl::MutexLock lock(&mu_);
       if (waiting_.empty()) return;
-      const int64_t history =
-          static_cast<int64_t>(waiting_.front()->history.size());
-      fits = pool_->BlocksFor(history + 1) <= pool_->free_blocks();
+      const std::vector<int64_t>& history = waiting_.front()->history;
+      const int64_t tokens = static_cast<int64_t>(history.size());
+      cache = std::make_unique<PagedKvCache>(*pool_);
+      // At least the last token runs, for its logits.
+      cache->ReuseCachedPrefix(absl::MakeConstSpan(history).first(tokens - 1));
+      const int64_t shared = pool_->BlocksFor(cache->capacity());
+      fits = pool_->BlocksFor(tokens + 1) - shared <= pool_->free_blocks();
       // With nothing running the whole pool is free: it never will fit.
+      // (Returning gives the shared blocks back.)
       if (!fits && !running_.empty()) return;
       next = std::move(waiting_.front());
       waiting_.pop_front();
     }
     const int64_t tokens = static_cast<int64_t>(next->history.size()) + 1;
-    next->cache = std::make_unique<PagedKvCache>(*pool_);
-    absl::Status reserved = fits ? next->cache->Reserve(tokens)
+    absl::Status reserved = fits ? cache->Reserve(tokens)
                                  : absl::ResourceExhaustedError(absl::StrCat(
                                        "a sequence of ", tokens,
                                        " tokens needs more KV blocks "
                                        "than the pool's ",
                                        pool_->capacity_blocks()));
     if (!reserved.ok()) {
-      next->cache.reset();
+      cache.reset();
       next->Done(reserved);
       continue;
     }
+    const int64_t reused = cache->length();
+    next->pending.assign(next->history.begin() + reused, next->history.end());
+    CountPrefix(reused, static_cast<int64_t>(next->pending.size()));
+    next->cache = std::move(cache);
     next->result.kv_cache_bytes =
         std::max(next->result.kv_cache_bytes, next->cache->bytes());
     running_.push_back(std::move(next));
     SetRunningCount();
   }
+}
+
+void GenerationScheduler::CountPrefix(int64_t reused, int64_t computed) {
+  if (!options_.prefix_caching) return;
+  prefix_hit_tokens_.fetch_add(reused, std::memory_order_relaxed);
+  prefix_miss_tokens_.fetch_add(computed, std::memory_order_relaxed);
 }
 
 void GenerationScheduler::RunStep() {
@@ -305,6 +326,10 @@ void GenerationScheduler::RunStep() {
     if (stopped_.cancelled()) return;  // StepLoop ends them: UNAVAILABLE.
     while (!running_.empty()) Finish(running_.size() - 1, logits.status());
     return;
+  }
+  // Every cached position's id is in the history now.
+  for (const SequencePtr& sequence : running_) {
+    sequence->cache->PublishFullBlocks(sequence->history);
   }
   size_t i = 0;
   for (int64_t row = 0; row < logits->size(0); ++row) {

@@ -28,12 +28,22 @@
 // RESOURCE_EXHAUSTED. Deadlines and is_cancelled are checked for every
 // sequence, waiting or running, before every step.
 //
+// Prefix caching (options.prefix_caching, kv_block_pool.h): after every
+// step each running sequence publishes its newly filled blocks; a joining
+// sequence (a preempted one too) shares the cached blocks of the longest
+// prefix of its tokens in whole blocks, all but its last token at most, and
+// runs only the rest through the model. Its admission needs the blocks of
+// its tokens + 1 less those it shares that are already held. Cached blocks
+// no sequence holds are the first evicted when a block is needed and none
+// is free.
+//
 // Threads: the scheduler owns one step thread (joined by Stop()); forwards,
 // sampling and every callback run on it. Submit, Stop and stats are
 // thread-safe.
 #ifndef CASTSERVE_MODELS_GENERATION_GENERATION_SCHEDULER_H_
 #define CASTSERVE_MODELS_GENERATION_GENERATION_SCHEDULER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -65,6 +75,8 @@ struct SchedulerOptions {
   int64_t block_tokens = 16;
   // Sequences in the running batch at most (> 0).
   int64_t max_running = 8;
+  // Automatic prefix caching over the pool (see above).
+  bool prefix_caching = true;
   // Sequences waiting for room (pool or batch) at most (>= 0); one more is
   // refused with RESOURCE_EXHAUSTED. A sequence submitted while the batch
   // has a free place does not count (it joins at the next step).
@@ -84,6 +96,13 @@ struct SchedulerStats {
   int64_t pool_capacity_bytes = 0;  // Whole blocks of pool_bytes.
   int64_t kv_bytes_in_use = 0;      // Blocks held by sequences.
   int64_t kv_bytes_peak = 0;        // Highest kv_bytes_in_use since Create.
+  // Prefix caching, since Create: of the tokens of joining sequences, those
+  // whose keys and values came from cached blocks (hits) and those
+  // computed (misses); 0 with prefix caching off.
+  int64_t prefix_cache_hit_tokens = 0;
+  int64_t prefix_cache_miss_tokens = 0;
+  // Now: cached blocks no sequence holds (part of the pool's bytes).
+  int64_t prefix_cache_bytes = 0;
   int64_t running = 0;
   int64_t waiting = 0;
 };
@@ -162,6 +181,8 @@ class GenerationScheduler {
   void GrowRunning() ABSL_LOCKS_EXCLUDED(mu_);
   // Moves waiting sequences into the batch while they fit.
   void Admit() ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts a joining sequence's reused and computed tokens.
+  void CountPrefix(int64_t reused, int64_t computed);
   // One forward over the running sequences and a token for each.
   void RunStep();
   // Adds `token` to `sequence` (on_logprobs, on_token); true when that ends
@@ -181,6 +202,8 @@ class GenerationScheduler {
   const std::unique_ptr<KvBlockPool> pool_;
   // Set by Stop: a running forward ends at its next module.
   Cancellation stopped_;
+  std::atomic<int64_t> prefix_hit_tokens_{0};
+  std::atomic<int64_t> prefix_miss_tokens_{0};
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

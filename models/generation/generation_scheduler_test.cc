@@ -578,5 +578,132 @@ TEST_F(SchedulerTest, EachWeightRunsOncePerStepForTheWholeBatch) {
   EXPECT_LE(most_holding.load(), 1);
 }
 
+// Prefix caching (on by default).
+
+std::vector<int64_t> Synthetic(int64_t n, int64_t salt) {
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back((salt + 11 * i) % 200 + 3);
+  return ids;
+}
+
+// Greedy tokens of `prompt` generated alone, without any cache.
+std::vector<int64_t> Alone(const Model& model,
+                           const std::vector<int64_t>& prompt,
+                           int64_t max_new_tokens) {
+  auto generated =
+      Generate(model, Request(model, prompt, max_new_tokens).generation);
+  EXPECT_TRUE(generated.ok()) << generated.status();
+  return generated.ok() ? generated->tokens : std::vector<int64_t>();
+}
+
+std::vector<int64_t> Generated(const Model& model,
+                               GenerationScheduler& scheduler,
+                               const std::vector<int64_t>& prompt,
+                               int64_t max_new_tokens) {
+  OutcomePtr outcome =
+      Submit(scheduler, Request(model, prompt, max_new_tokens));
+  EXPECT_TRUE(outcome->Wait());
+  EXPECT_TRUE(outcome->result.ok()) << outcome->result.status();
+  return outcome->result.ok() ? outcome->result->tokens
+                              : std::vector<int64_t>();
+}
+
+SchedulerOptions SmallBlocks(const Model& model, int64_t blocks) {
+  SchedulerOptions options;
+  options.block_tokens = 4;
+  options.pool_bytes = blocks * BlockBytes(model, 4);
+  return options;
+}
+
+TEST_F(SchedulerTest, ReusedPrefixGivesTheSameTokens) {
+  auto scheduler = MakeScheduler(*model_, SmallBlocks(*model_, 64));
+  ASSERT_NE(scheduler, nullptr);
+  const std::vector<int64_t> prompt = Synthetic(14, 1);
+  const std::vector<int64_t> expected = Alone(*model_, prompt, 6);
+  EXPECT_EQ(Generated(*model_, *scheduler, prompt, 6), expected);
+  SchedulerStats stats = scheduler->stats();
+  EXPECT_EQ(stats.prefix_cache_hit_tokens, 0);
+  EXPECT_EQ(stats.prefix_cache_miss_tokens, 14);
+  // 14 prompt + 5 computed new tokens: 4 full blocks published.
+  EXPECT_EQ(stats.prefix_cache_bytes, 4 * BlockBytes(*model_, 4));
+  // Again: the 3 whole blocks before the last prompt token are reused.
+  EXPECT_EQ(Generated(*model_, *scheduler, prompt, 6), expected);
+  stats = scheduler->stats();
+  EXPECT_EQ(stats.prefix_cache_hit_tokens, 12);
+  EXPECT_EQ(stats.prefix_cache_miss_tokens, 16);
+  // Diverging inside the second block: only the first is reused.
+  std::vector<int64_t> diverged = prompt;
+  diverged[6] = 250;
+  EXPECT_EQ(Generated(*model_, *scheduler, diverged, 6),
+            Alone(*model_, diverged, 6));
+  EXPECT_EQ(scheduler->stats().prefix_cache_hit_tokens, 16);
+  ExpectIdle(*scheduler);
+}
+
+TEST_F(SchedulerTest, ConcurrentSequencesShareBlocksAndCancellationFreesThem) {
+  auto scheduler = MakeScheduler(*model_, SmallBlocks(*model_, 64));
+  ASSERT_NE(scheduler, nullptr);
+  const std::vector<int64_t> prompt = Synthetic(17, 2);
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  absl::Notification first_tokens;
+  // As Endless, with room for the longer prompt.
+  SequenceRequest endless = Request(*model_, prompt, 100);
+  endless.is_cancelled = [cancel] {
+    absl::SleepFor(absl::Milliseconds(1));
+    return cancel->load();
+  };
+  endless.on_token = [&first_tokens, seen = 0](int64_t) mutable {
+    if (++seen == 2) first_tokens.Notify();
+    return true;
+  };
+  OutcomePtr running = Submit(*scheduler, std::move(endless));
+  ASSERT_TRUE(first_tokens.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  // Joins while the first runs: shares its 4 published prompt blocks.
+  EXPECT_EQ(Generated(*model_, *scheduler, prompt, 5),
+            Alone(*model_, prompt, 5));
+  EXPECT_EQ(scheduler->stats().prefix_cache_hit_tokens, 16);
+  EXPECT_GT(scheduler->stats().kv_bytes_in_use, 0);
+  cancel->store(true);
+  ASSERT_TRUE(running->Wait());
+  EXPECT_EQ(running->result.status().code(), absl::StatusCode::kCancelled);
+  // Every hold is given back; the published blocks stay cached.
+  ExpectIdle(*scheduler);
+  EXPECT_GE(scheduler->stats().prefix_cache_bytes, 4 * BlockBytes(*model_, 4));
+}
+
+TEST_F(SchedulerTest, CachedBlocksAreEvictedForLiveSequences) {
+  // 6 blocks of 4 tokens.
+  auto scheduler = MakeScheduler(*model_, SmallBlocks(*model_, 6));
+  ASSERT_NE(scheduler, nullptr);
+  const std::vector<int64_t> first = Synthetic(14, 3);
+  const std::vector<int64_t> expected = Alone(*model_, first, 2);
+  EXPECT_EQ(Generated(*model_, *scheduler, first, 2), expected);
+  EXPECT_EQ(scheduler->stats().prefix_cache_bytes, 3 * BlockBytes(*model_, 4));
+  // 20 prompt tokens + 1 need all 6 blocks: the cached ones are evicted.
+  const std::vector<int64_t> other = Synthetic(20, 4);
+  EXPECT_EQ(Generated(*model_, *scheduler, other, 1), Alone(*model_, other, 1));
+  const int64_t hits = scheduler->stats().prefix_cache_hit_tokens;
+  // The first prompt is computed again, with the same tokens.
+  EXPECT_EQ(Generated(*model_, *scheduler, first, 2), expected);
+  EXPECT_EQ(scheduler->stats().prefix_cache_hit_tokens, hits);
+  ExpectIdle(*scheduler);
+  EXPECT_EQ(scheduler->stats().kv_bytes_peak, 6 * BlockBytes(*model_, 4));
+}
+
+TEST_F(SchedulerTest, PrefixCachingOffReusesNothing) {
+  SchedulerOptions options = SmallBlocks(*model_, 64);
+  options.prefix_caching = false;
+  auto scheduler = MakeScheduler(*model_, options);
+  ASSERT_NE(scheduler, nullptr);
+  const std::vector<int64_t> prompt = Synthetic(14, 1);
+  const std::vector<int64_t> expected =
+      Generated(*model_, *scheduler, prompt, 4);
+  EXPECT_EQ(Generated(*model_, *scheduler, prompt, 4), expected);
+  const SchedulerStats stats = scheduler->stats();
+  EXPECT_EQ(stats.prefix_cache_hit_tokens, 0);
+  EXPECT_EQ(stats.prefix_cache_miss_tokens, 0);
+  EXPECT_EQ(stats.prefix_cache_bytes, 0);
+}
+
 }  // namespace
 }  // namespace castserve::models

@@ -5,21 +5,32 @@
 // it is needed, on the thread that takes it, so that a casting
 // ScopedModelTag on that thread attributes it to the model (CPU tracking
 // allocator, device ledger); a block given back stays allocated in the pool
-// for the next sequence. in_use_bytes() counts the blocks sequences hold.
+// for the next sequence. in_use_bytes() counts the blocks sequences hold
+// (a block shared by several sequences once).
+//
+// Automatic prefix caching (with `prefix_caching`): a sequence publishes its
+// full blocks, each keyed by its token ids and the prefix before it (the
+// published block the sequence's previous block equals: its prefix id, a
+// number never reused). The key's hash finds candidates; a match compares
+// the parent's prefix id and every token, never the hash alone. A new
+// sequence shares the published blocks of its longest cached prefix
+// (reference-counted) instead of computing them. A published block that no
+// sequence holds stays in the pool with its keys and values (cached_bytes;
+// it counts in the pool's bytes like any block) and is evicted, least
+// recently released first, when a sequence needs a block and neither a
+// free nor a not yet allocated one is left.
 //
 // PagedKvCache is one sequence's view over the blocks it holds: a
-// SequenceKv whose Append writes the new tokens into their blocks and
-// gathers the layer's blocks into contiguous keys and values for attention
-// (one fused attention call per sequence and layer, as without blocks; the
-// gathered copy lives for the layer's step). Measured side by side on the
-// CPU (one thread, Llama-1B's 32/8 heads of 64, blocks of 16, one query):
-// gather + attention takes about 2x attention over a contiguous cache at 64
-// and at 2048 cached tokens; attending per block would need a log-sum-exp
-// merge of many small attention calls or a paged-attention kernel: left
-// for later, chosen here for simplicity and exactness.
+// SequenceKv whose Write puts the new tokens into their blocks. On the CPU
+// (blocks in f32, bf16 or f16) attention reads the blocks where they lie
+// through Blocks (models/kernels/paged_attention.h); elsewhere (CUDA) Append
+// gathers the layer's blocks into contiguous keys and values for the fused
+// attention call (a copy that lives for the layer's step; measured on the
+// CPU at about 2x the attention alone, which is why the CPU does not).
 //
-// Thread safety: Take and Give are called by one thread at a time (the
-// scheduler's step thread); the byte counters may be read from any thread.
+// Thread safety: everything but the byte counters is called by one thread
+// at a time (the scheduler's step thread); the counters may be read from
+// any thread.
 #ifndef CASTSERVE_MODELS_GENERATION_KV_BLOCK_POOL_H_
 #define CASTSERVE_MODELS_GENERATION_KV_BLOCK_POOL_H_
 
@@ -27,12 +38,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <list>
 #include <memory>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "models/generation/kv_cache.h"
+#include "models/kernels/paged_attention.h"
 
 namespace castserve::models {
 
@@ -41,7 +56,11 @@ class KvBlockPool {
   // InvalidArgument for a shape with a non-positive size, block_tokens <= 0,
   // or pool_bytes below one block.
   static absl::StatusOr<std::unique_ptr<KvBlockPool>> Create(
-      const KvCacheShape& shape, int64_t block_tokens, int64_t pool_bytes);
+      const KvCacheShape& shape, int64_t block_tokens, int64_t pool_bytes,
+      bool prefix_caching = false);
+
+  // The prefix id of "no block before": a sequence's first block's parent.
+  static constexpr int64_t kNoPrefix = -1;
 
   KvBlockPool(const KvBlockPool&) = delete;
   KvBlockPool& operator=(const KvBlockPool&) = delete;
@@ -51,7 +70,7 @@ class KvBlockPool {
   int64_t block_bytes() const { return block_bytes_; }
   int64_t capacity_blocks() const { return capacity_blocks_; }
   int64_t capacity_bytes() const { return capacity_blocks_ * block_bytes_; }
-  // Blocks not held by a sequence (allocated or not yet).
+  // Blocks not held by a sequence (free, cached or not allocated yet).
   int64_t free_blocks() const {
     return capacity_blocks_ - in_use_blocks_.load(std::memory_order_relaxed);
   }
@@ -71,34 +90,90 @@ class KvBlockPool {
   int64_t allocated_bytes() const {
     return allocated_blocks_.load(std::memory_order_relaxed) * block_bytes_;
   }
+  // Bytes of the published blocks no sequence holds (reusable, evictable).
+  int64_t cached_bytes() const {
+    return cached_blocks_.load(std::memory_order_relaxed) * block_bytes_;
+  }
 
-  // A block for a sequence: a free one, else a newly allocated one.
+  // A block for a sequence, held once: a free one, else a newly allocated
+  // one, else the least recently released cached one (evicted).
   // RESOURCE_EXHAUSTED when every block is held or the allocation fails.
   absl::StatusOr<int64_t> Take();
-  // Returns a block from Take to the pool.
+  // Drops one hold of `block` (from Take or Share). Without holders it goes
+  // back to the pool: cached (most recently released) if published, else
+  // free.
   void Give(int64_t block);
+
+  bool prefix_caching() const { return prefix_caching_; }
+  // The published block after prefix `parent` holding exactly `tokens`
+  // (block_tokens ids), or -1. Never with prefix caching off.
+  int64_t FindCached(int64_t parent, absl::Span<const int64_t> tokens) const;
+  // One more hold of a published block (held or cached).
+  void Share(int64_t block);
+  // Publishes `block` (held, full) as the block after prefix `parent`
+  // holding `tokens`, and returns the prefix id the sequence's next block
+  // continues: this block's new id, or that of an equal block published
+  // before (this one then stays unpublished). With prefix caching off,
+  // publishes nothing and returns kNoPrefix.
+  int64_t Publish(int64_t block, int64_t parent,
+                  absl::Span<const int64_t> tokens);
+  // The prefix id of a published block.
+  int64_t PrefixIdOf(int64_t block) const { return states_[block].id; }
 
   // Block `index`'s keys of `layer`: [kv_heads, block_tokens, head_dim]
   // (a view); values likewise.
   at::Tensor keys(int64_t index, int64_t layer) const;
   at::Tensor values(int64_t index, int64_t layer) const;
   int64_t layers() const { return shape_.layers; }
+  // Whether paged attention reads the blocks in place: on the CPU, in a
+  // dtype it reads.
+  bool reads_in_place() const { return reads_in_place_; }
+  // The address of keys(index, layer)'s (values') first element.
+  const void* keys_data(int64_t index, int64_t layer) const;
+  const void* values_data(int64_t index, int64_t layer) const;
+  at::ScalarType dtype() const { return shape_.options.dtype().toScalarType(); }
 
  private:
+  // Per allocated block: its holders and, once published, its key.
+  struct BlockState {
+    int64_t holders = 0;
+    int64_t id = kNoPrefix;  // Its prefix id when published.
+    int64_t parent = kNoPrefix;
+    uint64_t hash = 0;
+    std::vector<int64_t> tokens;
+    std::list<int64_t>::iterator lru;  // In cached_ (published, no holder).
+  };
+
   KvBlockPool(const KvCacheShape& shape, int64_t block_tokens,
-              int64_t block_bytes, int64_t capacity_blocks)
+              int64_t block_bytes, int64_t capacity_blocks, bool prefix_caching)
       : shape_(shape),
         block_tokens_(block_tokens),
         block_bytes_(block_bytes),
-        capacity_blocks_(capacity_blocks) {}
+        capacity_blocks_(capacity_blocks),
+        prefix_caching_(prefix_caching),
+        reads_in_place_(shape.options.device().is_cpu() &&
+                        PagedAttentionSupports(dtype())) {}
 
   const KvCacheShape shape_;
   const int64_t block_tokens_;
   const int64_t block_bytes_;
   const int64_t capacity_blocks_;
+  void AddHolder(int64_t block);
+  // The oldest cached block, unpublished; -1 when none is cached.
+  int64_t Evict();
+
+  const bool prefix_caching_;
+  const bool reads_in_place_;
   // Per allocated block: [layers, 2, kv_heads, block_tokens, head_dim].
   std::vector<at::Tensor> blocks_;
-  std::vector<int64_t> free_;  // Allocated blocks no sequence holds.
+  std::vector<BlockState> states_;
+  std::vector<int64_t> free_;  // Unpublished blocks no sequence holds.
+  // Published blocks no sequence holds, least recently released first.
+  std::list<int64_t> cached_;
+  // Published blocks by the hash of their key (candidates, compared).
+  std::unordered_multimap<uint64_t, int64_t> published_;
+  int64_t next_prefix_id_ = 0;
+  std::atomic<int64_t> cached_blocks_{0};
   std::atomic<int64_t> in_use_blocks_{0};
   std::atomic<int64_t> peak_blocks_{0};
   std::atomic<int64_t> allocated_blocks_{0};
@@ -118,8 +193,18 @@ class PagedKvCache : public SequenceKv {
   // Takes blocks until `tokens` tokens fit. RESOURCE_EXHAUSTED when the
   // pool runs out (the blocks taken so far stay held).
   absl::Status Reserve(int64_t tokens);
-  // Gives every block back; the cache is empty again.
+  // Gives every block back (the last first, so that a prefix's later
+  // blocks are evicted before its earlier ones); the cache is empty again.
   void Release();
+
+  // Prefix caching. On an empty cache: shares the published blocks of the
+  // longest cached prefix of `tokens` in whole blocks and returns its
+  // length (0 with prefix caching off); length() is that many tokens.
+  // Callers pass all but a prompt's last token, so that one is computed.
+  int64_t ReuseCachedPrefix(absl::Span<const int64_t> tokens);
+  // Publishes the full blocks not published yet; `tokens` are the ids of
+  // positions 0..length()-1 at least.
+  void PublishFullBlocks(absl::Span<const int64_t> tokens);
 
   int64_t capacity() const {
     return static_cast<int64_t>(blocks_.size()) * pool_.block_tokens();
@@ -133,6 +218,10 @@ class PagedKvCache : public SequenceKv {
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer,
                                            const at::Tensor& keys,
                                            const at::Tensor& values) override;
+  void Write(int64_t layer, const at::Tensor& keys,
+             const at::Tensor& values) override;
+  bool ReadsInPlace() const override { return pool_.reads_in_place(); }
+  PagedKvBlocks Blocks(int64_t layer, int64_t end) const override;
   void Advance(int64_t n) override;
 
  private:
@@ -143,6 +232,9 @@ class PagedKvCache : public SequenceKv {
   KvBlockPool& pool_;
   std::vector<int64_t> blocks_;  // In position order.
   int64_t length_ = 0;
+  int64_t published_blocks_ = 0;  // Leading blocks published (or reused).
+  // The prefix id the next published block continues.
+  int64_t prefix_id_ = KvBlockPool::kNoPrefix;
 };
 
 }  // namespace castserve::models

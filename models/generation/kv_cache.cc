@@ -39,9 +39,20 @@ int64_t KvCache::bytes() const {
   return total;
 }
 
+PagedKvBlocks SequenceKv::Blocks(int64_t layer, int64_t end) const {
+  TORCH_INTERNAL_ASSERT(false, "this KV cache holds no blocks to read");
+}
+
 std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer,
                                                   const at::Tensor& keys,
                                                   const at::Tensor& values) {
+  Write(layer, keys, values);
+  const int64_t end = length_ + keys.size(2);
+  return {keys_[layer].narrow(2, 0, end), values_[layer].narrow(2, 0, end)};
+}
+
+void KvCache::Write(int64_t layer, const at::Tensor& keys,
+                    const at::Tensor& values) {
   TORCH_CHECK(layer >= 0 && layer < static_cast<int64_t>(keys_.size()),
               "KV cache layer ", layer, " out of range");
   const int64_t n = keys.size(2);
@@ -50,7 +61,6 @@ std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer,
               " tokens cannot take ", n, " more after ", length_);
   keys_[layer].narrow(2, length_, n).copy_(keys);
   values_[layer].narrow(2, length_, n).copy_(values);
-  return {keys_[layer].narrow(2, 0, end), values_[layer].narrow(2, 0, end)};
 }
 
 void KvCache::Advance(int64_t n) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "models/kernels/paged_attention.h"
 
 namespace castserve::models {
 
@@ -50,6 +51,17 @@ class SequenceKv {
   // range, shapes as the cache's, room for the n tokens.
   virtual std::pair<at::Tensor, at::Tensor> Append(
       int64_t layer, const at::Tensor& keys, const at::Tensor& values) = 0;
+  // Append without returning anything: the caller attends over the step's
+  // own keys (nothing cached before) or over Blocks.
+  virtual void Write(int64_t layer, const at::Tensor& keys,
+                     const at::Tensor& values) = 0;
+  // True when Blocks gives the layer's keys and values where they lie, for
+  // paged attention (models/kernels/paged_attention.h): blocks on the CPU in
+  // a dtype the kernel reads. Otherwise Append's tensors are the way.
+  virtual bool ReadsInPlace() const { return false; }
+  // With ReadsInPlace (asserted): the blocks of `layer` holding positions
+  // 0..end-1 (end <= length() + the tokens written this step).
+  virtual PagedKvBlocks Blocks(int64_t layer, int64_t end) const;
   // Commits the n tokens every layer appended. TORCH_CHECK within room.
   virtual void Advance(int64_t n) = 0;
 };
@@ -71,6 +83,8 @@ class KvCache : public SequenceKv {
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer,
                                            const at::Tensor& keys,
                                            const at::Tensor& values) override;
+  void Write(int64_t layer, const at::Tensor& keys,
+             const at::Tensor& values) override;
   void Advance(int64_t n) override;
 
  private:

@@ -76,10 +76,15 @@ struct ServedModelActivity {
   int64_t transient_compute_bytes = 0;
   models::PrefetchCounts prefetch;
   // Generation models only (absent for the others): the KV-cache pool's
-  // bytes held by sequences now, and the most since load.
+  // bytes held by sequences now, and the most since load; prefix caching's
+  // prompt tokens reused from cached blocks (hits) and computed (misses)
+  // since load, and the bytes of cached blocks no sequence holds now.
   struct KvCache {
     int64_t bytes = 0;
     int64_t peak_bytes = 0;
+    int64_t prefix_hit_tokens = 0;
+    int64_t prefix_miss_tokens = 0;
+    int64_t prefix_cached_bytes = 0;
   };
   std::optional<KvCache> kv_cache;
   // The tracking allocator's peak for the model since it was loaded; 0

@@ -155,6 +155,19 @@ struct ModelFamilies {
       Family("castserve_kv_cache_peak_bytes",
              "Most bytes of the KV-cache pool held at once since load.",
              MetricType::Gauge);
+  MetricFamily prefix_cache_hits =
+      Family("castserve_prefix_cache_hit_tokens_total",
+             "Prompt tokens whose keys and values came from cached KV blocks.",
+             MetricType::Counter);
+  MetricFamily prefix_cache_misses =
+      Family("castserve_prefix_cache_miss_tokens_total",
+             "Prompt tokens computed because no cached KV block held them.",
+             MetricType::Counter);
+  MetricFamily prefix_cache_bytes =
+      Family("castserve_prefix_cache_bytes",
+             "Bytes of the KV-cache pool in cached prefix blocks no sequence "
+             "holds now (reusable; evicted when sequences need blocks).",
+             MetricType::Gauge);
 
   void AddGeneration(const Labels& labels, const ServedModelStatistics& stats,
                      const ServedModelActivity::KvCache& kv_cache) {
@@ -163,6 +176,9 @@ struct ModelFamilies {
     AddValue(generated_tokens, labels, stats.generated_tokens);
     AddValue(kv_cache_bytes, labels, kv_cache.bytes);
     AddValue(kv_cache_peak_bytes, labels, kv_cache.peak_bytes);
+    AddValue(prefix_cache_hits, labels, kv_cache.prefix_hit_tokens);
+    AddValue(prefix_cache_misses, labels, kv_cache.prefix_miss_tokens);
+    AddValue(prefix_cache_bytes, labels, kv_cache.prefix_cached_bytes);
   }
 
   // Returns the model's mapped bytes.
@@ -229,7 +245,8 @@ struct ModelFamilies {
   bool IsGenerationFamily(const MetricFamily& family) const {
     return &family == &first_response_ms || &family == &inter_token_seconds ||
            &family == &generated_tokens || &family == &kv_cache_bytes ||
-           &family == &kv_cache_peak_bytes;
+           &family == &kv_cache_peak_bytes || &family == &prefix_cache_hits ||
+           &family == &prefix_cache_misses || &family == &prefix_cache_bytes;
   }
 
   void MoveTo(std::vector<MetricFamily>& out) {
@@ -256,7 +273,10 @@ struct ModelFamilies {
                                  &inter_token_seconds,
                                  &generated_tokens,
                                  &kv_cache_bytes,
-                                 &kv_cache_peak_bytes}) {
+                                 &kv_cache_peak_bytes,
+                                 &prefix_cache_hits,
+                                 &prefix_cache_misses,
+                                 &prefix_cache_bytes}) {
       if (family->metric.empty() && IsGenerationFamily(*family)) continue;
       out.push_back(std::move(*family));
     }

@@ -400,6 +400,31 @@ TEST(GenerationLlamaTest, CancellingAStreamFreesItsKvBytes) {
   EXPECT_GE(after.kv_cache->peak_bytes, kv_while_running);
 }
 
+TEST(GenerationLlamaTest, PrefixCachingIsOnUnlessTheConfigDisablesIt) {
+  std::vector<int64_t> prompt;
+  for (int64_t i = 0; i < 20; ++i) prompt.push_back(3 + (5 * i) % 200);
+  for (const bool disabled : {false, true}) {
+    inference::ModelConfig config = GenerationConfig(
+        disabled ? "llama_no_prefix_cache" : "llama_prefix_cache");
+    config.mutable_generation()->set_disable_prefix_caching(disabled);
+    absl::StatusOr<std::shared_ptr<ServedModel>> model =
+        Load(kLlamaFolder, config);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const Outcome first = Call(**model, IdsRequest(prompt, 3), false);
+    const Outcome again = Call(**model, IdsRequest(prompt, 3), false);
+    ASSERT_TRUE(first.status.ok()) << first.status;
+    ASSERT_TRUE(again.status.ok()) << again.status;
+    EXPECT_EQ(Ids(first.final_response), Ids(again.final_response));
+    const ServedModelActivity::KvCache kv = *(*model)->activity().kv_cache;
+    // Blocks of 8: the second prompt reuses the 2 whole blocks before its
+    // last token.
+    EXPECT_EQ(kv.prefix_hit_tokens, disabled ? 0 : 16) << disabled;
+    EXPECT_EQ(kv.prefix_miss_tokens, disabled ? 0 : 24) << disabled;
+    EXPECT_EQ(kv.prefix_cached_bytes > 0, !disabled) << disabled;
+    EXPECT_EQ(kv.bytes, 0);
+  }
+}
+
 TEST(GenerationLlamaTest, AnotherArchitectureWithGenerationIsRefused) {
   absl::StatusOr<std::shared_ptr<ServedModel>> model =
       Load("models/testdata/bert", GenerationConfig("bert_gen"));

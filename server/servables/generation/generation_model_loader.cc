@@ -45,6 +45,7 @@ models::SchedulerOptions SchedulerOptionsOf(
   options.block_tokens = generation.kv_block_tokens();
   options.max_running = generation.max_sequences();
   options.max_waiting = generation.max_waiting();
+  options.prefix_caching = !generation.disable_prefix_caching();
   return options;
 }
 

@@ -90,8 +90,10 @@ class GenerationServedModel::Impl final : public ServedModel {
     ServedModelActivity activity;
     if (model_) activity = ModelActivity(*model_, tracked_id_.get());
     const models::SchedulerStats stats = engine_->stats();
-    activity.kv_cache = ServedModelActivity::KvCache{stats.kv_bytes_in_use,
-                                                     stats.kv_bytes_peak};
+    activity.kv_cache = ServedModelActivity::KvCache{
+        stats.kv_bytes_in_use, stats.kv_bytes_peak,
+        stats.prefix_cache_hit_tokens, stats.prefix_cache_miss_tokens,
+        stats.prefix_cache_bytes};
     return activity;
   }
 
