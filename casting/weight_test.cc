@@ -209,7 +209,9 @@ TEST_F(WeightTest, LayerwiseCastingKeepsFp8AndDropsTheTransientCopy) {
   EXPECT_EQ(activity.transient_compute_bytes, 2 * 64);
 }
 
-TEST_F(WeightTest, ConfiguredFootprintIsWhatTheWeightHoldsWhenItServes) {
+// One weight policy of each kind: resident plain, bf16 and fp8 (scaled)
+// storage, mapped; cached and transient compute copies.
+std::vector<WeightOptions> PolicyCases() {
   struct Case {
     Residency residency;
     StorageFormat storage;
@@ -234,13 +236,21 @@ TEST_F(WeightTest, ConfiguredFootprintIsWhatTheWeightHoldsWhenItServes) {
       {Residency::kMapped, StorageFormat::Plain(ElementType::kF32),
        ElementType::kBF16, ComputeCopyPolicy::kTransient},
   };
+  std::vector<WeightOptions> policies;
+  for (const Case& c : cases) {
+    WeightOptions options;
+    options.residency = c.residency;
+    options.storage = c.storage;
+    options.compute_dtype = c.compute;
+    options.compute_copy = c.copy;
+    policies.push_back(options);
+  }
+  return policies;
+}
+
+TEST_F(WeightTest, ConfiguredFootprintIsWhatTheWeightHoldsWhenItServes) {
   for (const char* name : {"w_bf16", "w_f32", "ids", "big"}) {
-    for (const Case& c : cases) {
-      WeightOptions options;
-      options.residency = c.residency;
-      options.storage = c.storage;
-      options.compute_dtype = c.compute;
-      options.compute_copy = c.copy;
+    for (const WeightOptions& options : PolicyCases()) {
       std::unique_ptr<Weight> weight = MakeWeight(name, options);
       ASSERT_NE(weight, nullptr);
       const Footprint configured = weight->ConfiguredFootprint();
@@ -248,7 +258,7 @@ TEST_F(WeightTest, ConfiguredFootprintIsWhatTheWeightHoldsWhenItServes) {
       absl::StatusOr<ComputeHandle> handle = weight->Acquire();
       ASSERT_TRUE(handle.ok()) << handle.status();
       EXPECT_EQ(configured, weight->footprint())
-          << name << " " << c.storage.ToString() << ": configured "
+          << name << " " << options.storage.ToString() << ": configured "
           << configured.ToString() << ", held "
           << weight->footprint().ToString();
     }
@@ -259,40 +269,12 @@ TEST_F(WeightTest, ConfiguredFootprintIsWhatTheWeightHoldsWhenItServes) {
 // keep, and the next use builds bitwise the same compute copy and stored
 // elements as before, back to the configured footprint.
 TEST_F(WeightTest, DemotionFreesWhatTheTierDropsAndUseRebuildsItBitwise) {
-  struct Case {
-    Residency residency;
-    StorageFormat storage;
-    ElementType compute;
-    ComputeCopyPolicy copy;
-  };
-  const Case cases[] = {
-      {Residency::kResident, StorageFormat::Plain(ElementType::kF32),
-       ElementType::kF32, ComputeCopyPolicy::kCached},
-      {Residency::kResident, StorageFormat::Plain(ElementType::kBF16),
-       ElementType::kF32, ComputeCopyPolicy::kCached},
-      {Residency::kResident,
-       {ElementType::kF8E4M3FN, Scaling::kPerRow},
-       ElementType::kF32,
-       ComputeCopyPolicy::kTransient},
-      {Residency::kResident,
-       {ElementType::kF8E5M2, Scaling::kPerTensor},
-       ElementType::kBF16,
-       ComputeCopyPolicy::kCached},
-      {Residency::kMapped, StorageFormat::Plain(ElementType::kF32),
-       ElementType::kF32, ComputeCopyPolicy::kCached},
-      {Residency::kMapped, StorageFormat::Plain(ElementType::kF32),
-       ElementType::kBF16, ComputeCopyPolicy::kTransient},
-  };
   for (const char* name : {"w_bf16", "w_f32", "ids"}) {
-    for (const Case& c : cases) {
-      WeightOptions options;
-      options.residency = c.residency;
-      options.storage = c.storage;
-      options.compute_dtype = c.compute;
-      options.compute_copy = c.copy;
+    for (const WeightOptions& options : PolicyCases()) {
       std::unique_ptr<Weight> weight = MakeWeight(name, options);
       ASSERT_NE(weight, nullptr);
-      const std::string what = absl::StrCat(name, " ", c.storage.ToString());
+      const std::string what =
+          absl::StrCat(name, " ", options.storage.ToString());
       const bool floating = std::string(name) != "ids";
       auto compute = [&] {
         absl::StatusOr<ComputeHandle> handle = weight->Acquire();
