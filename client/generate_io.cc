@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "platform/length_prefixed.h"
 
 namespace castserve {
 namespace {
@@ -34,20 +35,12 @@ inference::InferParameter ParameterOf(const std::string& value) {
 
 // The elements of BYTES raw contents (4-byte little-endian length, bytes).
 absl::StatusOr<std::vector<std::string>> BytesElements(absl::string_view raw) {
-  std::vector<std::string> elements;
-  while (!raw.empty()) {
-    uint32_t length = 0;
-    if (raw.size() < 4) break;
-    std::memcpy(&length, raw.data(), 4);
-    raw.remove_prefix(4);
-    if (length > raw.size()) break;
-    elements.emplace_back(raw.substr(0, length));
-    raw.remove_prefix(length);
-  }
-  if (!raw.empty()) {
+  std::optional<std::vector<std::string>> elements =
+      platform::SplitLengthPrefixed(raw);
+  if (!elements.has_value()) {
     return absl::InternalError("BYTES contents are not length-prefixed");
   }
-  return elements;
+  return *std::move(elements);
 }
 
 }  // namespace

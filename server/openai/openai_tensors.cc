@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "platform/length_prefixed.h"
 
 namespace castserve::openai {
 namespace {
@@ -157,25 +158,6 @@ absl::StatusOr<std::vector<float>> Fp32Output(
   return std::vector<float>(contents.begin(), contents.end());
 }
 
-absl::StatusOr<std::string> BytesOutput(
-    const inference::ModelInferResponse& response, absl::string_view name) {
-  const int index = OutputIndex(response, name);
-  if (index < 0) return std::string();
-  if (index < response.raw_output_contents_size()) {
-    const std::string& raw = response.raw_output_contents(index);
-    uint32_t length = 0;
-    if (raw.size() < 4) return std::string();
-    std::memcpy(&length, raw.data(), 4);
-    if (length > raw.size() - 4) {
-      return absl::InternalError(
-          absl::StrCat("output '", name, "' is malformed"));
-    }
-    return raw.substr(4, length);
-  }
-  const auto& contents = response.outputs(index).contents().bytes_contents();
-  return contents.empty() ? std::string() : contents[0];
-}
-
 absl::StatusOr<std::vector<std::string>> BytesOutputs(
     const inference::ModelInferResponse& response, absl::string_view name) {
   const int index = OutputIndex(response, name);
@@ -184,22 +166,21 @@ absl::StatusOr<std::vector<std::string>> BytesOutputs(
     const auto& contents = response.outputs(index).contents().bytes_contents();
     return std::vector<std::string>(contents.begin(), contents.end());
   }
-  absl::string_view raw = response.raw_output_contents(index);
-  std::vector<std::string> elements;
-  while (!raw.empty()) {
-    uint32_t length = 0;
-    if (raw.size() < 4) break;
-    std::memcpy(&length, raw.data(), 4);
-    raw.remove_prefix(4);
-    if (length > raw.size()) break;
-    elements.emplace_back(raw.substr(0, length));
-    raw.remove_prefix(length);
-  }
-  if (!raw.empty()) {
+  std::optional<std::vector<std::string>> elements =
+      platform::SplitLengthPrefixed(response.raw_output_contents(index));
+  if (!elements.has_value()) {
     return absl::InternalError(
         absl::StrCat("output '", name, "' is malformed"));
   }
-  return elements;
+  return *std::move(elements);
+}
+
+absl::StatusOr<std::string> BytesOutput(
+    const inference::ModelInferResponse& response, absl::string_view name) {
+  absl::StatusOr<std::vector<std::string>> elements =
+      BytesOutputs(response, name);
+  if (!elements.ok()) return elements.status();
+  return elements->empty() ? std::string() : elements->front();
 }
 
 int64_t ElementCount(const inference::ModelInferResponse& response,
