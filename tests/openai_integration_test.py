@@ -345,7 +345,10 @@ class OpenAiTest(unittest.TestCase):
     def test_chat_logprobs_equal_transformers(self):
         """Chat through the template: the prompt differs from the
         reference's, so the reference here is the completion of the same
-        rendered ids, whose logprobs the test above checks."""
+        rendered ids, whose logprobs the test above checks. The chat
+        request reuses the completion's cached prompt blocks (prefix
+        caching), computed in another batch shape: equal within float
+        rounding, not bit for bit."""
         messages = [{"role": "user", "content": "Count to three."}]
         ids = self.tokenizer.encode(chatml(messages),
                                     add_special_tokens=False).ids
@@ -359,14 +362,14 @@ class OpenAiTest(unittest.TestCase):
         self.assertEqual([c.token for c in content], expected.tokens)
         for entry, value, alternatives in zip(content, expected.token_logprobs,
                                               expected.top_logprobs):
-            self.assertAlmostEqual(entry.logprob, value, delta=1e-6)
+            self.assertAlmostEqual(entry.logprob, value, delta=1e-5)
             self.assertEqual(entry.bytes, list(entry.token.encode()))
             self.assertEqual(len(entry.top_logprobs), 3)
             for alternative in entry.top_logprobs:
                 if alternative.token in alternatives:
                     self.assertLessEqual(
                         abs(alternative.logprob -
-                            alternatives[alternative.token]), 1e-6)
+                            alternatives[alternative.token]), 1e-5)
         stream = self.client.chat.completions.create(
             messages=messages, max_completion_tokens=6, logprobs=True,
             top_logprobs=3, stream=True, **self.greedy())
