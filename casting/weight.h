@@ -79,7 +79,6 @@ enum class ComputeCopyPolicy {
   kTransient,  // The compute copy is freed when its last user releases it.
 };
 
-
 struct WeightOptions {
   Residency residency = Residency::kResident;
   // Format of the resident copy; ignored for kMapped, whose storage format
