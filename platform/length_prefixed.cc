@@ -20,12 +20,16 @@ std::optional<std::vector<std::string>> SplitLengthPrefixed(
   return elements;
 }
 
+void AppendLengthPrefixed(absl::string_view element, std::string* raw) {
+  const uint32_t length = static_cast<uint32_t>(element.size());
+  raw->append(reinterpret_cast<const char*>(&length), 4);
+  raw->append(element.data(), element.size());
+}
+
 std::string JoinLengthPrefixed(const std::vector<std::string>& elements) {
   std::string raw;
   for (const std::string& element : elements) {
-    const uint32_t length = static_cast<uint32_t>(element.size());
-    raw.append(reinterpret_cast<const char*>(&length), 4);
-    raw.append(element);
+    AppendLengthPrefixed(element, &raw);
   }
   return raw;
 }

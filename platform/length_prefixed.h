@@ -17,6 +17,9 @@ namespace castserve::platform {
 std::optional<std::vector<std::string>> SplitLengthPrefixed(
     absl::string_view raw);
 
+// Appends `element` in that form to `*raw`.
+void AppendLengthPrefixed(absl::string_view element, std::string* raw);
+
 // `elements` in that form.
 std::string JoinLengthPrefixed(const std::vector<std::string>& elements);
 

@@ -44,15 +44,6 @@ void AddInt64Input(const inference::ModelConfig& config,
                   values.size() * sizeof(int64_t)));
 }
 
-// One BYTES element, length-prefixed as raw contents carry it.
-void AppendBytesElement(absl::string_view value, std::string& raw) {
-  const auto length = static_cast<uint32_t>(value.size());
-  const size_t at = raw.size();
-  raw.resize(at + 4);
-  std::memcpy(raw.data() + at, &length, 4);
-  raw.append(value.data(), value.size());
-}
-
 int OutputIndex(const inference::ModelInferResponse& response,
                 absl::string_view name) {
   for (int i = 0; i < response.outputs_size(); ++i) {
@@ -103,7 +94,7 @@ void AddBytesInput(const inference::ModelConfig& config,
   input->set_datatype("BYTES");
   for (int64_t dim : Shape(config, 1)) input->add_shape(dim);
   std::string raw;
-  AppendBytesElement(value, raw);
+  platform::AppendLengthPrefixed(value, &raw);
   request->add_raw_input_contents(std::move(raw));
 }
 
@@ -117,7 +108,8 @@ void AddBytesInputs(const inference::ModelConfig& config,
   input->add_shape(static_cast<int64_t>(values.size()));
   input->add_shape(1);
   std::string raw;
-  for (absl::string_view value : values) AppendBytesElement(value, raw);
+  for (absl::string_view value : values)
+    platform::AppendLengthPrefixed(value, &raw);
   request->add_raw_input_contents(std::move(raw));
 }
 
