@@ -1,26 +1,18 @@
 #include "server/servables/generation/generation_responses.h"
 
-#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "platform/length_prefixed.h"
 #include "server/servables/generation/generation_signature.h"
 
 namespace castserve {
 namespace {
 
 // One BYTES element, length-prefixed as raw contents carry it.
-std::string RawBytesElement(absl::string_view bytes) {
-  std::string raw(4, '\0');
-  const auto length = static_cast<uint32_t>(bytes.size());
-  std::memcpy(raw.data(), &length, 4);
-  raw.append(bytes.data(), bytes.size());
-  return raw;
-}
-
 void AddOutput(const char* name, const char* datatype,
                std::initializer_list<int64_t> shape, std::string raw,
                inference::ModelInferResponse& response) {
@@ -57,11 +49,13 @@ void AddLogprobOutputs(const GenerationSequence& sequence, size_t count,
           has ? entry.top_logprobs[k] : -std::numeric_limits<float>::infinity(),
           top_logprobs);
       if (text) {
-        top_tokens += RawBytesElement(
-            has ? sequence.top_token_texts[i * top + k] : std::string());
+        platform::AppendLengthPrefixed(
+            has ? absl::string_view(sequence.top_token_texts[i * top + k])
+                : absl::string_view(),
+            &top_tokens);
       }
     }
-    if (text) tokens += RawBytesElement(sequence.token_texts[i]);
+    if (text) platform::AppendLengthPrefixed(sequence.token_texts[i], &tokens);
   }
   const auto n = static_cast<int64_t>(count);
   auto add = [&](const char* name, const char* datatype,
@@ -109,7 +103,7 @@ inference::ModelInferResponse FinalStreamResponse(GenerationSequence& sequence,
     for (int i = 0; i < last.outputs_size(); ++i) {
       if (last.outputs(i).name() != kTextOutputTensor) continue;
       std::string& raw = *last.mutable_raw_output_contents(i);
-      raw = RawBytesElement(raw.substr(4) + rest);
+      raw = platform::JoinLengthPrefixed({raw.substr(4) + rest});
     }
   }
   if (!sequence.parameters.empty_final_response) return last;
@@ -125,11 +119,8 @@ inference::ModelInferResponse TokenResponse(const GenerationSequence& sequence,
   inference::ModelInferResponse response = EmptyResponse(sequence);
   SetFinal(response, false);
   if (text != nullptr && sequence.Wants(kTextOutputTensor)) {
-    auto* output = response.add_outputs();
-    output->set_name(kTextOutputTensor);
-    output->set_datatype("BYTES");
-    output->add_shape(1);
-    response.add_raw_output_contents(RawBytesElement(*text));
+    AddOutput(kTextOutputTensor, "BYTES", {1},
+              platform::JoinLengthPrefixed({*text}), response);
   }
   if (sequence.Wants(kOutputIdsTensor)) {
     AddOutput(kOutputIdsTensor, "INT64", {static_cast<int64_t>(ids.size())},
