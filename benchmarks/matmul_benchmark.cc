@@ -119,6 +119,24 @@ void FusedActivation(at::ScalarType dtype, const char* name, int rounds) {
   }
 }
 
+// Times each of `fns` in turn, `rounds` times; returns their medians.
+std::vector<double> CompareAll(const std::vector<std::function<void()>>& fns,
+                               int rounds) {
+  for (const auto& fn : fns) fn();
+  std::vector<std::vector<double>> times(fns.size());
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t i = 0; i < fns.size(); ++i) {
+      times[i].push_back(Microseconds(fns[i]));
+    }
+  }
+  std::vector<double> medians;
+  for (std::vector<double>& t : times) {
+    std::sort(t.begin(), t.end());
+    medians.push_back(t[t.size() / 2]);
+  }
+  return medians;
+}
+
 // A weight in a storage format, as Weight::ReadStorage would view it.
 struct StoredWeight {
   at::Tensor bytes;
@@ -152,19 +170,24 @@ void StorageProducts(int rounds) {
     const char* storage;
     at::ScalarType compute;
   };
-  const Case cases[] = {{"BF16", at::kBFloat16},
+  const Case cases[] = {{"F32", at::kFloat},
+                        {"BF16", at::kBFloat16},
                         {"BF16", at::kFloat},
                         {"F8_E4M3FN:per_row", at::kFloat},
                         {"F8_E5M2:per_tensor", at::kFloat}};
   const Shape shapes[] = {{"Llama-1B gate", 0, 2048, 8192},
                           {"Llama-1B down", 0, 8192, 2048}};
+  const models::ProductIsa best = models::BestProductIsa();
   std::printf(
-      "\ncompute from storage: fused product vs decode-to-compute-copy + "
-      "product, and the product on a resident weight of the compute dtype "
-      "(median us of %d; GB/s = stored weight bytes / fused time)\n"
-      "%-15s %-20s %-5s %4s %10s %10s %10s %8s %8s\n",
-      rounds, "shape", "storage", "comp", "rows", "fused us", "copy us",
-      "resident", "copy/fu", "GB/s");
+      "\ncompute from storage: the fused product with the best kernels (%s) "
+      "and with the avx512 kernels (each weight widened to f32, one FMA per "
+      "weight and row), vs decode-to-compute-copy + product, and the product "
+      "on a resident weight of the compute dtype (median us of %d, all four "
+      "interleaved; GB/s = stored weight bytes / fused time)\n"
+      "%-15s %-20s %-5s %4s %10s %10s %10s %10s %8s %8s %8s %8s\n",
+      std::string(models::ProductIsaName(best)).c_str(), rounds, "shape",
+      "storage", "comp", "rows", "fused us", "avx512 us", "copy us", "resident",
+      "512/fu", "copy/fu", "GB/s", "512 GB/s");
   for (const Shape& shape : shapes) {
     const at::Tensor w = at::randn({shape.out, shape.in}) * 0.02;
     for (const Case& c : cases) {
@@ -183,21 +206,29 @@ void StorageProducts(int rounds) {
         auto fused = [&] {
           (void)models::StorageProduct(x, stored.view, at::Tensor());
         };
+        auto wide = [&] {
+          (void)models::StorageProduct(x, stored.view, at::Tensor(),
+                                       std::nullopt,
+                                       models::ProductIsa::kAvx512);
+        };
         auto decoded = [&] {
           (void)casting::Decode(format, stored.bytes.data_ptr(),
                                 stored.scales.data_ptr<float>(), w.numel(),
                                 shape.out, compute, copy.data_ptr(), codec);
           models::LinearProduct(x, copy, at::Tensor());
         };
-        auto [fused_us, copy_us] = Compare(fused, decoded, rounds);
-        auto [resident_us, unused] =
-            Compare([&] { models::LinearProduct(x, resident, at::Tensor()); },
-                    [] {}, rounds);
+        auto on_resident = [&] {
+          models::LinearProduct(x, resident, at::Tensor());
+        };
+        const std::vector<double> us =
+            CompareAll({fused, wide, decoded, on_resident}, rounds);
         std::printf(
-            "%-15s %-20s %-5s %4ld %10.0f %10.0f %10.0f %8.2f %8.1f\n",
+            "%-15s %-20s %-5s %4ld %10.0f %10.0f %10.0f %10.0f %8.2f %8.2f "
+            "%8.1f %8.1f\n",
             shape.what, c.storage, c.compute == at::kFloat ? "f32" : "bf16",
-            static_cast<long>(rows), fused_us, copy_us, resident_us,
-            copy_us / fused_us, stored.view.size_bytes() / (fused_us * 1e3));
+            static_cast<long>(rows), us[0], us[1], us[2], us[3], us[1] / us[0],
+            us[2] / us[0], stored.view.size_bytes() / (us[0] * 1e3),
+            stored.view.size_bytes() / (us[1] * 1e3));
       }
     }
   }
@@ -216,7 +247,7 @@ int Run(int threads, int rounds, bool only_storage) {
       models::OneDnnRunsReducedPrecision() ? "yes" : "no");
   std::printf(
       "product kernels: %s\n",
-      std::string(casting::CodecIsaName(casting::BestCodecIsa())).c_str());
+      std::string(models::ProductIsaName(models::BestProductIsa())).c_str());
   if (!only_storage) {
     F32Kernels(rounds);
     FusedActivation(at::kFloat, "f32 (oneDNN)", rounds);

@@ -192,9 +192,14 @@ TEST_F(ComputeFromStorageTest, ReadsStorageOnlyForFewRowsWithoutAKeptCopy) {
   SetStorageProductMaxRows(0);
   EXPECT_FALSE(ReadsStorageFor(w, 1));
   SetStorageProductMaxRows(kDefaultStorageProductMaxRows);
-  // A cached copy is made once and then read; f32 storage is the copy.
+  // A cached copy is made once and then read.
   EXPECT_FALSE(ReadsStorageFor(*first_linear_weight(*cached), 1));
-  EXPECT_FALSE(ReadsStorageFor(*first_linear_weight(*f32), 1));
+  // Resident f32 storage is the copy; the f32 kernel reads it for decode
+  // sizes (faster than oneDNN's product there).
+  EXPECT_TRUE(ReadsStorageFor(*first_linear_weight(*f32), 1));
+  EXPECT_TRUE(ReadsStorageFor(*first_linear_weight(*f32), kResidentF32MaxRows));
+  EXPECT_FALSE(
+      ReadsStorageFor(*first_linear_weight(*f32), kResidentF32MaxRows + 1));
   // bf16 storage that is the bf16 compute copy: read by the fused kernel
   // for the fewest rows only, LibTorch's bf16 product reads it from there.
   EXPECT_TRUE(ReadsStorageFor(*first_linear_weight(*bf16), 1));

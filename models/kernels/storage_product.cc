@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -21,15 +22,21 @@ std::atomic<int64_t> max_rows{kDefaultStorageProductMaxRows};
 // so that small products stay on the calling thread.
 constexpr int64_t kMinBytesPerThread = int64_t{256} << 10;
 
-const internal::ProductKernelTable* KernelsFor(casting::CodecIsa isa) {
-  if (!casting::CodecIsaSupported(isa)) return nullptr;
+bool CpuHasBf16Products() {
+  static const bool has = __builtin_cpu_supports("avx512bf16") &&
+                          __builtin_cpu_supports("avx512vbmi");
+  return has;
+}
+
+// The widening kernels of `isa` (avx512 for avx512_bf16).
+const internal::ProductKernelTable* WideKernelsFor(ProductIsa isa) {
   switch (isa) {
-    case casting::CodecIsa::kAvx512:
+    case ProductIsa::kAvx512Bf16:
+    case ProductIsa::kAvx512:
       return internal::Avx512ProductKernels();
-    case casting::CodecIsa::kAvx2:
+    case ProductIsa::kAvx2:
       return internal::Avx2ProductKernels();
-    case casting::CodecIsa::kReference:
-    case casting::CodecIsa::kPortable:
+    case ProductIsa::kReference:
       return &internal::ReferenceProductKernels();
   }
   return nullptr;
@@ -45,12 +52,12 @@ internal::KernelWeight KernelWeightOf(const casting::StorageView& view) {
   return w;
 }
 
-// Runs `product` over the output features, split over the intra-op threads;
-// a mapped weight's rows are read under the SIGBUS guard, each thread its
-// own share.
-absl::Status RunProduct(internal::ProductFn product, const float* x,
-                        int64_t rows, const internal::KernelWeight& w,
-                        bool mapped, float* y) {
+// Runs product(begin, end) over the output features, split over the
+// intra-op threads; a mapped weight's rows are read under the SIGBUS guard,
+// each thread its own share.
+template <class Product>
+absl::Status RunProduct(const internal::KernelWeight& w, bool mapped,
+                        const Product& product) {
   const int64_t row_bytes =
       w.in_features * casting::ElementSizeBytes(w.element);
   const int64_t grain = std::max<int64_t>(
@@ -59,12 +66,12 @@ absl::Status RunProduct(internal::ProductFn product, const float* x,
   absl::Status first_error;
   at::parallel_for(0, w.out_features, grain, [&](int64_t begin, int64_t end) {
     if (!mapped) {
-      product(x, rows, w, begin, end, y);
+      product(begin, end);
       return;
     }
     absl::Status status = casting::ReadFromMapping(
         w.data + begin * row_bytes, (end - begin) * row_bytes,
-        [&] { product(x, rows, w, begin, end, y); });
+        [&] { product(begin, end); });
     if (!status.ok()) {
       absl::MutexLock lock(&mu);
       if (first_error.ok()) first_error = status;
@@ -74,7 +81,97 @@ absl::Status RunProduct(internal::ProductFn product, const float* x,
   return first_error;
 }
 
+// The most bf16 parts activations of `dtype` need (see the header).
+int MaxPartsFor(at::ScalarType dtype) {
+  if (dtype == at::kBFloat16) return 1;
+  if (dtype == at::kHalf) return 2;
+  return kF32ComputeParts;
+}
+
+// Whether the avx512_bf16 kernels are faster than the avx512 ones for
+// `parts` parts (matmul_benchmark's storage table, BENCHMARKS.md): always
+// with one part (one `vdpbf16ps` per 32 weights and row, against two FMAs
+// and the widening); with more, only for E4M3FN at up to
+// kNarrowE4M3MaxRows rows, where the avx512 kernel's widening (about 9
+// instructions per 16 codes) costs more than the parts. (E4M3FN has no
+// infinity: a stored infinity times a zero part would be NaN.)
+bool NarrowMayTake(casting::ElementType element, int parts, int64_t rows) {
+  return parts == 1 || (element == casting::ElementType::kF8E4M3FN &&
+                        rows <= kNarrowE4M3MaxRows);
+}
+
+// y = x W^T for x [rows, in] f32, through the narrow kernels when they take
+// this weight and row count, else through `wide`.
+absl::Status Multiply(ProductIsa isa, const internal::ProductKernelTable& wide,
+                      const at::Tensor& x32, at::ScalarType dtype, int64_t rows,
+                      const internal::KernelWeight& w, bool mapped, float* y) {
+  const float* x = x32.data_ptr<float>();
+  const internal::NarrowKernelTable* narrow =
+      isa == ProductIsa::kAvx512Bf16 ? internal::Avx512Bf16ProductKernels()
+                                     : nullptr;
+  const int max_parts = MaxPartsFor(dtype);
+  if (narrow != nullptr &&
+      narrow->product[static_cast<int>(w.element)] != nullptr &&
+      NarrowMayTake(w.element, max_parts, rows)) {
+    std::vector<uint16_t> planes(rows * max_parts * w.in_features);
+    const int parts = narrow->split(x, rows, w, max_parts, planes.data());
+    if (parts == 1 || NarrowMayTake(w.element, parts, rows)) {
+      const internal::NarrowProductFn product =
+          narrow->product[static_cast<int>(w.element)];
+      return RunProduct(w, mapped, [&](int64_t begin, int64_t end) {
+        product(planes.data(), parts, rows, w, begin, end, y);
+      });
+    }
+  }
+  const internal::ProductFn product = wide.product[static_cast<int>(w.element)];
+  return RunProduct(w, mapped, [&](int64_t begin, int64_t end) {
+    product(x, rows, w, begin, end, y);
+  });
+}
+
 }  // namespace
+
+absl::string_view ProductIsaName(ProductIsa isa) {
+  switch (isa) {
+    case ProductIsa::kReference:
+      return "reference";
+    case ProductIsa::kAvx2:
+      return "avx2";
+    case ProductIsa::kAvx512:
+      return "avx512";
+    case ProductIsa::kAvx512Bf16:
+      return "avx512_bf16";
+  }
+  return "unknown";
+}
+
+bool ProductIsaSupported(ProductIsa isa) {
+  switch (isa) {
+    case ProductIsa::kReference:
+      return true;
+    case ProductIsa::kAvx2:
+      return internal::Avx2ProductKernels() != nullptr &&
+             casting::CodecIsaSupported(casting::CodecIsa::kAvx2);
+    case ProductIsa::kAvx512:
+      return internal::Avx512ProductKernels() != nullptr &&
+             casting::CodecIsaSupported(casting::CodecIsa::kAvx512);
+    case ProductIsa::kAvx512Bf16:
+      return internal::Avx512Bf16ProductKernels() != nullptr &&
+             ProductIsaSupported(ProductIsa::kAvx512) && CpuHasBf16Products();
+  }
+  return false;
+}
+
+ProductIsa BestProductIsa() {
+  static const ProductIsa best = [] {
+    for (ProductIsa isa :
+         {ProductIsa::kAvx512Bf16, ProductIsa::kAvx512, ProductIsa::kAvx2}) {
+      if (ProductIsaSupported(isa)) return isa;
+    }
+    return ProductIsa::kReference;
+  }();
+  return best;
+}
 
 void SetStorageProductMaxRows(int64_t rows) {
   max_rows.store(std::max<int64_t>(rows, 0), std::memory_order_relaxed);
@@ -90,12 +187,12 @@ StorageReads StorageReadsOf(const casting::Weight& weight) {
     return StorageReads::kNever;
   }
   const std::optional<casting::StorageFormat> format = weight.storage_format();
-  if (!format.has_value() || format->element == casting::ElementType::kF32) {
-    return StorageReads::kNever;
-  }
+  if (!format.has_value()) return StorageReads::kNever;
   if (options.residency == casting::Residency::kResident &&
       *format == casting::StorageFormat::Plain(options.compute_dtype)) {
-    return StorageReads::kStorageIsCompute;
+    return format->element == casting::ElementType::kF32
+               ? StorageReads::kResidentF32
+               : StorageReads::kStorageIsCompute;
   }
   return options.compute_copy == casting::ComputeCopyPolicy::kTransient
              ? StorageReads::kTransient
@@ -106,18 +203,17 @@ bool ReadsStorageFor(const casting::Weight& weight, int64_t rows) {
   return ReadsStorageFor(StorageReadsOf(weight), rows);
 }
 
-absl::StatusOr<at::Tensor> StorageProduct(
-    const at::Tensor& x, const casting::StorageView& weight,
-    const at::Tensor& bias, std::optional<Activation> activation,
-    std::optional<casting::CodecIsa> isa) {
+absl::StatusOr<at::Tensor> StorageProduct(const at::Tensor& x,
+                                          const casting::StorageView& weight,
+                                          const at::Tensor& bias,
+                                          std::optional<Activation> activation,
+                                          std::optional<ProductIsa> isa) {
   TORCH_INTERNAL_ASSERT(x.device().is_cpu() && x.dim() >= 1 &&
                         x.size(-1) == weight.cols);
-  const casting::CodecIsa chosen = isa.value_or(casting::BestCodecIsa());
-  const internal::ProductKernelTable* kernels = KernelsFor(chosen);
-  if (kernels == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("product kernels ", casting::CodecIsaName(chosen),
-                     " are not supported here"));
+  const ProductIsa chosen = isa.value_or(BestProductIsa());
+  if (!ProductIsaSupported(chosen)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "product kernels ", ProductIsaName(chosen), " are not supported here"));
   }
   const at::Tensor x32 = x.to(at::kFloat).contiguous();
   const int64_t rows = weight.cols == 0 ? 0 : x32.numel() / weight.cols;
@@ -127,10 +223,9 @@ absl::StatusOr<at::Tensor> StorageProduct(
   if (weight.cols == 0) {
     y.zero_();
   } else if (rows > 0 && weight.rows > 0) {
-    const internal::KernelWeight w = KernelWeightOf(weight);
-    if (absl::Status status = RunProduct(
-            kernels->product[static_cast<int>(w.element)],
-            x32.data_ptr<float>(), rows, w, weight.mapped, y.data_ptr<float>());
+    if (absl::Status status = Multiply(
+            chosen, *WideKernelsFor(chosen), x32, x.scalar_type(), rows,
+            KernelWeightOf(weight), weight.mapped, y.data_ptr<float>());
         !status.ok()) {
       return status;
     }

@@ -19,11 +19,23 @@
 // matmul_benchmark's "storage_product" table (BENCHMARKS.md, "Compute from
 // storage").
 //
-// Kernels: AVX-512, AVX2 (+FMA, F16C) and a scalar reference, chosen by the
-// CPU's features as the codec chooses (casting::BestCodecIsa); fp8 codes
-// become f16 bit patterns in 16-bit lanes and then f32 (exact), with
-// per-tensor, per-row or grid (casting::ScaleGrid) scales applied to each
-// block's dot product. The output features are split over LibTorch's
+// Kernels (ProductIsa), the best the CPU runs unless one is asked for:
+//  - avx512_bf16 (AVX-512 with avx512_bf16 and avx512_vbmi): bf16 and fp8
+//    weights are multiplied in bf16 with `vdpbf16ps` (two products per f32
+//    lane and instruction): bf16 storage as stored, fp8 codes widened to the
+//    bf16 of the same value (exact) by two byte-table lookups. The
+//    activations are split once per product into bf16 parts whose sum is
+//    the activation: 1 part for bf16 compute (or any activations that are
+//    exact in bf16), 2 for f16, kF32ComputeParts for f32. Every product of a
+//    part and a weight is exact in f32 and the sums accumulate in f32, so
+//    f32 compute keeps f32's meaning. F32 and F16 weights, and products
+//    with more than one part other than E4M3FN ones of at most
+//    kNarrowE4M3MaxRows rows, take the avx512 kernels (measured faster).
+//  - avx512, avx2 (+FMA, F16C) and a scalar reference: each weight widened
+//    to f32 in registers (fp8 codes through f16 bit patterns, exact) and one
+//    f32 FMA per weight and row.
+// Per-tensor, per-row or grid (casting::ScaleGrid) scales are applied to
+// each block's dot product. The output features are split over LibTorch's
 // intra-op threads (at::parallel_for). Results agree with decode-then-matmul
 // to f32 rounding (summation order), not bit for bit.
 //
@@ -37,6 +49,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "casting/codec/codec.h"
 #include "casting/weight.h"
 #include "models/layers/activation.h"
@@ -44,15 +57,38 @@
 namespace castserve::models {
 
 // Products with at most this many rows read storage unless set otherwise.
+// (The f32 kernel below is the resident f32 weight's product too.)
 // From matmul_benchmark's storage table (BENCHMARKS.md, "Compute from
 // storage"): on the Llama-1B shapes with f32 compute, the fused product beat
 // decoding a copy then the f32 GEMM by 1.1-2.4x at 16 rows and was even
 // (0.7-1.2x) at 32.
 inline constexpr int64_t kDefaultStorageProductMaxRows = 16;
 // Where the storage is the compute copy (bf16 stored and computed in), the
-// other path makes no copy either: LibTorch's bf16 product on the storage
-// was about as fast up to 4 rows and faster from 8 (same table).
-inline constexpr int64_t kStorageIsComputeMaxRows = 4;
+// other path makes no copy either: with the avx512_bf16 kernels the fused
+// product was ahead of LibTorch's bf16 product on the storage or even up to
+// 8 rows and behind at 16 (same table).
+inline constexpr int64_t kStorageIsComputeMaxRows = 8;
+// f32 stored resident and computed in f32: the avx512 kernel reads the f32
+// weight at about the core's bandwidth, where oneDNN's product took 1.4-2.6x
+// its time at 1-8 rows and was even at 16 (same table, "F32" rows).
+inline constexpr int64_t kResidentF32MaxRows = 16;
+
+// Parts the activations of an f32-compute product are split into for the
+// avx512_bf16 kernels: 3 hold every finite normal f32 exactly (2 would be
+// within about 2^-16 of each activation).
+inline constexpr int kF32ComputeParts = 3;
+// With more than one part the avx512 kernels are faster (they widen each
+// weight once for all rows and run one FMA per row and 16 weights, where the
+// bf16 kernels run one `vdpbf16ps` per part, row and 32 weights), except for
+// E4M3FN weights, whose widening to f32 is costly, up to this many rows.
+inline constexpr int64_t kNarrowE4M3MaxRows = 2;
+
+// Kernel families, widest first; see the file comment.
+enum class ProductIsa { kReference, kAvx2, kAvx512, kAvx512Bf16 };
+absl::string_view ProductIsaName(ProductIsa isa);
+// Built in and run by this CPU.
+bool ProductIsaSupported(ProductIsa isa);
+ProductIsa BestProductIsa();
 
 // Process-wide, before serving (main, benchmarks, tests); a later call
 // applies to later products. 0 turns reading storage off: every product
@@ -64,15 +100,17 @@ int64_t StorageProductMaxRows();
 // options, so a layer classifies its weight once (StorageReadsOf) and then
 // decides per product with the rows alone (ReadsStorageFor).
 enum class StorageReads {
-  kNever,             // Not on the CPU, not rank 2, F32, or a cached copy.
+  kNever,             // Not on the CPU, not rank 2, or a cached copy.
   kTransient,         // Up to StorageProductMaxRows() rows.
   kStorageIsCompute,  // Up to min(that, kStorageIsComputeMaxRows) rows.
+  kResidentF32,       // Up to min(that, kResidentF32MaxRows) rows.
 };
 
-// On the CPU, rank 2, stored in a format narrower than F32 (resident or
-// mapped), with a compute copy that would be transient (kTransient) or is
-// the storage itself (kStorageIsCompute); else kNever (a cached copy is
-// made once and then read).
+// On the CPU and rank 2: F32 stored resident and computed in f32
+// (kResidentF32); any other format, resident or mapped, with a compute copy
+// that would be transient (kTransient) or is the storage itself
+// (kStorageIsCompute); else kNever (a cached copy is made once and then
+// read).
 StorageReads StorageReadsOf(const casting::Weight& weight);
 
 // True when a product of `rows` activation rows (negative: not known yet,
@@ -87,6 +125,8 @@ inline bool ReadsStorageFor(StorageReads reads, int64_t rows) {
     case StorageReads::kStorageIsCompute:
       return rows <= max_rows && max_rows > 0 &&
              rows <= kStorageIsComputeMaxRows;
+    case StorageReads::kResidentF32:
+      return rows <= max_rows && max_rows > 0 && rows <= kResidentF32MaxRows;
   }
   return false;
 }
@@ -98,11 +138,12 @@ bool ReadsStorageFor(const casting::Weight& weight, int64_t rows);
 // W the [out, in] matrix `weight` views, `bias` [out] in x's dtype or
 // undefined; then `activation` when given. Returns x's dtype. Accumulates in
 // f32; the bias is added in f32 before rounding to x's dtype. DATA_LOSS if
-// a mapped weight's file was truncated. `isa` unset: the best the CPU runs.
+// a mapped weight's file was truncated. `isa` unset: the best the CPU runs
+// (BestProductIsa()); an unsupported one is FAILED_PRECONDITION.
 absl::StatusOr<at::Tensor> StorageProduct(
     const at::Tensor& x, const casting::StorageView& weight,
     const at::Tensor& bias, std::optional<Activation> activation = std::nullopt,
-    std::optional<casting::CodecIsa> isa = std::nullopt);
+    std::optional<ProductIsa> isa = std::nullopt);
 
 }  // namespace castserve::models
 

@@ -36,10 +36,39 @@ struct ProductKernelTable {
   ProductFn product[casting::kNumElementTypes];
 };
 
+// The narrow kernels (storage_product_avx512bf16.cc) multiply in bf16 with
+// `vdpbf16ps`: the weights as bf16 (bf16 storage as stored, fp8 codes widened
+// to the bf16 of the same value: exact), the activations split once per
+// product into `parts` bf16 planes whose sum is the activation (1 part: x is
+// bf16; 2: within about 2^-16 |x|; 3: exact for finite normal f32). Each
+// product of a part and a weight is exact in f32; the sums accumulate in f32.
+//
+// planes[(r * parts + p) * w.in_features + c] is part p of row r's column c,
+// except that inside each full vector chunk of a scale block the columns are
+// in the order the kernel widens the weights (for fp8: per 128-bit lane, the
+// low 8 codes then the high 8); SplitActivations writes that order.
+using NarrowProductFn = void (*)(const uint16_t* planes, int parts,
+                                 int64_t rows, const KernelWeight& w,
+                                 int64_t f_begin, int64_t f_end, float* y);
+
+struct NarrowKernelTable {
+  const char* name;
+  // Writes `rows` rows of x as planes for `w` (its element type and scale
+  // blocks fix the column order) with the fewest parts, at most `max_parts`
+  // (1 to 3), that hold every activation exactly (max_parts when none does);
+  // returns the parts written. `planes` holds rows * max_parts *
+  // w.in_features values.
+  int (*split)(const float* x, int64_t rows, const KernelWeight& w,
+               int max_parts, uint16_t* planes);
+  // Null for element types that are not exact in bf16 (F32, F16).
+  NarrowProductFn product[casting::kNumElementTypes];
+};
+
 const ProductKernelTable& ReferenceProductKernels();
 // Null when the build has no such kernels. The CPU check is the caller's.
 const ProductKernelTable* Avx2ProductKernels();
 const ProductKernelTable* Avx512ProductKernels();
+const NarrowKernelTable* Avx512Bf16ProductKernels();
 
 }  // namespace castserve::models::internal
 

@@ -19,7 +19,8 @@
 //
 // Tiling: up to 4 activation rows by 4 (8 for one row) output features
 // keep their accumulators in registers; each weight vector is converted once
-// per row group and used for every row of it. Columns split at the scale
+// per row group and used for every row of it; row groups run inside the loop
+// over feature tiles (Product). Columns split at the scale
 // grid's block boundaries; elements after the last full vector of a block go
 // through the scalar reference conversion.
 //
@@ -139,28 +140,36 @@ void RowGroup(const float* x, const KernelWeight& w, int64_t f_begin,
   }
 }
 
+// One row: 8 features per tile. More rows: the loop over groups of up to 4
+// rows runs inside the loop over tiles of 4 features, so that a tile's
+// weight rows come from memory once and from cache for the other groups.
 template <class V, ElementType kW>
 void Product(const float* x, int64_t rows, const KernelWeight& w,
              int64_t f_begin, int64_t f_end, float* y) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    RowGroup<V, kW, 4, 4>(x + r * w.in_features, w, f_begin, f_end,
-                          y + r * w.out_features);
+  if (rows == 1) {
+    RowGroup<V, kW, 1, 8>(x, w, f_begin, f_end, y);
+    return;
   }
-  const float* x_rest = x + r * w.in_features;
-  float* y_rest = y + r * w.out_features;
-  switch (rows - r) {
-    case 3:
-      RowGroup<V, kW, 3, 4>(x_rest, w, f_begin, f_end, y_rest);
-      break;
-    case 2:
-      RowGroup<V, kW, 2, 4>(x_rest, w, f_begin, f_end, y_rest);
-      break;
-    case 1:
-      RowGroup<V, kW, 1, 8>(x_rest, w, f_begin, f_end, y_rest);
-      break;
-    default:
-      break;
+  for (int64_t f0 = f_begin; f0 < f_end; f0 += 4) {
+    const int64_t f1 = std::min<int64_t>(f_end, f0 + 4);
+    for (int64_t r = 0; r < rows; r += 4) {
+      const float* xr = x + r * w.in_features;
+      float* yr = y + r * w.out_features;
+      switch (std::min<int64_t>(4, rows - r)) {
+        case 4:
+          RowGroup<V, kW, 4, 4>(xr, w, f0, f1, yr);
+          break;
+        case 3:
+          RowGroup<V, kW, 3, 4>(xr, w, f0, f1, yr);
+          break;
+        case 2:
+          RowGroup<V, kW, 2, 4>(xr, w, f0, f1, yr);
+          break;
+        default:
+          RowGroup<V, kW, 1, 4>(xr, w, f0, f1, yr);
+          break;
+      }
+    }
   }
 }
 

@@ -18,7 +18,6 @@
 namespace castserve::models {
 namespace {
 
-using casting::CodecIsa;
 using casting::ElementType;
 using casting::Scaling;
 using casting::StorageFormat;
@@ -63,14 +62,17 @@ EncodedWeight Encode(const at::Tensor& w, StorageFormat format) {
   return e;
 }
 
-std::vector<CodecIsa> SupportedIsas() {
-  std::vector<CodecIsa> isas;
-  for (CodecIsa isa :
-       {CodecIsa::kReference, CodecIsa::kAvx2, CodecIsa::kAvx512}) {
-    if (casting::CodecIsaSupported(isa)) isas.push_back(isa);
+// Every kernel family this CPU runs, the forced fallbacks included.
+std::vector<ProductIsa> SupportedIsas() {
+  std::vector<ProductIsa> isas;
+  for (ProductIsa isa : {ProductIsa::kReference, ProductIsa::kAvx2,
+                         ProductIsa::kAvx512, ProductIsa::kAvx512Bf16}) {
+    if (ProductIsaSupported(isa)) isas.push_back(isa);
   }
   return isas;
 }
+
+std::string IsaName(ProductIsa isa) { return std::string(ProductIsaName(isa)); }
 
 // |y - x W^T| within f32 rounding of the sum of |x| |W|^T (summation
 // order differs from the reference's), W the decoded weight, in double.
@@ -91,8 +93,8 @@ TEST(StorageProductTest, MatchesDecodeThenMatmulOverShapesFormatsAndIsas) {
   at::manual_seed(5);
   const std::vector<int64_t> row_counts = {1, 2, 3, 4, 5, 7, 8, 13, 16};
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 1}, {7, 15}, {9, 17}, {37, 33}, {16, 64}, {11, 100}};
-  for (CodecIsa isa : SupportedIsas()) {
+      {1, 1}, {7, 15}, {9, 17}, {37, 33}, {16, 64}, {11, 100}, {13, 200}};
+  for (ProductIsa isa : SupportedIsas()) {
     for (StorageFormat format : casting::AllStorageFormats()) {
       for (auto [out, in] : shapes) {
         at::Tensor w = at::randn({out, in}) * 0.05;
@@ -104,11 +106,11 @@ TEST(StorageProductTest, MatchesDecodeThenMatmulOverShapesFormatsAndIsas) {
               StorageProduct(x, e.view, at::Tensor(), std::nullopt, isa);
           ASSERT_TRUE(y.ok()) << y.status();
           ASSERT_EQ(y->sizes(), (std::vector<int64_t>{rows, out}));
-          ExpectNearReference(
-              *y, x, e.decoded,
-              std::string(casting::CodecIsaName(isa)) + " " +
-                  format.ToString() + " " + std::to_string(rows) + "x" +
-                  std::to_string(in) + "->" + std::to_string(out));
+          ExpectNearReference(*y, x, e.decoded,
+                              IsaName(isa) + " " + format.ToString() + " " +
+                                  std::to_string(rows) + "x" +
+                                  std::to_string(in) + "->" +
+                                  std::to_string(out));
         }
       }
     }
@@ -120,7 +122,7 @@ TEST(StorageProductTest, MatchesDecodeThenMatmulOverShapesFormatsAndIsas) {
 // the decoded code exactly, NaN and infinity included.
 TEST(StorageProductTest, Fp8SpecialValuesDecodeExactly) {
   constexpr int64_t kIn = 40;  // 2 full AVX-512 vectors + a tail of 8.
-  for (CodecIsa isa : SupportedIsas()) {
+  for (ProductIsa isa : SupportedIsas()) {
     for (ElementType type : {ElementType::kF8E4M3FN, ElementType::kF8E5M2}) {
       for (int64_t column : {int64_t{3}, kIn - 1}) {
         at::Tensor bytes = at::zeros({256, kIn}, at::kByte);
@@ -139,8 +141,8 @@ TEST(StorageProductTest, Fp8SpecialValuesDecodeExactly) {
           if (std::isnan(expected)) {
             EXPECT_TRUE(std::isnan(got)) << code;
           } else {
-            EXPECT_EQ(got, expected) << casting::CodecIsaName(isa) << " code "
-                                     << code << " column " << column;
+            EXPECT_EQ(got, expected)
+                << IsaName(isa) << " code " << code << " column " << column;
           }
         }
       }
@@ -149,42 +151,93 @@ TEST(StorageProductTest, Fp8SpecialValuesDecodeExactly) {
 }
 
 // The scale lookup reads a grid: blocks of 2 rows x 16 columns (the shape a
-// per-block format has) scale their own dot products.
+// per-block format has) scale their own dot products; then blocks of 64
+// columns, where the bf16 kernels' fp8 chunks (64 codes, reordered in
+// registers) fill whole blocks and a last narrower block is all tail.
 TEST(StorageProductTest, ReadsAScaleGridOfBlocks) {
   at::manual_seed(9);
-  constexpr int64_t kOut = 5, kIn = 40, kBlockRows = 2, kBlockCols = 16;
-  constexpr int64_t kGridRows = 3, kGridCols = 3;
-  const at::Tensor w = at::randn({kOut, kIn});
-  at::Tensor bytes = at::empty({kOut * kIn}, at::kByte);
-  ASSERT_TRUE(casting::Encode(ElementType::kF32, w.data_ptr(), w.numel(), kOut,
-                              StorageFormat::Plain(ElementType::kF8E4M3FN),
-                              bytes.data_ptr(), nullptr)
-                  .ok());
-  at::Tensor codes = at::empty({kOut, kIn}, at::kFloat);
-  ASSERT_TRUE(casting::Decode(StorageFormat::Plain(ElementType::kF8E4M3FN),
-                              bytes.data_ptr(), nullptr, w.numel(), kOut,
-                              ElementType::kF32, codes.data_ptr())
-                  .ok());
-  const at::Tensor grid = at::rand({kGridRows, kGridCols}) + 0.5;
-  at::Tensor decoded = codes.clone();
-  for (int64_t r = 0; r < kOut; ++r) {
-    for (int64_t c = 0; c < kIn; ++c) {
-      decoded[r][c] *= grid[r / kBlockRows][c / kBlockCols];
+  constexpr int64_t kOut = 5, kBlockRows = 2, kGridRows = 3, kGridCols = 3;
+  for (auto [in, block_cols] : {std::pair<int64_t, int64_t>{40, 16},
+                                std::pair<int64_t, int64_t>{160, 64}}) {
+    const at::Tensor w = at::randn({kOut, in});
+    at::Tensor bytes = at::empty({kOut * in}, at::kByte);
+    ASSERT_TRUE(casting::Encode(ElementType::kF32, w.data_ptr(), w.numel(),
+                                kOut,
+                                StorageFormat::Plain(ElementType::kF8E4M3FN),
+                                bytes.data_ptr(), nullptr)
+                    .ok());
+    at::Tensor codes = at::empty({kOut, in}, at::kFloat);
+    ASSERT_TRUE(casting::Decode(StorageFormat::Plain(ElementType::kF8E4M3FN),
+                                bytes.data_ptr(), nullptr, w.numel(), kOut,
+                                ElementType::kF32, codes.data_ptr())
+                    .ok());
+    const at::Tensor grid = at::rand({kGridRows, kGridCols}) + 0.5;
+    at::Tensor decoded = codes.clone();
+    for (int64_t r = 0; r < kOut; ++r) {
+      for (int64_t c = 0; c < in; ++c) {
+        decoded[r][c] *= grid[r / kBlockRows][c / block_cols];
+      }
+    }
+    casting::StorageView view;
+    view.data = bytes.data_ptr<uint8_t>();
+    view.format = {ElementType::kF8E4M3FN, Scaling::kPerRow};
+    view.rows = kOut;
+    view.cols = in;
+    view.scales = {grid.data_ptr<float>(), kBlockRows, block_cols, kGridRows,
+                   kGridCols};
+    for (ProductIsa isa : SupportedIsas()) {
+      for (int64_t rows : {1, 3, 6}) {
+        const at::Tensor x = at::randn({rows, in});
+        absl::StatusOr<at::Tensor> y =
+            StorageProduct(x, view, at::Tensor(), std::nullopt, isa);
+        ASSERT_TRUE(y.ok()) << y.status();
+        ExpectNearReference(*y, x, decoded,
+                            "grid " + IsaName(isa) + " " +
+                                std::to_string(rows) + "x" +
+                                std::to_string(in));
+      }
     }
   }
-  casting::StorageView view;
-  view.data = bytes.data_ptr<uint8_t>();
-  view.format = {ElementType::kF8E4M3FN, Scaling::kPerRow};
-  view.rows = kOut;
-  view.cols = kIn;
-  view.scales = {grid.data_ptr<float>(), kBlockRows, kBlockCols, kGridRows,
-                 kGridCols};
-  for (CodecIsa isa : SupportedIsas()) {
-    const at::Tensor x = at::randn({3, kIn});
-    absl::StatusOr<at::Tensor> y =
-        StorageProduct(x, view, at::Tensor(), std::nullopt, isa);
-    ASSERT_TRUE(y.ok()) << y.status();
-    ExpectNearReference(*y, x, decoded, "grid");
+}
+
+// bf16 and f16 activations (bf16 / f16 compute) are split into 1 and 2 bf16
+// parts by the bf16 kernels, exactly: the product of each is exact in f32,
+// so the result is within f32 summation rounding of the exact product of the
+// same activations (here from 1 to 16 rows, where the bf16 kernels run for
+// every row count).
+TEST(StorageProductTest, ReducedPrecisionActivationsOverIsas) {
+  at::manual_seed(13);
+  const at::Tensor w = at::randn({21, 200}) * 0.05;
+  for (StorageFormat format :
+       {StorageFormat::Plain(ElementType::kBF16),
+        StorageFormat{ElementType::kF8E4M3FN, Scaling::kPerRow},
+        StorageFormat{ElementType::kF8E5M2, Scaling::kPerTensor}}) {
+    const EncodedWeight e = Encode(w, format);
+    for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+      for (int64_t rows : {1, 2, 5, 16}) {
+        const at::Tensor x = at::randn({rows, 200}).to(dtype);
+        for (ProductIsa isa : SupportedIsas()) {
+          absl::StatusOr<at::Tensor> y =
+              StorageProduct(x, e.view, at::Tensor(), std::nullopt, isa);
+          ASSERT_TRUE(y.ok()) << y.status();
+          ASSERT_EQ(y->scalar_type(), dtype);
+          // The result is rounded to x's dtype: allow its half ulp.
+          const at::Tensor exact =
+              at::matmul(x.to(at::kDouble), e.decoded.to(at::kDouble).t());
+          const double ulp = dtype == at::kBFloat16 ? 1.0 / 256 : 1.0 / 2048;
+          const at::Tensor error = (y->to(at::kDouble) - exact).abs();
+          const at::Tensor bound =
+              exact.abs() * ulp +
+              at::matmul(x.abs().to(at::kDouble),
+                         e.decoded.abs().to(at::kDouble).t()) *
+                  1e-5 +
+              1e-30;
+          EXPECT_TRUE(error.le(bound).all().item<bool>())
+              << IsaName(isa) << " " << format.ToString() << " " << rows
+              << " rows: max error " << error.max().item<double>();
+        }
+      }
+    }
   }
 }
 
