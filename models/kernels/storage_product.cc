@@ -88,42 +88,47 @@ int MaxPartsFor(at::ScalarType dtype) {
   return kF32ComputeParts;
 }
 
-// Whether the avx512_bf16 kernels are faster than the avx512 ones for
-// `parts` parts (matmul_benchmark's storage table, BENCHMARKS.md): always
-// with one part (one `vdpbf16ps` per 32 weights and row, against two FMAs
-// and the widening); with more, only for E4M3FN at up to
-// kNarrowE4M3MaxRows rows, where the avx512 kernel's widening (about 9
-// instructions per 16 codes) costs more than the parts. (E4M3FN has no
+// Whether the bf16 products (`vdpbf16ps`) of the avx512_bf16 kernels are
+// faster than their widened products (each weight widened through bf16 to
+// f32, one FMA per 16 weights and row), by matmul_benchmark's storage table
+// (BENCHMARKS.md): with one part always (one instruction per 32 weights and
+// row); with more only for E4M3FN at up to kNarrowE4M3MaxRows rows, where
+// the table lookups are amortised over fewer products. (E4M3FN has no
 // infinity: a stored infinity times a zero part would be NaN.)
 bool NarrowMayTake(casting::ElementType element, int parts, int64_t rows) {
   return parts == 1 || (element == casting::ElementType::kF8E4M3FN &&
                         rows <= kNarrowE4M3MaxRows);
 }
 
-// y = x W^T for x [rows, in] f32, through the narrow kernels when they take
-// this weight and row count, else through `wide`.
+// y = x W^T for x [rows, in] f32: through the avx512_bf16 kernels when
+// `isa` is avx512_bf16 and they take this weight (bf16 products where
+// NarrowMayTake, else widened through bf16), else through `wide`.
 absl::Status Multiply(ProductIsa isa, const internal::ProductKernelTable& wide,
                       const at::Tensor& x32, at::ScalarType dtype, int64_t rows,
                       const internal::KernelWeight& w, bool mapped, float* y) {
   const float* x = x32.data_ptr<float>();
+  const int element = static_cast<int>(w.element);
   const internal::NarrowKernelTable* narrow =
       isa == ProductIsa::kAvx512Bf16 ? internal::Avx512Bf16ProductKernels()
                                      : nullptr;
-  const int max_parts = MaxPartsFor(dtype);
-  if (narrow != nullptr &&
-      narrow->product[static_cast<int>(w.element)] != nullptr &&
-      NarrowMayTake(w.element, max_parts, rows)) {
-    std::vector<uint16_t> planes(rows * max_parts * w.in_features);
-    const int parts = narrow->split(x, rows, w, max_parts, planes.data());
-    if (parts == 1 || NarrowMayTake(w.element, parts, rows)) {
-      const internal::NarrowProductFn product =
-          narrow->product[static_cast<int>(w.element)];
+  if (narrow != nullptr && narrow->product[element] != nullptr) {
+    const int max_parts = MaxPartsFor(dtype);
+    if (NarrowMayTake(w.element, max_parts, rows)) {
+      std::vector<uint16_t> planes(rows * max_parts * w.in_features);
+      const int parts = narrow->split(x, rows, w, max_parts, planes.data());
+      const internal::NarrowProductFn product = narrow->product[element];
       return RunProduct(w, mapped, [&](int64_t begin, int64_t end) {
         product(planes.data(), parts, rows, w, begin, end, y);
       });
     }
+    std::vector<float> permuted(rows * w.in_features);
+    narrow->permute(x, rows, w, permuted.data());
+    const internal::ProductFn product = narrow->widened[element];
+    return RunProduct(w, mapped, [&](int64_t begin, int64_t end) {
+      product(permuted.data(), rows, w, begin, end, y);
+    });
   }
-  const internal::ProductFn product = wide.product[static_cast<int>(w.element)];
+  const internal::ProductFn product = wide.product[element];
   return RunProduct(w, mapped, [&](int64_t begin, int64_t end) {
     product(x, rows, w, begin, end, y);
   });

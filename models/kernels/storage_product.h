@@ -20,17 +20,18 @@
 // storage").
 //
 // Kernels (ProductIsa), the best the CPU runs unless one is asked for:
-//  - avx512_bf16 (AVX-512 with avx512_bf16 and avx512_vbmi): bf16 and fp8
-//    weights are multiplied in bf16 with `vdpbf16ps` (two products per f32
-//    lane and instruction): bf16 storage as stored, fp8 codes widened to the
-//    bf16 of the same value (exact) by two byte-table lookups. The
-//    activations are split once per product into bf16 parts whose sum is
-//    the activation: 1 part for bf16 compute (or any activations that are
-//    exact in bf16), 2 for f16, kF32ComputeParts for f32. Every product of a
-//    part and a weight is exact in f32 and the sums accumulate in f32, so
-//    f32 compute keeps f32's meaning. F32 and F16 weights, and products
-//    with more than one part other than E4M3FN ones of at most
-//    kNarrowE4M3MaxRows rows, take the avx512 kernels (measured faster).
+//  - avx512_bf16 (AVX-512 with avx512_bf16 and avx512_vbmi), for bf16 and
+//    fp8 weights: bf16 storage read as stored, fp8 codes widened to the
+//    bf16 of the same value (exact) by two byte-table lookups (`vpermt2b`).
+//    bf16 compute multiplies in bf16 with `vdpbf16ps` (two products per f32
+//    lane and instruction; the activations are bf16 already, every product
+//    exact in f32, sums in f32). f32 compute keeps f32's meaning either way:
+//    the bf16 weights are widened to f32 in registers (a shift) for one f32
+//    FMA per weight and row — or, for E4M3FN weights at up to
+//    kNarrowE4M3MaxRows rows, the activations are split once per product
+//    into kF32ComputeParts bf16 parts whose sum is the activation (exact)
+//    and multiplied with `vdpbf16ps`, one per part (f16 compute: as f32,
+//    with 2 parts, exact). F32 and F16 weights take the avx512 kernels.
 //  - avx512, avx2 (+FMA, F16C) and a scalar reference: each weight widened
 //    to f32 in registers (fp8 codes through f16 bit patterns, exact) and one
 //    f32 FMA per weight and row.
@@ -77,13 +78,14 @@ inline constexpr int64_t kResidentF32MaxRows = 16;
 // avx512_bf16 kernels: 3 hold every finite normal f32 exactly (2 would be
 // within about 2^-16 of each activation).
 inline constexpr int kF32ComputeParts = 3;
-// With more than one part the avx512 kernels are faster (they widen each
-// weight once for all rows and run one FMA per row and 16 weights, where the
-// bf16 kernels run one `vdpbf16ps` per part, row and 32 weights), except for
-// E4M3FN weights, whose widening to f32 is costly, up to this many rows.
-inline constexpr int64_t kNarrowE4M3MaxRows = 2;
+// With more than one part, widening each weight through bf16 to f32 in
+// registers and one f32 FMA per row is as fast or faster (it widens once for
+// all rows; the bf16 products run one instruction per part and row), except
+// for E4M3FN weights at up to this many rows (matmul_benchmark).
+inline constexpr int64_t kNarrowE4M3MaxRows = 1;
 
-// Kernel families, widest first; see the file comment.
+// Kernel families (see the file comment); BestProductIsa is the last one
+// this CPU runs.
 enum class ProductIsa { kReference, kAvx2, kAvx512, kAvx512Bf16 };
 absl::string_view ProductIsaName(ProductIsa isa);
 // Built in and run by this CPU.

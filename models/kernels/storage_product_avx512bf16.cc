@@ -313,6 +313,146 @@ void Product(const uint16_t* planes, int parts, int64_t rows,
   }
 }
 
+// Where column i of a chunk lands among the f32 vectors the widened
+// kernels make of it: each bf16 vector (ChunkPosition's order) becomes two,
+// the low then the high 4 words of each 128-bit lane (vpunpck{l,h}wd).
+inline int64_t F32ChunkPosition(ElementType type, int64_t i) {
+  const int64_t at = ChunkPosition(type, i);
+  const int64_t base = at / 32 * 32, q = at % 32;
+  const int64_t lane = q / 8, word = q % 8;
+  return base + (word / 4) * 16 + lane * 4 + word % 4;
+}
+
+void PermuteActivations(const float* x, int64_t rows, const KernelWeight& w,
+                        float* out) {
+  const int64_t k = w.in_features;
+  const int64_t chunk = w.element == ElementType::kBF16 ? 32 : 64;
+  const int64_t block = ColumnBlock(w);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c0 = 0; c0 < k; c0 += block) {
+      const int64_t c1 = std::min(k, c0 + block);
+      const int64_t full_end = c0 + (c1 - c0) / chunk * chunk;
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t at =
+            c < full_end ? c - (c - c0) % chunk +
+                               F32ChunkPosition(w.element, (c - c0) % chunk)
+                         : c;
+        out[r * k + at] = x[r * k + c];
+      }
+    }
+  }
+}
+
+// As Tile, in f32: each chunk widened to bf16 (WeightLoader), then to f32
+// (a bf16 is the high half of its f32), one FMA per 16 weights and row; x
+// in PermuteActivations' order.
+template <ElementType kW, int kRows, int kFeatures>
+void WideTile(const float* x, const KernelWeight& w,
+              const WeightLoader<kW>& loader, const uint8_t* const* rows,
+              int64_t f0, int num_features, float* y) {
+  constexpr int64_t kBytes = casting::ElementSizeBytes(kW);
+  constexpr int64_t kChunk = ChunkOf<kW>();
+  constexpr int kVectors = WeightLoader<kW>::kVectors;
+  const int64_t k = w.in_features;
+  const int64_t block = ColumnBlock(w);
+  const __m512i zero = _mm512_setzero_si512();
+  float out[kRows][kFeatures] = {};
+  for (int64_t c0 = 0, b = 0; c0 < k; c0 += block, ++b) {
+    const int64_t c1 = std::min(k, c0 + block);
+    __m512 acc[kRows][kFeatures];
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 8
+      for (int f = 0; f < kFeatures; ++f) acc[r][f] = _mm512_setzero_ps();
+    }
+    int64_t c = c0;
+    for (; c + kChunk <= c1; c += kChunk) {
+#pragma GCC unroll 8
+      for (int f = 0; f < kFeatures; ++f) {
+        __m512bh halves[kVectors];
+        loader.Load(rows[f] + c * kBytes, halves);
+#pragma GCC unroll 2
+        for (int v = 0; v < kVectors; ++v) {
+          const __m512i words = reinterpret_cast<__m512i>(halves[v]);
+          const __m512 wide[2] = {
+              _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, words)),
+              _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, words))};
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+            for (int r = 0; r < kRows; ++r) {
+              acc[r][f] = _mm512_fmadd_ps(
+                  _mm512_loadu_ps(x + r * k + c + v * 32 + h * 16), wide[h],
+                  acc[r][f]);
+            }
+          }
+        }
+      }
+    }
+    float sums[kRows][kFeatures];
+    for (int r = 0; r < kRows; ++r) {
+      for (int f = 0; f < kFeatures; ++f) {
+        sums[r][f] = _mm512_reduce_add_ps(acc[r][f]);
+      }
+    }
+    for (; c < c1; ++c) {
+      for (int f = 0; f < kFeatures; ++f) {
+        const float weight = ScalarWeight<kW>(rows[f] + c * kBytes);
+        for (int r = 0; r < kRows; ++r) sums[r][f] += x[r * k + c] * weight;
+      }
+    }
+    for (int f = 0; f < kFeatures; ++f) {
+      const float scale = ScaleOf(w, f0 + f, b);
+      for (int r = 0; r < kRows; ++r) out[r][f] += scale * sums[r][f];
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int f = 0; f < num_features; ++f) {
+      y[r * w.out_features + f0 + f] = out[r][f];
+    }
+  }
+}
+
+template <ElementType kW>
+void WideProduct(const float* x, int64_t rows, const KernelWeight& w,
+                 int64_t f_begin, int64_t f_end, float* y) {
+  const WeightLoader<kW> loader(kW);
+  if (rows == 1) {
+    constexpr int kFeatures = 8;
+    for (int64_t f0 = f_begin; f0 < f_end; f0 += kFeatures) {
+      const int n = static_cast<int>(std::min<int64_t>(kFeatures, f_end - f0));
+      const uint8_t* tile_rows[kFeatures];
+      TileRows<kW, kFeatures>(w, f0, n, tile_rows);
+      WideTile<kW, 1, kFeatures>(x, w, loader, tile_rows, f0, n, y);
+    }
+    return;
+  }
+  constexpr int kFeatures = 4;
+  for (int64_t f0 = f_begin; f0 < f_end; f0 += kFeatures) {
+    const int n = static_cast<int>(std::min<int64_t>(kFeatures, f_end - f0));
+    const uint8_t* tile_rows[kFeatures];
+    TileRows<kW, kFeatures>(w, f0, n, tile_rows);
+    for (int64_t r = 0; r < rows; r += 4) {
+      const float* xr = x + r * w.in_features;
+      float* yr = y + r * w.out_features;
+      switch (std::min<int64_t>(4, rows - r)) {
+        case 4:
+          WideTile<kW, 4, kFeatures>(xr, w, loader, tile_rows, f0, n, yr);
+          break;
+        case 3:
+          WideTile<kW, 3, kFeatures>(xr, w, loader, tile_rows, f0, n, yr);
+          break;
+        case 2:
+          WideTile<kW, 2, kFeatures>(xr, w, loader, tile_rows, f0, n, yr);
+          break;
+        default:
+          WideTile<kW, 1, kFeatures>(xr, w, loader, tile_rows, f0, n, yr);
+          break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 const NarrowKernelTable* Avx512Bf16ProductKernels() {
@@ -326,6 +466,13 @@ const NarrowKernelTable* Avx512Bf16ProductKernels() {
         &Product<ElementType::kF8E4M3FN>;
     t.product[static_cast<int>(ElementType::kF8E5M2)] =
         &Product<ElementType::kF8E5M2>;
+    t.permute = &PermuteActivations;
+    t.widened[static_cast<int>(ElementType::kBF16)] =
+        &WideProduct<ElementType::kBF16>;
+    t.widened[static_cast<int>(ElementType::kF8E4M3FN)] =
+        &WideProduct<ElementType::kF8E4M3FN>;
+    t.widened[static_cast<int>(ElementType::kF8E5M2)] =
+        &WideProduct<ElementType::kF8E5M2>;
     return t;
   }();
   return &table;

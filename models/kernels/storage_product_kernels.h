@@ -62,6 +62,13 @@ struct NarrowKernelTable {
                int max_parts, uint16_t* planes);
   // Null for element types that are not exact in bf16 (F32, F16).
   NarrowProductFn product[casting::kNumElementTypes];
+  // The same weights widened through bf16 to f32 in registers, one f32 FMA
+  // per weight and row, for f32 activations: `permute` writes `rows` rows of
+  // x in the column order `widened` reads (as planes, per chunk), into `out`
+  // (rows * w.in_features floats).
+  void (*permute)(const float* x, int64_t rows, const KernelWeight& w,
+                  float* out);
+  ProductFn widened[casting::kNumElementTypes];
 };
 
 const ProductKernelTable& ReferenceProductKernels();

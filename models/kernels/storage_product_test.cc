@@ -200,11 +200,11 @@ TEST(StorageProductTest, ReadsAScaleGridOfBlocks) {
   }
 }
 
-// bf16 and f16 activations (bf16 / f16 compute) are split into 1 and 2 bf16
-// parts by the bf16 kernels, exactly: the product of each is exact in f32,
-// so the result is within f32 summation rounding of the exact product of the
-// same activations (here from 1 to 16 rows, where the bf16 kernels run for
-// every row count).
+// bf16 and f16 activations (bf16 / f16 compute): the avx512_bf16 kernels
+// take bf16 activations as 1 bf16 part at every row count, f16 ones as 2
+// exact parts for E4M3FN at 1 row and widened weights otherwise; each
+// product is exact in f32, so the result is within f32 summation rounding of
+// the exact product of the same activations, then x's dtype's rounding.
 TEST(StorageProductTest, ReducedPrecisionActivationsOverIsas) {
   at::manual_seed(13);
   const at::Tensor w = at::randn({21, 200}) * 0.05;
