@@ -188,6 +188,8 @@ void Tile(const uint16_t* planes, const KernelWeight& w,
   constexpr int kVectors = WeightLoader<kW>::kVectors;
   const int64_t k = w.in_features;
   const int64_t block = ColumnBlock(w);
+  // The same place in the next tile's rows (see storage_product_simd.h).
+  const int64_t next_tile = kFeatures * k * kBytes;
   float out[kRows][kFeatures] = {};
   for (int64_t c0 = 0, b = 0; c0 < k; c0 += block, ++b) {
     const int64_t c1 = std::min(k, c0 + block);
@@ -203,6 +205,7 @@ void Tile(const uint16_t* planes, const KernelWeight& w,
 #pragma GCC unroll 8
       for (int f = 0; f < kFeatures; ++f) {
         loader.Load(rows[f] + c * kBytes, weights[f]);
+        __builtin_prefetch(rows[f] + c * kBytes + next_tile);
       }
 #pragma GCC unroll 2
       for (int v = 0; v < kVectors; ++v) {
@@ -355,6 +358,7 @@ void WideTile(const float* x, const KernelWeight& w,
   constexpr int kVectors = WeightLoader<kW>::kVectors;
   const int64_t k = w.in_features;
   const int64_t block = ColumnBlock(w);
+  const int64_t next_tile = kFeatures * k * kBytes;
   const __m512i zero = _mm512_setzero_si512();
   float out[kRows][kFeatures] = {};
   for (int64_t c0 = 0, b = 0; c0 < k; c0 += block, ++b) {
@@ -371,6 +375,7 @@ void WideTile(const float* x, const KernelWeight& w,
       for (int f = 0; f < kFeatures; ++f) {
         __m512bh halves[kVectors];
         loader.Load(rows[f] + c * kBytes, halves);
+        __builtin_prefetch(rows[f] + c * kBytes + next_tile);
 #pragma GCC unroll 2
         for (int v = 0; v < kVectors; ++v) {
           const __m512i words = reinterpret_cast<__m512i>(halves[v]);

@@ -20,9 +20,13 @@
 // Tiling: up to 4 activation rows by 4 (8 for one row) output features
 // keep their accumulators in registers; each weight vector is converted once
 // per row group and used for every row of it; row groups run inside the loop
-// over feature tiles (Product). Columns split at the scale
-// grid's block boundaries; elements after the last full vector of a block go
-// through the scalar reference conversion.
+// over feature tiles (Product). Each weight load prefetches the same place
+// in the next tile's rows (the rows of a tile are consecutive, so that is
+// kFeatures rows on): with rows of a few KiB (2048 bf16 columns: one page)
+// the hardware prefetcher, which stops at page boundaries, starts each tile
+// cold. (A prefetch past the weight's end is harmless: it never faults.)
+// Columns split at the scale grid's block boundaries; elements after the last
+// full vector of a block go through the scalar reference conversion.
 //
 // Included only by the per-ISA .cc files, each compiled with its own -m
 // flags; everything here has internal linkage so that no ISA-specific code
@@ -74,6 +78,7 @@ void Tile(const float* x, const KernelWeight& w, const uint8_t* const* rows,
   constexpr int64_t kBytes = casting::ElementSizeBytes(kW);
   const int64_t k = w.in_features;
   const int64_t block = ColumnBlock(w);
+  const int64_t next_tile = kFeatures * k * kBytes;
   float out[kRows][kFeatures] = {};
   for (int64_t c0 = 0, b = 0; c0 < k; c0 += block, ++b) {
     const int64_t c1 = std::min(k, c0 + block);
@@ -89,6 +94,9 @@ void Tile(const float* x, const KernelWeight& w, const uint8_t* const* rows,
 #pragma GCC unroll 8
       for (int f = 0; f < kFeatures; ++f) {
         weights[f] = V::template LoadWeight<kW>(rows[f] + c * kBytes);
+        if constexpr (V::kLanes > 1) {
+          __builtin_prefetch(rows[f] + c * kBytes + next_tile);
+        }
       }
 #pragma GCC unroll 4
       for (int r = 0; r < kRows; ++r) {
