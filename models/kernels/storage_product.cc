@@ -102,7 +102,8 @@ bool NarrowMayTake(casting::ElementType element, int parts, int64_t rows) {
 
 // y = x W^T for x [rows, in] f32: through the avx512_bf16 kernels when
 // `isa` is avx512_bf16 and they take this weight (bf16 products where
-// NarrowMayTake, else widened through bf16), else through `wide`.
+// NarrowMayTake, else widened through bf16 where they have such a kernel),
+// else through `wide`.
 absl::Status Multiply(ProductIsa isa, const internal::ProductKernelTable& wide,
                       const at::Tensor& x32, at::ScalarType dtype, int64_t rows,
                       const internal::KernelWeight& w, bool mapped, float* y) {
@@ -121,12 +122,13 @@ absl::Status Multiply(ProductIsa isa, const internal::ProductKernelTable& wide,
         product(planes.data(), parts, rows, w, begin, end, y);
       });
     }
-    std::vector<float> permuted(rows * w.in_features);
-    narrow->permute(x, rows, w, permuted.data());
-    const internal::ProductFn product = narrow->widened[element];
-    return RunProduct(w, mapped, [&](int64_t begin, int64_t end) {
-      product(permuted.data(), rows, w, begin, end, y);
-    });
+    if (const internal::ProductFn product = narrow->widened[element]) {
+      std::vector<float> permuted(rows * w.in_features);
+      narrow->permute(x, rows, w, permuted.data());
+      return RunProduct(w, mapped, [&](int64_t begin, int64_t end) {
+        product(permuted.data(), rows, w, begin, end, y);
+      });
+    }
   }
   const internal::ProductFn product = wide.product[element];
   return RunProduct(w, mapped, [&](int64_t begin, int64_t end) {

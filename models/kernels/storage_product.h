@@ -25,13 +25,14 @@
 //    bf16 of the same value (exact) by two byte-table lookups (`vpermt2b`).
 //    bf16 compute multiplies in bf16 with `vdpbf16ps` (two products per f32
 //    lane and instruction; the activations are bf16 already, every product
-//    exact in f32, sums in f32). f32 compute keeps f32's meaning either way:
-//    the bf16 weights are widened to f32 in registers (a shift) for one f32
-//    FMA per weight and row — or, for E4M3FN weights at up to
-//    kNarrowE4M3MaxRows rows, the activations are split once per product
-//    into kF32ComputeParts bf16 parts whose sum is the activation (exact)
-//    and multiplied with `vdpbf16ps`, one per part (f16 compute: as f32,
-//    with 2 parts, exact). F32 and F16 weights take the avx512 kernels.
+//    exact in f32, sums in f32). f32 compute keeps f32's meaning: E4M3FN
+//    weights at up to kNarrowE4M3MaxRows rows split the activations once
+//    per product into kF32ComputeParts bf16 parts whose sum is the
+//    activation (exact) for one `vdpbf16ps` per part; at more rows their
+//    bf16 vectors are widened on to f32 (a shift) for one FMA per weight
+//    and row; BF16 and E5M2 weights take the avx512 kernels, as fast there
+//    (f16 compute: as f32, with 2 parts, exact). F32 and F16 weights take
+//    the avx512 kernels.
 //  - avx512, avx2 (+FMA, F16C) and a scalar reference: each weight widened
 //    to f32 in registers (fp8 codes through f16 bit patterns, exact) and one
 //    f32 FMA per weight and row.
@@ -78,10 +79,10 @@ inline constexpr int64_t kResidentF32MaxRows = 16;
 // avx512_bf16 kernels: 3 hold every finite normal f32 exactly (2 would be
 // within about 2^-16 of each activation).
 inline constexpr int kF32ComputeParts = 3;
-// With more than one part, widening each weight through bf16 to f32 in
-// registers and one f32 FMA per row is as fast or faster (it widens once for
-// all rows; the bf16 products run one instruction per part and row), except
-// for E4M3FN weights at up to this many rows (matmul_benchmark).
+// With more than one part, widening each weight to f32 in registers and
+// one f32 FMA per row is as fast or faster (it widens once for all rows;
+// the bf16 products run one instruction per part and row), except for
+// E4M3FN weights at up to this many rows (matmul_benchmark).
 inline constexpr int64_t kNarrowE4M3MaxRows = 1;
 
 // Kernel families (see the file comment); BestProductIsa is the last one

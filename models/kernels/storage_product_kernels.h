@@ -65,7 +65,8 @@ struct NarrowKernelTable {
   // The same weights widened through bf16 to f32 in registers, one f32 FMA
   // per weight and row, for f32 activations: `permute` writes `rows` rows of
   // x in the column order `widened` reads (as planes, per chunk), into `out`
-  // (rows * w.in_features floats).
+  // (rows * w.in_features floats). Null where the avx512 kernels are as
+  // fast.
   void (*permute)(const float* x, int64_t rows, const KernelWeight& w,
                   float* out);
   ProductFn widened[casting::kNumElementTypes];
