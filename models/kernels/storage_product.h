@@ -62,9 +62,9 @@ namespace castserve::models {
 // (The f32 kernel below is the resident f32 weight's product too.)
 // From matmul_benchmark's storage table (BENCHMARKS.md, "Compute from
 // storage"): on the Llama-1B shapes with f32 compute, the fused product beat
-// decoding a copy then the f32 GEMM by 1.1-2.4x at 16 rows and was even
-// (0.7-1.2x) at 32.
-inline constexpr int64_t kDefaultStorageProductMaxRows = 16;
+// decoding a copy then the f32 GEMM by 2.3-4.0x at 16 rows and 1.5-1.9x at
+// 32, and was even (0.9-1.25x) at 64.
+inline constexpr int64_t kDefaultStorageProductMaxRows = 32;
 // Where the storage is the compute copy (bf16 stored and computed in), the
 // other path makes no copy either: with the avx512_bf16 kernels the fused
 // product was ahead of LibTorch's bf16 product on the storage or even up to
