@@ -10,7 +10,8 @@
 //   EncoderLayer       kBert: self-attention (query/key/value, padding
 //                      mask), dense + residual + LayerNorm, intermediate
 //                      dense with the activation, dense + residual +
-//                      LayerNorm
+//                      LayerNorm; in f32 on the CPU with cached weights
+//                      through PackedBertLayer (packed_bert_layer.h)
 //   GatedEncoderLayer  kGated (gated_encoder_layer.h)
 //
 // Immutable after Create; Forward is thread-safe.
@@ -21,12 +22,14 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "models/encoders/encoder_spec.h"
+#include "models/encoders/packed_bert_layer.h"
 #include "models/layers/layers.h"
 #include "models/layers/rotary.h"
 #include "models/loading/weight_factory.h"
@@ -96,12 +99,29 @@ class EncoderLayer : public EncoderBlock {
       const WeightFactory& weights);
 
   // Attends with step.biases[0] (full attention over the real tokens).
+  // Through PackedBertLayer when the weights allow it (Packable) and
+  // PackedEncoderLayersEnabled(): then only this layer's own ModuleCall
+  // runs, not its children's.
   at::Tensor Forward(ForwardContext& context, const at::Tensor& x,
                      const EncoderStep& step) const override;
 
+  // True when `options` keep plain f32 compute copies on the CPU for the
+  // model's life with no hooks between the layer's modules: no layerwise
+  // casting, cached copies, no prefetch.
+  static bool Packable(const WeightPolicyOptions& options);
+
  private:
   EncoderLayer(std::string name, const EncoderSpec& spec);
+  // The packed layer, made from this forward's compute copies on the first
+  // call (which holds them in `context` as the unfused path would).
+  const PackedBertLayer& Packed(ForwardContext& context) const;
+
   const Activation activation_;
+  const int64_t heads_;
+  const double layer_norm_eps_;
+  bool packable_ = false;  // Packable(options) and PackedLinear::Available().
+  mutable std::once_flag packed_once_;
+  mutable std::unique_ptr<const PackedBertLayer> packed_;
   EncoderSelfAttention* self_attention_ = nullptr;
   DenseAddNorm* attention_output_ = nullptr;
   Linear* intermediate_ = nullptr;

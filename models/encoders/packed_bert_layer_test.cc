@@ -1,0 +1,140 @@
+// The packed BERT layer (packed_bert_layer.h) against the unfused layers it
+// replaces, on the BERT fixture transformers wrote; that both match
+// transformers is bert_test's MatchesTransformersUnderEveryPlainPolicy.
+#include "models/encoders/packed_bert_layer.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "models/encoders/encoder_blocks.h"
+#include "models/loading/model_loader.h"
+#include "models/test_util/tensor_files.h"
+
+namespace castserve::models {
+namespace {
+
+constexpr char kBert[] = "models/testdata/bert";
+
+class PackedBertLayerTest : public ::testing::Test {
+ protected:
+  void TearDown() override { SetPackedEncoderLayers(true); }
+
+  static NamedTensors ReferenceInputs() {
+    auto tensors = test_util::ReadSafetensors(std::string(kBert) +
+                                              "/reference.safetensors");
+    EXPECT_TRUE(tensors.ok()) << tensors.status();
+    NamedTensors inputs;
+    if (!tensors.ok()) return inputs;
+    for (const char* name : {"input_ids", "attention_mask", "token_type_ids"}) {
+      inputs[name] = tensors->at(std::string("input.") + name);
+    }
+    return inputs;
+  }
+
+  static NamedTensors Run(const Model& model, const NamedTensors& inputs,
+                          bool packed) {
+    SetPackedEncoderLayers(packed);
+    absl::StatusOr<NamedTensors> outputs = model.Forward(inputs);
+    EXPECT_TRUE(outputs.ok()) << outputs.status();
+    return outputs.ok() ? *outputs : NamedTensors{};
+  }
+
+  static void ExpectClose(const NamedTensors& packed,
+                          const NamedTensors& unfused, const char* what) {
+    ASSERT_EQ(packed.size(), unfused.size()) << what;
+    for (const auto& [name, tensor] : unfused) {
+      const double scale = tensor.abs().max().item<double>();
+      EXPECT_LT((packed.at(name) - tensor).abs().max().item<double>(),
+                1e-5 * scale)
+          << what << " " << name;
+    }
+  }
+};
+
+// Counts the forwards of the module named `name` in `model`'s tree.
+class ForwardCounter {
+ public:
+  ForwardCounter(Model& model, const std::string& name) {
+    model.root().Visit([&](Module& module) {
+      if (module.name() != name) return;
+      module.AddPreForwardHook(
+          [this](const Module&, ForwardContext&) { ++count_; });
+      found_ = true;
+    });
+  }
+  bool found() const { return found_; }
+  int count() const { return count_.load(); }
+
+ private:
+  bool found_ = false;
+  std::atomic<int> count_{0};
+};
+
+TEST_F(PackedBertLayerTest, EqualsTheUnfusedLayers) {
+  WeightPolicyOptions options;
+  options.eager = true;
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadHfModel(kBert, options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const NamedTensors inputs = ReferenceInputs();
+  // The fixture pads its second sequence: the attention bias path.
+  ASSERT_FALSE(inputs.at("attention_mask").ne(0).all().item<bool>());
+  const NamedTensors unfused = Run(**model, inputs, false);
+  ExpectClose(Run(**model, inputs, true), unfused, "first packed forward");
+  ExpectClose(Run(**model, inputs, true), unfused, "second packed forward");
+}
+
+TEST_F(PackedBertLayerTest, EqualsTheUnfusedLayersWithoutPadding) {
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadHfModel(kBert, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  at::manual_seed(5);
+  const NamedTensors inputs = {{"input_ids", at::randint(0, 90, {3, 7})}};
+  ExpectClose(Run(**model, inputs, true), Run(**model, inputs, false),
+              "unpadded");
+}
+
+TEST_F(PackedBertLayerTest, TakesThePackedPathOnlyWithCachedF32Weights) {
+  const std::string query = "encoder.layer.0.attention.self.query";
+  const std::string layer = "encoder.layer.0";
+  const NamedTensors inputs = ReferenceInputs();
+
+  absl::StatusOr<std::unique_ptr<Model>> cached = LoadHfModel(kBert, {});
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  ForwardCounter cached_query(**cached, query);
+  ForwardCounter cached_layer(**cached, layer);
+  ASSERT_TRUE(cached_query.found() && cached_layer.found());
+  Run(**cached, inputs, true);
+  EXPECT_EQ(cached_layer.count(), 1);
+  EXPECT_EQ(cached_query.count(), 0) << "the packed layer runs its products";
+  Run(**cached, inputs, false);
+  EXPECT_EQ(cached_query.count(), 1) << "switched off: the unfused layers";
+
+  // Transient copies have casting hooks on every Linear: never packed.
+  WeightPolicyOptions transient;
+  transient.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadHfModel(kBert, transient);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ForwardCounter transient_query(**model, query);
+  Run(**model, inputs, true);
+  EXPECT_EQ(transient_query.count(), 1);
+}
+
+TEST(PackedBertLayerPolicyTest, PackableOnlyWithoutHooksOrCasting) {
+  WeightPolicyOptions options;
+  EXPECT_TRUE(EncoderLayer::Packable(options));
+  options.prefetch = true;
+  EXPECT_FALSE(EncoderLayer::Packable(options));
+  options = {};
+  options.compute_dtype = casting::ElementType::kBF16;
+  EXPECT_FALSE(EncoderLayer::Packable(options));
+  options = {};
+  options.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  EXPECT_FALSE(EncoderLayer::Packable(options));
+}
+
+}  // namespace
+}  // namespace castserve::models
