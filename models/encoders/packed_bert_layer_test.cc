@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "models/encoders/encoder_blocks.h"
 #include "models/loading/model_loader.h"
@@ -95,6 +97,26 @@ TEST_F(PackedBertLayerTest, EqualsTheUnfusedLayersWithoutPadding) {
   const NamedTensors inputs = {{"input_ids", at::randint(0, 90, {3, 7})}};
   ExpectClose(Run(**model, inputs, true), Run(**model, inputs, false),
               "unpadded");
+}
+
+TEST_F(PackedBertLayerTest, ConcurrentFirstForwardsPackOnceAndAgree) {
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadHfModel(kBert, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const NamedTensors inputs = ReferenceInputs();
+  constexpr int kThreads = 4;
+  std::vector<NamedTensors> outputs(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      absl::StatusOr<NamedTensors> out = (*model)->Forward(inputs);
+      if (out.ok()) outputs[i] = *std::move(out);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const NamedTensors unfused = Run(**model, inputs, false);
+  for (int i = 0; i < kThreads; ++i) {
+    ExpectClose(outputs[i], unfused, "concurrent first forward");
+  }
 }
 
 TEST_F(PackedBertLayerTest, TakesThePackedPathOnlyWithCachedF32Weights) {
