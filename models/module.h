@@ -166,6 +166,10 @@ class Module {
   int AddPostForwardHook(ForwardHook hook);
   // Removes a hook added to this module; false if the id is unknown.
   bool RemoveHook(int hook_id);
+  // True while a hook is registered on this module (not its children): a
+  // layer that computes its children's math itself (a packed encoder layer)
+  // does so only when none of them is observed.
+  bool has_hooks() const;
 
   // The compute tensor of own weight `local_name` for this forward: the copy
   // a hook holds in `context`, or, with no hook holding one, a copy acquired

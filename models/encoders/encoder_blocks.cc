@@ -213,14 +213,24 @@ absl::StatusOr<std::unique_ptr<EncoderLayer>> EncoderLayer::Create(
                    &l->output_);
   }
   if (!status.ok()) return status;
+  l->Visit([&](Module& module) {
+    if (&module != l.get()) l->descendants_.push_back(&module);
+  });
   return l;
+}
+
+bool EncoderLayer::DescendantsHaveHooks() const {
+  for (const Module* module : descendants_) {
+    if (module->has_hooks()) return true;
+  }
+  return false;
 }
 
 at::Tensor EncoderLayer::Forward(ForwardContext& context, const at::Tensor& x,
                                  const EncoderStep& step) const {
   ModuleCall call(*this, context);
   const at::Tensor& additive_mask = step.biases.at(0);
-  if (packable_ && PackedEncoderLayersEnabled()) {
+  if (packable_ && PackedEncoderLayersEnabled() && !DescendantsHaveHooks()) {
     return Packed(context).Forward(x, additive_mask);
   }
   at::Tensor attended = attention_output_->Forward(
@@ -248,6 +258,7 @@ const PackedBertLayer& EncoderLayer::Packed(ForwardContext& context) const {
     options.layer_norm_eps = layer_norm_eps_;
     options.activation = activation_;
     packed_ = std::make_unique<const PackedBertLayer>(w, options);
+    packed_bytes_.store(packed_->packed_bytes());
   });
   return *packed_;
 }

@@ -20,6 +20,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -99,9 +100,10 @@ class EncoderLayer : public EncoderBlock {
       const WeightFactory& weights);
 
   // Attends with step.biases[0] (full attention over the real tokens).
-  // Through PackedBertLayer when the weights allow it (Packable) and
-  // PackedEncoderLayersEnabled(): then only this layer's own ModuleCall
-  // runs, not its children's.
+  // Through PackedBertLayer when the weights allow it (Packable),
+  // PackedEncoderLayersEnabled() and no module inside the layer has a hook
+  // (a profiler's, a test's): then only this layer's own ModuleCall runs,
+  // not its children's.
   at::Tensor Forward(ForwardContext& context, const at::Tensor& x,
                      const EncoderStep& step) const override;
 
@@ -110,18 +112,24 @@ class EncoderLayer : public EncoderBlock {
   // casting, cached copies, no prefetch.
   static bool Packable(const WeightPolicyOptions& options);
 
+  // Bytes of the packed weights: 0 until a forward took the packed path.
+  int64_t packed_bytes() const { return packed_bytes_.load(); }
+
  private:
   EncoderLayer(std::string name, const EncoderSpec& spec);
   // The packed layer, made from this forward's compute copies on the first
   // call (which holds them in `context` as the unfused path would).
   const PackedBertLayer& Packed(ForwardContext& context) const;
+  bool DescendantsHaveHooks() const;
 
   const Activation activation_;
   const int64_t heads_;
   const double layer_norm_eps_;
   bool packable_ = false;  // Packable(options) and PackedLinear::Available().
+  std::vector<const Module*> descendants_;  // Every module inside the layer.
   mutable std::once_flag packed_once_;
   mutable std::unique_ptr<const PackedBertLayer> packed_;
+  mutable std::atomic<int64_t> packed_bytes_{0};
   EncoderSelfAttention* self_attention_ = nullptr;
   DenseAddNorm* attention_output_ = nullptr;
   Linear* intermediate_ = nullptr;

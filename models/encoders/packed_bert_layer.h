@@ -11,10 +11,10 @@
 //
 // EncoderLayer takes this path when the weights' compute copies are plain
 // f32 kept for the model's life on the CPU (no layerwise casting, no
-// transient copies or prefetch, hence no casting hooks on the layer's
-// children: the layer's own ModuleCall still runs). It packs on its first
-// forward; the packed weights are a second copy of the layer's products'
-// weights (packed_bytes()).
+// transient copies or prefetch, hence no casting hooks) and no module inside
+// the layer has a hook (a profiler's); the layer's own ModuleCall still
+// runs. It packs on its first forward; the packed weights are a second copy
+// of the layer's products' weights (packed_bytes()).
 //
 // Immutable after Pack; Forward is thread-safe.
 #ifndef CASTSERVE_MODELS_ENCODERS_PACKED_BERT_LAYER_H_

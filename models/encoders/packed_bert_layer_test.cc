@@ -119,30 +119,50 @@ TEST_F(PackedBertLayerTest, ConcurrentFirstForwardsPackOnceAndAgree) {
   }
 }
 
-TEST_F(PackedBertLayerTest, TakesThePackedPathOnlyWithCachedF32Weights) {
-  const std::string query = "encoder.layer.0.attention.self.query";
-  const std::string layer = "encoder.layer.0";
-  const NamedTensors inputs = ReferenceInputs();
+// The first layer of `model`, or null.
+const EncoderLayer* FirstLayer(Model& model) {
+  const EncoderLayer* layer = nullptr;
+  model.root().Visit([&](Module& module) {
+    if (module.name() == "encoder.layer.0") {
+      layer = dynamic_cast<const EncoderLayer*>(&module);
+    }
+  });
+  return layer;
+}
 
+TEST_F(PackedBertLayerTest, TakesThePackedPathOnlyWithCachedF32Weights) {
+  const NamedTensors inputs = ReferenceInputs();
   absl::StatusOr<std::unique_ptr<Model>> cached = LoadHfModel(kBert, {});
   ASSERT_TRUE(cached.ok()) << cached.status();
-  ForwardCounter cached_query(**cached, query);
-  ForwardCounter cached_layer(**cached, layer);
-  ASSERT_TRUE(cached_query.found() && cached_layer.found());
-  Run(**cached, inputs, true);
-  EXPECT_EQ(cached_layer.count(), 1);
-  EXPECT_EQ(cached_query.count(), 0) << "the packed layer runs its products";
+  const EncoderLayer* layer = FirstLayer(**cached);
+  ASSERT_NE(layer, nullptr);
   Run(**cached, inputs, false);
-  EXPECT_EQ(cached_query.count(), 1) << "switched off: the unfused layers";
+  EXPECT_EQ(layer->packed_bytes(), 0) << "switched off: the unfused layers";
+  Run(**cached, inputs, true);
+  EXPECT_GT(layer->packed_bytes(), 0);
 
   // Transient copies have casting hooks on every Linear: never packed.
   WeightPolicyOptions transient;
   transient.compute_copy = casting::ComputeCopyPolicy::kTransient;
   absl::StatusOr<std::unique_ptr<Model>> model = LoadHfModel(kBert, transient);
   ASSERT_TRUE(model.ok()) << model.status();
-  ForwardCounter transient_query(**model, query);
   Run(**model, inputs, true);
-  EXPECT_EQ(transient_query.count(), 1);
+  ASSERT_NE(FirstLayer(**model), nullptr);
+  EXPECT_EQ(FirstLayer(**model)->packed_bytes(), 0);
+}
+
+TEST_F(PackedBertLayerTest, HooksInsideTheLayerKeepTheUnfusedPath) {
+  const NamedTensors inputs = ReferenceInputs();
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadHfModel(kBert, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  ForwardCounter query(**model, "encoder.layer.0.attention.self.query");
+  ForwardCounter layer(**model, "encoder.layer.0");
+  ASSERT_TRUE(query.found() && layer.found());
+  const NamedTensors observed = Run(**model, inputs, true);
+  EXPECT_EQ(layer.count(), 1);
+  EXPECT_EQ(query.count(), 1) << "a hooked Linear runs its own forward";
+  EXPECT_EQ(FirstLayer(**model)->packed_bytes(), 0);
+  ExpectClose(observed, Run(**model, inputs, false), "observed layer");
 }
 
 TEST(PackedBertLayerPolicyTest, PackableOnlyWithoutHooksOrCasting) {
