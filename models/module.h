@@ -142,6 +142,11 @@ class Module {
   // table), or null. The configured footprint counts those copies on this
   // module's path (models/configured_footprint.h).
   virtual const Module* BorrowsWeightsOf() const { return nullptr; }
+  // Called by Model::Demote for a tier below kHot, with no forward running:
+  // drops what the module derived from its weights' compute copies and keeps
+  // between forwards (a packed encoder layer's packed weights), so that the
+  // memory goes with them; its next forward derives it again.
+  virtual void DropDerivedCopies() {}
   const std::map<std::string, std::unique_ptr<casting::Weight>>& weights()
       const {
     return weights_;

@@ -231,7 +231,7 @@ at::Tensor EncoderLayer::Forward(ForwardContext& context, const at::Tensor& x,
   ModuleCall call(*this, context);
   const at::Tensor& additive_mask = step.biases.at(0);
   if (packable_ && PackedEncoderLayersEnabled() && !DescendantsHaveHooks()) {
-    return Packed(context).Forward(x, additive_mask);
+    return Packed(context)->Forward(x, additive_mask);
   }
   at::Tensor attended = attention_output_->Forward(
       context, self_attention_->Forward(context, x, additive_mask), x);
@@ -240,27 +240,34 @@ at::Tensor EncoderLayer::Forward(ForwardContext& context, const at::Tensor& x,
   return output_->Forward(context, inner, attended);
 }
 
-const PackedBertLayer& EncoderLayer::Packed(ForwardContext& context) const {
-  // A first forward that throws (a weight that cannot be read) leaves the
-  // flag unset: the next one tries again.
-  std::call_once(packed_once_, [&] {
-    PackedBertLayer::Weights w;
-    self_attention_->CollectWeights(context, w);
-    attention_output_->CollectWeights(
-        context, w.attention_output_weight, w.attention_output_bias,
-        w.attention_norm_weight, w.attention_norm_bias);
-    w.intermediate_weight = intermediate_->Param(context, "weight");
-    w.intermediate_bias = intermediate_->OptionalParam(context, "bias");
-    output_->CollectWeights(context, w.output_weight, w.output_bias,
-                            w.output_norm_weight, w.output_norm_bias);
-    PackedBertLayer::Options options;
-    options.heads = heads_;
-    options.layer_norm_eps = layer_norm_eps_;
-    options.activation = activation_;
-    packed_ = std::make_unique<const PackedBertLayer>(w, options);
-    packed_bytes_.store(packed_->packed_bytes());
-  });
-  return *packed_;
+std::shared_ptr<const PackedBertLayer> EncoderLayer::Packed(
+    ForwardContext& context) const {
+  // Concurrent first forwards wait for the one that packs. One that throws
+  // (a weight that cannot be read) leaves none: the next one tries again.
+  absl::MutexLock lock(&packed_mu_);
+  if (packed_ != nullptr) return packed_;
+  PackedBertLayer::Weights w;
+  self_attention_->CollectWeights(context, w);
+  attention_output_->CollectWeights(
+      context, w.attention_output_weight, w.attention_output_bias,
+      w.attention_norm_weight, w.attention_norm_bias);
+  w.intermediate_weight = intermediate_->Param(context, "weight");
+  w.intermediate_bias = intermediate_->OptionalParam(context, "bias");
+  output_->CollectWeights(context, w.output_weight, w.output_bias,
+                          w.output_norm_weight, w.output_norm_bias);
+  PackedBertLayer::Options options;
+  options.heads = heads_;
+  options.layer_norm_eps = layer_norm_eps_;
+  options.activation = activation_;
+  packed_ = std::make_shared<const PackedBertLayer>(w, options);
+  packed_bytes_.store(packed_->packed_bytes());
+  return packed_;
+}
+
+void EncoderLayer::DropDerivedCopies() {
+  absl::MutexLock lock(&packed_mu_);
+  packed_.reset();
+  packed_bytes_.store(0);
 }
 
 }  // namespace castserve::models

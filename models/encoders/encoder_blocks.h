@@ -23,12 +23,12 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "models/encoders/encoder_spec.h"
 #include "models/encoders/packed_bert_layer.h"
 #include "models/layers/layers.h"
@@ -112,14 +112,18 @@ class EncoderLayer : public EncoderBlock {
   // casting, cached copies, no prefetch.
   static bool Packable(const WeightPolicyOptions& options);
 
-  // Bytes of the packed weights: 0 until a forward took the packed path.
+  // Bytes of the packed weights: 0 until a forward took the packed path,
+  // and after DropDerivedCopies.
   int64_t packed_bytes() const { return packed_bytes_.load(); }
+
+  // Drops the packed weights (Model::Demote below kHot).
+  void DropDerivedCopies() override;
 
  private:
   EncoderLayer(std::string name, const EncoderSpec& spec);
-  // The packed layer, made from this forward's compute copies on the first
-  // call (which holds them in `context` as the unfused path would).
-  const PackedBertLayer& Packed(ForwardContext& context) const;
+  // The packed layer, made from this forward's compute copies when there is
+  // none (which holds them in `context` as the unfused path would).
+  std::shared_ptr<const PackedBertLayer> Packed(ForwardContext& context) const;
   bool DescendantsHaveHooks() const;
 
   const Activation activation_;
@@ -127,8 +131,9 @@ class EncoderLayer : public EncoderBlock {
   const double layer_norm_eps_;
   bool packable_ = false;  // Packable(options) and PackedLinear::Available().
   std::vector<const Module*> descendants_;  // Every module inside the layer.
-  mutable std::once_flag packed_once_;
-  mutable std::unique_ptr<const PackedBertLayer> packed_;
+  mutable absl::Mutex packed_mu_;
+  mutable std::shared_ptr<const PackedBertLayer> packed_
+      ABSL_GUARDED_BY(packed_mu_);
   mutable std::atomic<int64_t> packed_bytes_{0};
   EncoderSelfAttention* self_attention_ = nullptr;
   DenseAddNorm* attention_output_ = nullptr;

@@ -151,6 +151,26 @@ TEST_F(PackedBertLayerTest, TakesThePackedPathOnlyWithCachedF32Weights) {
   EXPECT_EQ(FirstLayer(**model)->packed_bytes(), 0);
 }
 
+TEST_F(PackedBertLayerTest, DemotionDropsThePackedWeights) {
+  const NamedTensors inputs = ReferenceInputs();
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadHfModel(kBert, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const EncoderLayer* layer = FirstLayer(**model);
+  ASSERT_NE(layer, nullptr);
+  const NamedTensors hot = Run(**model, inputs, true);
+  const int64_t packed_bytes = layer->packed_bytes();
+  ASSERT_GT(packed_bytes, 0);
+  ASSERT_TRUE((*model)->Demote(casting::WeightTier::kHot).ok());
+  EXPECT_EQ(layer->packed_bytes(), packed_bytes) << "hot keeps everything";
+  ASSERT_TRUE((*model)->Demote(casting::WeightTier::kWarm).ok());
+  EXPECT_EQ(layer->packed_bytes(), 0);
+  const NamedTensors warm = Run(**model, inputs, true);
+  EXPECT_EQ(layer->packed_bytes(), packed_bytes) << "packed again";
+  for (const auto& [name, tensor] : hot) {
+    EXPECT_TRUE(tensor.equal(warm.at(name))) << name;
+  }
+}
+
 TEST_F(PackedBertLayerTest, HooksInsideTheLayerKeepTheUnfusedPath) {
   const NamedTensors inputs = ReferenceInputs();
   absl::StatusOr<std::unique_ptr<Model>> model = LoadHfModel(kBert, {});
