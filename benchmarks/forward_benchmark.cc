@@ -4,7 +4,11 @@
 // (perf record -e cpu-clock).
 //
 //   bazel run -c opt //benchmarks:forward_benchmark -- --model=DIR
-//       [--batch=1] [--seq=128] [--runs=50] [--threads=1]
+//       [--batch=1] [--seq=128] [--runs=50] [--threads=1] [--compare-packed]
+//
+// --compare-packed alternates forwards with the packed BERT layers
+// (models/encoders/packed_bert_layer.h) and without, in one process, and
+// prints both and their largest output difference.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -17,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "models/encoders/packed_bert_layer.h"
 #include "models/loading/model_loader.h"
 
 namespace castserve {
@@ -26,6 +31,7 @@ struct Flags {
   std::string model;
   int64_t batch = 1, seq = 128;
   int runs = 50, threads = 1;
+  bool compare_packed = false;
 };
 
 bool Parse(int argc, char** argv, Flags* flags) {
@@ -45,6 +51,8 @@ bool Parse(int argc, char** argv, Flags* flags) {
       flags->runs = std::atoi(v);
     } else if (const char* v = value("threads")) {
       flags->threads = std::atoi(v);
+    } else if (arg == "--compare-packed") {
+      flags->compare_packed = true;
     } else {
       return false;
     }
@@ -66,8 +74,14 @@ int Run(const Flags& flags) {
       {"input_ids", at::randint(1000, 30000, {flags.batch, flags.seq})},
       {"attention_mask", at::ones({flags.batch, flags.seq}, at::kLong)},
       {"token_type_ids", at::zeros({flags.batch, flags.seq}, at::kLong)}};
-  std::vector<double> ms;
-  for (int i = 0; i < flags.runs + 3; ++i) {
+  // Per path (packed, unfused) the times after 3 warm-ups each; one path
+  // alone unless --compare-packed.
+  std::vector<double> ms[2];
+  models::NamedTensors last[2];
+  const int paths = flags.compare_packed ? 2 : 1;
+  for (int i = 0; i < paths * (flags.runs + 3); ++i) {
+    const int path = i % paths;
+    if (flags.compare_packed) models::SetPackedEncoderLayers(path == 0);
     const auto start = std::chrono::steady_clock::now();
     auto outputs = (*model)->Forward(inputs);
     const double elapsed = std::chrono::duration<double, std::milli>(
@@ -77,13 +91,25 @@ int Run(const Flags& flags) {
       std::fprintf(stderr, "%s\n", outputs.status().ToString().c_str());
       return 1;
     }
-    if (i >= 3) ms.push_back(elapsed);  // 3 warm-ups
+    if (i >= paths * 3) ms[path].push_back(elapsed);
+    last[path] = *std::move(outputs);
   }
-  std::sort(ms.begin(), ms.end());
-  std::printf("%s batch %ld seq %ld, %d threads: median %.2f ms, min %.2f ms\n",
-              flags.model.c_str(), static_cast<long>(flags.batch),
-              static_cast<long>(flags.seq), at::get_num_threads(),
-              ms[ms.size() / 2], ms.front());
+  const char* names[2] = {flags.compare_packed ? "packed" : "default",
+                          "unfused"};
+  for (int path = 0; path < paths; ++path) {
+    std::sort(ms[path].begin(), ms[path].end());
+    std::printf(
+        "%s batch %ld seq %ld, %d threads, %s: median %.2f ms, min %.2f ms\n",
+        flags.model.c_str(), static_cast<long>(flags.batch),
+        static_cast<long>(flags.seq), at::get_num_threads(), names[path],
+        ms[path][ms[path].size() / 2], ms[path].front());
+  }
+  if (flags.compare_packed) {
+    for (const auto& [name, tensor] : last[0]) {
+      std::printf("  %s: max |packed - unfused| %.3g\n", name.c_str(),
+                  (tensor - last[1].at(name)).abs().max().item<double>());
+    }
+  }
   return 0;
 }
 
@@ -95,7 +121,7 @@ int main(int argc, char** argv) {
   if (!castserve::Parse(argc, argv, &flags)) {
     std::fprintf(stderr,
                  "usage: forward_benchmark --model=DIR [--batch=N] [--seq=N] "
-                 "[--runs=N] [--threads=N]\n");
+                 "[--runs=N] [--threads=N] [--compare-packed]\n");
     return 2;
   }
   return castserve::Run(flags);

@@ -178,6 +178,7 @@ absl::Status Model::Demote(casting::WeightTier tier) {
   absl::MutexLock no_forwards(&forward_gate_);
   absl::Status status;
   root().Visit([&](Module& module) {
+    if (tier != casting::WeightTier::kHot) module.DropDerivedCopies();
     for (const auto& [name, weight] : module.weights()) {
       if (status.ok()) status = weight->Demote(tier);
     }

@@ -94,6 +94,11 @@ bool Module::RemoveHook(int hook_id) {
   return false;
 }
 
+bool Module::has_hooks() const {
+  absl::MutexLock lock(&hooks_mu_);
+  return !pre_hooks_.empty() || !post_hooks_.empty();
+}
+
 void Module::RunPreHooks(ForwardContext& context) const {
   std::vector<std::pair<int, ForwardHook>> hooks;
   {

@@ -142,6 +142,11 @@ class Module {
   // table), or null. The configured footprint counts those copies on this
   // module's path (models/configured_footprint.h).
   virtual const Module* BorrowsWeightsOf() const { return nullptr; }
+  // Called by Model::Demote for a tier below kHot, with no forward running:
+  // drops what the module derived from its weights' compute copies and keeps
+  // between forwards (a packed encoder layer's packed weights), so that the
+  // memory goes with them; its next forward derives it again.
+  virtual void DropDerivedCopies() {}
   const std::map<std::string, std::unique_ptr<casting::Weight>>& weights()
       const {
     return weights_;
@@ -166,6 +171,10 @@ class Module {
   int AddPostForwardHook(ForwardHook hook);
   // Removes a hook added to this module; false if the id is unknown.
   bool RemoveHook(int hook_id);
+  // True while a hook is registered on this module (not its children): a
+  // layer that computes its children's math itself (a packed encoder layer)
+  // does so only when none of them is observed.
+  bool has_hooks() const;
 
   // The compute tensor of own weight `local_name` for this forward: the copy
   // a hook holds in `context`, or, with no hook holding one, a copy acquired

@@ -100,6 +100,17 @@ class EncoderSelfAttention : public Module {
     return MergeHeads(ScaledDotProductAttention(q, k, v, additive_mask, scale));
   }
 
+  // This forward's compute copies of the projections, into `w`.
+  void CollectWeights(ForwardContext& context,
+                      PackedBertLayer::Weights& w) const {
+    w.query_weight = query_->Param(context, "weight");
+    w.query_bias = query_->OptionalParam(context, "bias");
+    w.key_weight = key_->Param(context, "weight");
+    w.key_bias = key_->OptionalParam(context, "bias");
+    w.value_weight = value_->Param(context, "weight");
+    w.value_bias = value_->OptionalParam(context, "bias");
+  }
+
  private:
   EncoderSelfAttention(std::string name, std::string kind, int64_t heads)
       : Module(std::move(name), std::move(kind)), heads_(heads) {}
@@ -138,6 +149,16 @@ class DenseAddNorm : public Module {
     return norm_->Forward(context, dense_->Forward(context, x) + residual);
   }
 
+  // This forward's compute copies of the dense and norm weights.
+  void CollectWeights(ForwardContext& context, at::Tensor& weight,
+                      at::Tensor& bias, at::Tensor& norm_weight,
+                      at::Tensor& norm_bias) const {
+    weight = dense_->Param(context, "weight");
+    bias = dense_->OptionalParam(context, "bias");
+    norm_weight = norm_->Param(context, "weight");
+    norm_bias = norm_->OptionalParam(context, "bias");
+  }
+
  private:
   using Module::Module;
   Linear* dense_ = nullptr;
@@ -146,12 +167,22 @@ class DenseAddNorm : public Module {
 
 EncoderLayer::EncoderLayer(std::string name, const EncoderSpec& spec)
     : EncoderBlock(std::move(name), spec.class_prefix + "Layer"),
-      activation_(spec.activation) {}
+      activation_(spec.activation),
+      heads_(spec.num_attention_heads),
+      layer_norm_eps_(spec.layer_norm_eps) {}
+
+bool EncoderLayer::Packable(const WeightPolicyOptions& options) {
+  return !options.casting.has_value() &&
+         options.compute_dtype == casting::ElementType::kF32 &&
+         options.compute_copy == casting::ComputeCopyPolicy::kCached &&
+         !options.prefetch && options.device.is_cpu();
+}
 
 absl::StatusOr<std::unique_ptr<EncoderLayer>> EncoderLayer::Create(
     const std::string& name, const EncoderSpec& spec,
     const WeightFactory& weights) {
   std::unique_ptr<EncoderLayer> l(new EncoderLayer(name, spec));
+  l->packable_ = Packable(weights.options()) && PackedLinear::Available();
   const std::string& prefix = spec.class_prefix;
   Module* attention = l->AddChild(
       std::make_unique<Module>(name + ".attention", prefix + "Attention"));
@@ -182,18 +213,61 @@ absl::StatusOr<std::unique_ptr<EncoderLayer>> EncoderLayer::Create(
                    &l->output_);
   }
   if (!status.ok()) return status;
+  l->Visit([&](Module& module) {
+    if (&module != l.get()) l->descendants_.push_back(&module);
+  });
   return l;
+}
+
+bool EncoderLayer::DescendantsHaveHooks() const {
+  for (const Module* module : descendants_) {
+    if (module->has_hooks()) return true;
+  }
+  return false;
 }
 
 at::Tensor EncoderLayer::Forward(ForwardContext& context, const at::Tensor& x,
                                  const EncoderStep& step) const {
   ModuleCall call(*this, context);
   const at::Tensor& additive_mask = step.biases.at(0);
+  if (packable_ && PackedEncoderLayersEnabled() && !DescendantsHaveHooks()) {
+    return Packed(context)->Forward(x, additive_mask);
+  }
   at::Tensor attended = attention_output_->Forward(
       context, self_attention_->Forward(context, x, additive_mask), x);
   at::Tensor inner =
       intermediate_->ForwardActivated(context, attended, activation_);
   return output_->Forward(context, inner, attended);
+}
+
+std::shared_ptr<const PackedBertLayer> EncoderLayer::Packed(
+    ForwardContext& context) const {
+  // Concurrent first forwards wait for the one that packs. One that throws
+  // (a weight that cannot be read) leaves none: the next one tries again.
+  absl::MutexLock lock(&packed_mu_);
+  if (packed_ != nullptr) return packed_;
+  PackedBertLayer::Weights w;
+  self_attention_->CollectWeights(context, w);
+  attention_output_->CollectWeights(
+      context, w.attention_output_weight, w.attention_output_bias,
+      w.attention_norm_weight, w.attention_norm_bias);
+  w.intermediate_weight = intermediate_->Param(context, "weight");
+  w.intermediate_bias = intermediate_->OptionalParam(context, "bias");
+  output_->CollectWeights(context, w.output_weight, w.output_bias,
+                          w.output_norm_weight, w.output_norm_bias);
+  PackedBertLayer::Options options;
+  options.heads = heads_;
+  options.layer_norm_eps = layer_norm_eps_;
+  options.activation = activation_;
+  packed_ = std::make_shared<const PackedBertLayer>(w, options);
+  packed_bytes_.store(packed_->packed_bytes());
+  return packed_;
+}
+
+void EncoderLayer::DropDerivedCopies() {
+  absl::MutexLock lock(&packed_mu_);
+  packed_.reset();
+  packed_bytes_.store(0);
 }
 
 }  // namespace castserve::models

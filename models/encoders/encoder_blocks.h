@@ -10,7 +10,8 @@
 //   EncoderLayer       kBert: self-attention (query/key/value, padding
 //                      mask), dense + residual + LayerNorm, intermediate
 //                      dense with the activation, dense + residual +
-//                      LayerNorm
+//                      LayerNorm; in f32 on the CPU with cached weights
+//                      through PackedBertLayer (packed_bert_layer.h)
 //   GatedEncoderLayer  kGated (gated_encoder_layer.h)
 //
 // Immutable after Create; Forward is thread-safe.
@@ -19,6 +20,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,7 +28,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "models/encoders/encoder_spec.h"
+#include "models/encoders/packed_bert_layer.h"
 #include "models/layers/layers.h"
 #include "models/layers/rotary.h"
 #include "models/loading/weight_factory.h"
@@ -96,12 +100,41 @@ class EncoderLayer : public EncoderBlock {
       const WeightFactory& weights);
 
   // Attends with step.biases[0] (full attention over the real tokens).
+  // Through PackedBertLayer when the weights allow it (Packable),
+  // PackedEncoderLayersEnabled() and no module inside the layer has a hook
+  // (a profiler's, a test's): then only this layer's own ModuleCall runs,
+  // not its children's.
   at::Tensor Forward(ForwardContext& context, const at::Tensor& x,
                      const EncoderStep& step) const override;
 
+  // True when `options` keep plain f32 compute copies on the CPU for the
+  // model's life with no hooks between the layer's modules: no layerwise
+  // casting, cached copies, no prefetch.
+  static bool Packable(const WeightPolicyOptions& options);
+
+  // Bytes of the packed weights: 0 until a forward took the packed path,
+  // and after DropDerivedCopies.
+  int64_t packed_bytes() const { return packed_bytes_.load(); }
+
+  // Drops the packed weights (Model::Demote below kHot).
+  void DropDerivedCopies() override;
+
  private:
   EncoderLayer(std::string name, const EncoderSpec& spec);
+  // The packed layer, made from this forward's compute copies when there is
+  // none (which holds them in `context` as the unfused path would).
+  std::shared_ptr<const PackedBertLayer> Packed(ForwardContext& context) const;
+  bool DescendantsHaveHooks() const;
+
   const Activation activation_;
+  const int64_t heads_;
+  const double layer_norm_eps_;
+  bool packable_ = false;  // Packable(options) and PackedLinear::Available().
+  std::vector<const Module*> descendants_;  // Every module inside the layer.
+  mutable absl::Mutex packed_mu_;
+  mutable std::shared_ptr<const PackedBertLayer> packed_
+      ABSL_GUARDED_BY(packed_mu_);
+  mutable std::atomic<int64_t> packed_bytes_{0};
   EncoderSelfAttention* self_attention_ = nullptr;
   DenseAddNorm* attention_output_ = nullptr;
   Linear* intermediate_ = nullptr;
