@@ -7,7 +7,8 @@ served from a temporary repository as "clip" and "siglip". Over plain HTTP
 (urllib, as curl sends it):
   - text in (BYTES "text") -> text_embeds equal transformers'
     get_text_features of the tokenizer's ids (1e-4 relative), for SigLIP
-    too, whose reference ran on texts padded to max_length;
+    too, whose reference ran on texts padded to max_length; a text longer
+    than the position table as transformers truncates it;
   - images as JSON FP32 -> image_embeds equal get_image_features;
   - token ids and images in one request -> both outputs; images alone ->
     image_embeds only;
@@ -71,6 +72,8 @@ class ImageTextTest(unittest.TestCase):
                 metadata = json.loads(f.read(size))["__metadata__"]
             cls.references[name] = (read_safetensors(path),
                                     json.loads(metadata["texts"]))
+            cls.long_texts = getattr(cls, "long_texts", {})
+            cls.long_texts[name] = metadata["long_text"]
         cls.daemon = Daemon(CASTSERVE, f"--model-repository={cls.repository}",
                             "--grpc-port=0", "--metrics-port=0",
                             "--http-port=0", "--bind-address=127.0.0.1",
@@ -116,6 +119,16 @@ class ImageTextTest(unittest.TestCase):
                 relative_error(outputs["text_embeds"],
                                reference["output.text_embeds"]), TOLERANCE,
                 model)
+
+    def test_long_text_is_truncated_keeping_its_end_token(self):
+        for model, (reference, _) in self.references.items():
+            outputs = self.infer(model, [{
+                "name": "text", "datatype": "BYTES", "shape": [1, 1],
+                "data": [self.long_texts[model]]}])
+            self.assertLessEqual(
+                relative_error(outputs["text_embeds"],
+                               reference["long.output.text_embeds"]),
+                TOLERANCE, model)
 
     def test_images_alone_and_with_token_ids(self):
         for model, (reference, _) in self.references.items():

@@ -33,7 +33,10 @@ models/testdata/<name>/ with a small tokenizer.json written by `tokenizers`
                              went through F8_E4M3FN with per-row scales and
                              back (gen_model_fixtures.round_tripped_model)
 
-The metadata holds the texts ("texts", JSON).
+  long.output.text_embeds  get_text_features of LONG_TEXT, truncated to
+                           the position table (its end token kept)
+
+The metadata holds the texts ("texts", JSON) and "long_text".
 
 Run with the reference venv (tools/setup_reference_venv.sh):
   .venv-ref/bin/python tools/gen_clip_fixtures.py [--only NAME ...]
@@ -59,6 +62,8 @@ TEXTS = [
     "two dogs playing in the snow",
     "castserve",
 ]
+# More tokens than the text position table: truncated, its end token kept.
+LONG_TEXT = "a photo of two dogs and a cat playing in the snow near a red house"
 
 
 def make_tokenizer(kind):
@@ -164,6 +169,16 @@ def make(name, report):
     rt = fixtures.round_tripped_model(model, CAST_FORMAT)
     for k, v in features(rt, pixels, text_inputs).items():
         tensors[f"roundtrip.{CAST_FORMAT}.output.{k}"] = v
+    truncated = {k: v for k, v in tokens(fast, padding="max_length" if name == "siglip"
+                                         else True, truncation=True).items()}
+    long_inputs = {k: np.ascontiguousarray(v.astype(np.int64)) for k, v in fast(
+        [LONG_TEXT], truncation=True, return_tensors="np",
+        padding="max_length" if name == "siglip" else False).items()
+        if k in fast.model_input_names}
+    assert long_inputs["input_ids"].shape[1] == TEXT_POSITIONS
+    assert long_inputs["input_ids"][0, -1] == 1, "truncation dropped the end token"
+    assert all(np.array_equal(truncated[k], text_inputs[k]) for k in truncated)
+    tensors["long.output.text_embeds"] = features(model, pixels[:1], long_inputs)["text_embeds"]
     if name == "clip":
         model.text_model.eos_token_id = 2  # what a config with eos 2 selects
         legacy = features(model, pixels, text_inputs)["text_embeds"]
@@ -189,6 +204,7 @@ def make(name, report):
     metadata = {"fixture": name, "model_class": type(model).__name__,
                 "model_type": model.config.model_type, "seed": str(SEEDS[name]),
                 "cast_format": CAST_FORMAT, "texts": json.dumps(TEXTS),
+                "long_text": LONG_TEXT,
                 "transformers": tf.__version__, "torch": torch.__version__,
                 "generator": "tools/gen_clip_fixtures.py"}
     path = os.path.join(folder, "reference.safetensors")
