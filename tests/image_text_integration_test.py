@@ -10,12 +10,12 @@ served from a temporary repository as "clip" and "siglip". Over plain HTTP
     too, whose reference ran on texts padded to max_length; a text longer
     than the position table as transformers truncates it;
   - images as JSON FP32 -> image_embeds equal get_image_features;
-  - token ids and images in one request -> both outputs; images alone ->
-    image_embeds only;
+  - token ids or text, and images, in one request -> both outputs; images
+    alone -> image_embeds only;
   - the README's curl examples for the two models answer as their
     references say;
-  - the metadata lists every input optional, and text beside images is
-    refused naming why.
+  - the metadata lists the inputs; text beside token ids, or beside images
+    of another batch size, is refused naming why.
 
 Run by Bazel as:
   image_text_integration_test.py CASTSERVE CLIP_CONFIG SIGLIP_CONFIG README
@@ -161,9 +161,27 @@ class ImageTextTest(unittest.TestCase):
         status, answer = self.call("/v2/models/clip/infer", {"inputs": [
             {"name": "text", "datatype": "BYTES", "shape": [1, 1],
              "data": texts[:1]},
-            self.tensor("pixel_values", reference["input.pixel_values"][:1])]})
+            self.tensor("input_ids", reference["input.input_ids"][:1])]})
         self.assertEqual(status, 400, answer)
         self.assertIn("either text or the token inputs", answer["error"])
+        status, answer = self.call("/v2/models/clip/infer", {"inputs": [
+            {"name": "text", "datatype": "BYTES", "shape": [1, 1],
+             "data": texts[:1]},
+            self.tensor("pixel_values", reference["input.pixel_values"])]})
+        self.assertEqual(status, 400, answer)
+        self.assertIn("have 1 and 3 batch elements", answer["error"])
+
+    def test_text_and_images_in_one_request(self):
+        for model, (reference, texts) in self.references.items():
+            outputs = self.infer(model, [
+                self.tensor("pixel_values", reference["input.pixel_values"]),
+                {"name": "text", "datatype": "BYTES", "shape": [len(texts), 1],
+                 "data": texts}])
+            self.assertEqual(sorted(outputs), ["image_embeds", "text_embeds"])
+            for name in outputs:
+                self.assertLessEqual(
+                    relative_error(outputs[name], reference["output." + name]),
+                    TOLERANCE, f"{model} {name}")
 
     def readme_example(self, model, marker):
         """The README's ```sh block that posts to `model` and holds
