@@ -101,8 +101,8 @@ struct ImageTextSpec {
   std::string image_projection;
   std::string text_projection;
   int64_t projection_dim = 0;
-  // Checkpoint keys no module reads and the model does not serve
-  // ("logit_scale", "logit_bias").
+  // Checkpoint keys (matched as prefixes) no module reads and the model
+  // does not serve ("logit_scale", "logit_bias").
   std::vector<std::string> unserved_keys;
 };
 
