@@ -1,6 +1,7 @@
 // SigLIP's vision tower (SiglipVisionModel, or the "vision_model" of a full
 // SiglipModel checkpoint), and the pre-norm ViT encoder it shares with
-// CLIP's vision tower (clip_vision.h).
+// CLIP's vision tower (clip_vision.h) and the image-text models' text towers
+// (image_text_model.h).
 //
 // Signature: pixel_values FLOAT [batch, num_channels, image_size,
 // image_size] -> last_hidden_state FLOAT [batch, num_patches, hidden_size]
