@@ -59,66 +59,50 @@ class ClipEmbeddings : public Module {
   int64_t tokens_ = 0;
 };
 
-class ClipVisionTower : public VisionTowerModel {
+// embeddings -> pre_layrnorm -> encoder; pooled is post_layernorm of the
+// class token.
+class ClipVisionTransformer : public VisionTransformer {
  public:
-  ClipVisionTower(const VisionTowerConfig& config, at::ScalarType compute_dtype,
-                  casting::Device device)
-      : VisionTowerModel("clip_vision_model", "CLIPVisionModel", config,
-                         compute_dtype, device) {
-    outputs_ = {{"last_hidden_state",
-                 at::kFloat,
-                 {-1, config.num_patches() + 1, config.hidden_size}},
-                {"pooler_output", at::kFloat, {-1, config.hidden_size}}};
+  static absl::StatusOr<std::unique_ptr<ClipVisionTransformer>> Create(
+      const VisionTowerConfig& config, const WeightFactory& weights) {
+    const std::string name = "vision_model";
+    auto tower = std::unique_ptr<ClipVisionTransformer>(
+        new ClipVisionTransformer(name, "CLIPVisionTransformer"));
+    auto embeddings =
+        ClipEmbeddings::Create(name + ".embeddings", config, weights);
+    if (!embeddings.ok()) return embeddings.status();
+    tower->embeddings_ = tower->AddChild(*std::move(embeddings));
+    // "layrnorm": transformers' spelling, kept in every CLIP checkpoint.
+    auto pre_norm =
+        MakeVisionLayerNorm(name + ".pre_layrnorm", config, weights);
+    if (!pre_norm.ok()) return pre_norm.status();
+    tower->pre_norm_ = tower->AddChild(*std::move(pre_norm));
+    auto encoder =
+        VisionEncoder::Create(name + ".encoder", "CLIP", config, weights);
+    if (!encoder.ok()) return encoder.status();
+    tower->encoder_ = tower->AddChild(*std::move(encoder));
+    auto post_norm =
+        MakeVisionLayerNorm(name + ".post_layernorm", config, weights);
+    if (!post_norm.ok()) return post_norm.status();
+    tower->post_norm_ = tower->AddChild(*std::move(post_norm));
+    return tower;
   }
 
-  absl::Status Build(const VisionTowerConfig& config,
-                     const WeightFactory& weights);
-
- protected:
-  NamedTensors ForwardImpl(ForwardContext& ctx,
-                           const NamedTensors& inputs) const override {
-    ModuleCall root_call(root_, ctx);
-    ModuleCall tower_call(*tower_, ctx);
-    at::Tensor pixels = inputs.at("pixel_values").to(compute_dtype_);
+  Output Forward(ForwardContext& ctx, const at::Tensor& pixels) const override {
+    ModuleCall call(*this, ctx);
     at::Tensor hidden =
         pre_norm_->Forward(ctx, embeddings_->Forward(ctx, pixels));
     hidden = encoder_->Forward(ctx, hidden);
-    at::Tensor pooled = post_norm_->Forward(ctx, hidden.select(1, 0));
-    return {{"last_hidden_state", hidden.to(at::kFloat)},
-            {"pooler_output", pooled.to(at::kFloat)}};
+    return {hidden, post_norm_->Forward(ctx, hidden.select(1, 0))};
   }
 
  private:
-  Module* tower_ = nullptr;
+  using VisionTransformer::VisionTransformer;
   const ClipEmbeddings* embeddings_ = nullptr;
   const LayerNorm* pre_norm_ = nullptr;
   const VisionEncoder* encoder_ = nullptr;
   const LayerNorm* post_norm_ = nullptr;
 };
-
-absl::Status ClipVisionTower::Build(const VisionTowerConfig& config,
-                                    const WeightFactory& weights) {
-  const std::string name = "vision_model";
-  tower_ =
-      root_.AddChild(std::make_unique<Module>(name, "CLIPVisionTransformer"));
-  auto embeddings =
-      ClipEmbeddings::Create(name + ".embeddings", config, weights);
-  if (!embeddings.ok()) return embeddings.status();
-  embeddings_ = tower_->AddChild(*std::move(embeddings));
-  // "layrnorm": transformers' spelling, kept in every CLIP checkpoint.
-  auto pre_norm = MakeVisionLayerNorm(name + ".pre_layrnorm", config, weights);
-  if (!pre_norm.ok()) return pre_norm.status();
-  pre_norm_ = tower_->AddChild(*std::move(pre_norm));
-  auto encoder =
-      VisionEncoder::Create(name + ".encoder", "CLIP", config, weights);
-  if (!encoder.ok()) return encoder.status();
-  encoder_ = tower_->AddChild(*std::move(encoder));
-  auto post_norm =
-      MakeVisionLayerNorm(name + ".post_layernorm", config, weights);
-  if (!post_norm.ok()) return post_norm.status();
-  post_norm_ = tower_->AddChild(*std::move(post_norm));
-  return absl::OkStatus();
-}
 
 const ArchitectureRegistration kClipVision("clip_vision_model",
                                            &CreateClipVisionModel);
@@ -134,13 +118,25 @@ VisionTowerConfig ClipVisionDefaults() {
   return defaults;
 }
 
+absl::StatusOr<std::unique_ptr<VisionTransformer>> CreateClipVisionTransformer(
+    const VisionTowerConfig& config, const WeightFactory& weights) {
+  auto tower = ClipVisionTransformer::Create(config, weights);
+  if (!tower.ok()) return tower.status();
+  return std::unique_ptr<VisionTransformer>(*std::move(tower));
+}
+
 absl::StatusOr<std::unique_ptr<Model>> CreateClipVisionTower(
     const VisionTowerConfig& config, const WeightFactory& weights) {
-  auto model = std::make_unique<ClipVisionTower>(
-      config, weights.compute_scalar_type(), weights.options().device);
-  absl::Status built = model->Build(config, weights);
-  if (!built.ok()) return built;
-  return model;
+  std::vector<TensorSpec> outputs = {
+      {"last_hidden_state",
+       at::kFloat,
+       {-1, config.num_patches() + 1, config.hidden_size}},
+      {"pooler_output", at::kFloat, {-1, config.hidden_size}}};
+  auto tower = CreateClipVisionTransformer(config, weights);
+  if (!tower.ok()) return tower.status();
+  return std::unique_ptr<Model>(
+      new VisionTowerModel("clip_vision_model", "CLIPVisionModel", config,
+                           std::move(outputs), *std::move(tower), weights));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateClipVisionModel(

@@ -29,6 +29,12 @@ namespace castserve::models {
 // transformers' CLIPVisionConfig defaults (ViT-B/32).
 VisionTowerConfig ClipVisionDefaults();
 
+// CLIP's vision transformer (modules "vision_model.*"): class and patch
+// embeddings, pre_layrnorm, the encoder; last_hidden_state is the encoder's
+// output, pooled the post_layernorm of the class token.
+absl::StatusOr<std::unique_ptr<VisionTransformer>> CreateClipVisionTransformer(
+    const VisionTowerConfig& config, const WeightFactory& weights);
+
 // Builds the CLIP vision tower from `config` and `weights` (keys
 // "vision_model.*"). Reads checkpoint headers only unless eager.
 absl::StatusOr<std::unique_ptr<Model>> CreateClipVisionTower(

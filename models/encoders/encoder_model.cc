@@ -68,9 +68,8 @@ class SequenceClassifier : public Module {
   Linear* out_ = nullptr;
 };
 
-// Every checkpoint tensor must be read by a module of `root` (as a weight
-// or a pre-quantized weight's scales) or start with one of
-// `unserved_prefixes`.
+}  // namespace
+
 absl::Status RefuseUnreadTensors(
     Module& root, const casting::Checkpoint& checkpoint,
     const std::vector<std::string>& unserved_prefixes) {
@@ -101,6 +100,8 @@ absl::Status RefuseUnreadTensors(
       absl::StrJoin(unread, ", "),
       more > 0 ? absl::StrCat(" and ", more, " more") : ""));
 }
+
+namespace {
 
 // Sets spec.names to the first of its names (spec.names, then
 // spec.other_names) whose embeddings norm `checkpoint` holds under one of

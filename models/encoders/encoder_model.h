@@ -27,6 +27,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "casting/formats/checkpoint.h"
@@ -48,6 +49,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(
     const EncoderSpec& spec,
     std::shared_ptr<const casting::Checkpoint> checkpoint,
     const WeightPolicyOptions& options);
+
+// InvalidArgument naming (up to eight of) the tensors of `checkpoint` that
+// no module of `root` reads (as a weight or a pre-quantized weight's
+// scales) and that start with none of `unserved_prefixes`: a head or tower
+// castserve would silently drop.
+absl::Status RefuseUnreadTensors(
+    Module& root, const casting::Checkpoint& checkpoint,
+    const std::vector<std::string>& unserved_prefixes);
 
 // Reads an architecture's spec from its config.json.
 using EncoderSpecReader = absl::StatusOr<EncoderSpec> (*)(const HfConfig&);

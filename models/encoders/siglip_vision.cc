@@ -46,7 +46,8 @@ class SelfAttention : public Module {
     return attention;
   }
 
-  at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x) const {
+  at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x,
+                     const at::Tensor& attention_bias) const {
     ModuleCall call(*this, ctx);
     // In registration order, which prefetch follows until it has seen a
     // forward (as function arguments they would run in unspecified order).
@@ -54,7 +55,7 @@ class SelfAttention : public Module {
     at::Tensor k = SplitHeads(k_->Forward(ctx, x), heads_);
     at::Tensor v = SplitHeads(v_->Forward(ctx, x), heads_);
     at::Tensor attended =
-        ScaledDotProductAttention(q, k, v, at::Tensor(), scale_);
+        ScaledDotProductAttention(q, k, v, attention_bias, scale_);
     return out_->Forward(ctx, MergeHeads(attended));
   }
 
@@ -100,9 +101,11 @@ class VisionEncoderLayer : public Module {
     return layer;
   }
 
-  at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x) const {
+  at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x,
+                     const at::Tensor& attention_bias) const {
     ModuleCall call(*this, ctx);
-    at::Tensor h = x + attention_->Forward(ctx, norm1_->Forward(ctx, x));
+    at::Tensor h =
+        x + attention_->Forward(ctx, norm1_->Forward(ctx, x), attention_bias);
     return h + mlp_->Forward(ctx, norm2_->Forward(ctx, h));
   }
 
@@ -225,11 +228,13 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Create(
   return encoder;
 }
 
-at::Tensor VisionEncoder::Forward(ForwardContext& ctx,
-                                  const at::Tensor& x) const {
+at::Tensor VisionEncoder::Forward(ForwardContext& ctx, const at::Tensor& x,
+                                  const at::Tensor& attention_bias) const {
   ModuleCall call(*this, ctx);
   at::Tensor h = x;
-  for (const VisionEncoderLayer* layer : layers_) h = layer->Forward(ctx, h);
+  for (const VisionEncoderLayer* layer : layers_) {
+    h = layer->Forward(ctx, h, attention_bias);
+  }
   return h;
 }
 
@@ -370,16 +375,32 @@ class PatchEmbeddings : public Module {
 VisionTowerModel::VisionTowerModel(std::string architecture,
                                    std::string root_kind,
                                    const VisionTowerConfig& config,
-                                   at::ScalarType compute_dtype,
-                                   casting::Device device)
-    : compute_dtype_(compute_dtype),
-      device_(device),
+                                   std::vector<TensorSpec> outputs,
+                                   std::unique_ptr<VisionTransformer> tower,
+                                   const WeightFactory& weights)
+    : compute_dtype_(weights.compute_scalar_type()),
+      device_(weights.options().device),
       root_("", std::move(root_kind)),
       architecture_(std::move(architecture)),
       inputs_(
           {{"pixel_values",
             at::kFloat,
-            {-1, config.num_channels, config.image_size, config.image_size}}}) {
+            {-1, config.num_channels, config.image_size, config.image_size}}}),
+      outputs_(std::move(outputs)) {
+  tower_ = root_.AddChild(std::move(tower));
+}
+
+NamedTensors VisionTowerModel::ForwardImpl(ForwardContext& ctx,
+                                           const NamedTensors& inputs) const {
+  ModuleCall root_call(root_, ctx);
+  VisionTransformer::Output out =
+      tower_->Forward(ctx, inputs.at("pixel_values").to(compute_dtype_));
+  NamedTensors outputs{
+      {"last_hidden_state", out.last_hidden_state.to(at::kFloat)}};
+  if (out.pooled.defined()) {
+    outputs["pooler_output"] = out.pooled.to(at::kFloat);
+  }
+  return outputs;
 }
 
 absl::Status VisionTowerModel::ValidateInputs(
@@ -392,84 +413,79 @@ absl::Status VisionTowerModel::ValidateInputs(
 
 namespace {
 
-class SiglipVisionTower : public VisionTowerModel {
+// embeddings -> encoder -> post_layernorm, then the attention-pooling head
+// when the config has one.
+class SiglipVisionTransformer : public VisionTransformer {
  public:
-  SiglipVisionTower(const VisionTowerConfig& config,
-                    at::ScalarType compute_dtype, casting::Device device)
-      : VisionTowerModel("siglip_vision_model", "SiglipVisionModel", config,
-                         compute_dtype, device),
-        config_(config) {
-    outputs_.push_back({"last_hidden_state",
-                        at::kFloat,
-                        {-1, config.num_patches(), config.hidden_size}});
-    if (config.use_head) {
-      outputs_.push_back(
-          {"pooler_output", at::kFloat, {-1, config.hidden_size}});
-    }
+  static absl::StatusOr<std::unique_ptr<SiglipVisionTransformer>> Create(
+      const VisionTowerConfig& config, const WeightFactory& weights) {
+    const std::string name = "vision_model";
+    auto tower = std::unique_ptr<SiglipVisionTransformer>(
+        new SiglipVisionTransformer(name, "SiglipVisionTransformer"));
+    auto embeddings =
+        PatchEmbeddings::Create(name + ".embeddings", config, weights);
+    if (!embeddings.ok()) return embeddings.status();
+    tower->embeddings_ = tower->AddChild(*std::move(embeddings));
+    auto encoder =
+        VisionEncoder::Create(name + ".encoder", "Siglip", config, weights);
+    if (!encoder.ok()) return encoder.status();
+    tower->encoder_ = tower->AddChild(*std::move(encoder));
+    auto post_norm =
+        MakeVisionLayerNorm(name + ".post_layernorm", config, weights);
+    if (!post_norm.ok()) return post_norm.status();
+    tower->post_norm_ = tower->AddChild(*std::move(post_norm));
+    if (!config.use_head) return tower;
+    auto head = PoolingHead::Create(name + ".head", config, weights);
+    if (!head.ok()) return head.status();
+    tower->head_ = tower->AddChild(*std::move(head));
+    return tower;
   }
 
-  absl::Status Build(const WeightFactory& weights);
-
- protected:
-  NamedTensors ForwardImpl(ForwardContext& ctx,
-                           const NamedTensors& inputs) const override {
-    ModuleCall root_call(root_, ctx);
-    ModuleCall tower_call(*tower_, ctx);
-    at::Tensor pixels = inputs.at("pixel_values").to(compute_dtype_);
+  Output Forward(ForwardContext& ctx, const at::Tensor& pixels) const override {
+    ModuleCall call(*this, ctx);
     at::Tensor hidden =
         encoder_->Forward(ctx, embeddings_->Forward(ctx, pixels));
     hidden = post_norm_->Forward(ctx, hidden);
-    NamedTensors outputs{{"last_hidden_state", hidden.to(at::kFloat)}};
-    if (head_ != nullptr) {
-      outputs["pooler_output"] = head_->Forward(ctx, hidden).to(at::kFloat);
-    }
-    return outputs;
+    at::Tensor pooled;
+    if (head_ != nullptr) pooled = head_->Forward(ctx, hidden);
+    return {hidden, pooled};
   }
 
  private:
-  const VisionTowerConfig config_;
-  Module* tower_ = nullptr;
+  using VisionTransformer::VisionTransformer;
   const PatchEmbeddings* embeddings_ = nullptr;
   const VisionEncoder* encoder_ = nullptr;
   const LayerNorm* post_norm_ = nullptr;
   const PoolingHead* head_ = nullptr;
 };
 
-absl::Status SiglipVisionTower::Build(const WeightFactory& weights) {
-  const std::string name = "vision_model";
-  tower_ =
-      root_.AddChild(std::make_unique<Module>(name, "SiglipVisionTransformer"));
-  auto embeddings =
-      PatchEmbeddings::Create(name + ".embeddings", config_, weights);
-  if (!embeddings.ok()) return embeddings.status();
-  embeddings_ = tower_->AddChild(*std::move(embeddings));
-  auto encoder =
-      VisionEncoder::Create(name + ".encoder", "Siglip", config_, weights);
-  if (!encoder.ok()) return encoder.status();
-  encoder_ = tower_->AddChild(*std::move(encoder));
-  auto post_norm =
-      MakeVisionLayerNorm(name + ".post_layernorm", config_, weights);
-  if (!post_norm.ok()) return post_norm.status();
-  post_norm_ = tower_->AddChild(*std::move(post_norm));
-  if (!config_.use_head) return absl::OkStatus();
-  auto head = PoolingHead::Create(name + ".head", config_, weights);
-  if (!head.ok()) return head.status();
-  head_ = tower_->AddChild(*std::move(head));
-  return absl::OkStatus();
-}
-
 const ArchitectureRegistration kSiglipVision("siglip_vision_model",
                                              &CreateSiglipVisionModel);
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<VisionTransformer>>
+CreateSiglipVisionTransformer(const VisionTowerConfig& config,
+                              const WeightFactory& weights) {
+  auto tower = SiglipVisionTransformer::Create(config, weights);
+  if (!tower.ok()) return tower.status();
+  return std::unique_ptr<VisionTransformer>(*std::move(tower));
+}
+
 absl::StatusOr<std::unique_ptr<Model>> CreateSiglipVisionTower(
     const VisionTowerConfig& config, const WeightFactory& weights) {
-  auto model = std::make_unique<SiglipVisionTower>(
-      config, weights.compute_scalar_type(), weights.options().device);
-  absl::Status built = model->Build(weights);
-  if (!built.ok()) return built;
-  return model;
+  std::vector<TensorSpec> outputs = {
+      {"last_hidden_state",
+       at::kFloat,
+       {-1, config.num_patches(), config.hidden_size}}};
+  if (config.use_head) {
+    outputs.push_back({"pooler_output", at::kFloat, {-1, config.hidden_size}});
+  }
+  auto tower = CreateSiglipVisionTransformer(config, weights);
+  if (!tower.ok()) return tower.status();
+  return std::unique_ptr<Model>(
+      new VisionTowerModel("siglip_vision_model", "SiglipVisionModel", config,
+                           std::move(outputs), *std::move(tower), weights));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateSiglipVisionModel(

@@ -1,6 +1,7 @@
 // SigLIP's vision tower (SiglipVisionModel, or the "vision_model" of a full
 // SiglipModel checkpoint), and the pre-norm ViT encoder it shares with
-// CLIP's vision tower (clip_vision.h).
+// CLIP's vision tower (clip_vision.h) and the image-text models' text towers
+// (image_text_model.h).
 //
 // Signature: pixel_values FLOAT [batch, num_channels, image_size,
 // image_size] -> last_hidden_state FLOAT [batch, num_patches, hidden_size]
@@ -89,7 +90,11 @@ class VisionEncoder : public Module {
       const VisionTowerConfig& config, const WeightFactory& weights);
 
   // x [batch, tokens, hidden] in the compute dtype -> same shape.
-  at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x) const;
+  // `attention_bias`, when defined, is added to every layer's attention
+  // scores (broadcastable to [batch, heads, tokens, tokens]: a text tower's
+  // causal or padding mask); the vision towers attend unmasked.
+  at::Tensor Forward(ForwardContext& ctx, const at::Tensor& x,
+                     const at::Tensor& attention_bias = at::Tensor()) const;
 
  private:
   using Module::Module;
@@ -122,6 +127,36 @@ absl::StatusOr<std::unique_ptr<LayerNorm>> MakeVisionLayerNorm(
     const std::string& name, const VisionTowerConfig& config,
     const WeightFactory& weights);
 
+// The "vision_model" module of a tower: its embeddings, encoder, norms and
+// pooling, as one module a Model holds (the vision towers'
+// VisionTowerModel, the full image-text models of image_text_model.h).
+// Immutable after creation; Forward is thread-safe.
+class VisionTransformer : public Module {
+ public:
+  struct Output {
+    // [batch, tokens, hidden]: what the tower model serves as
+    // last_hidden_state.
+    at::Tensor last_hidden_state;
+    // [batch, hidden]: the tower's pooler_output; undefined for a tower
+    // without one (SigLIP with vision_use_head false).
+    at::Tensor pooled;
+  };
+
+  // pixels [batch, channels, image, image] in the compute dtype.
+  virtual Output Forward(ForwardContext& ctx,
+                         const at::Tensor& pixels) const = 0;
+
+ protected:
+  using Module::Module;
+};
+
+// SigLIP's vision transformer (modules "vision_model.*"): patch embeddings,
+// the encoder, post_layernorm; pooled is the attention-pooling head's output
+// when config.use_head.
+absl::StatusOr<std::unique_ptr<VisionTransformer>>
+CreateSiglipVisionTransformer(const VisionTowerConfig& config,
+                              const WeightFactory& weights);
+
 // Builds the SigLIP vision tower from `config` and `weights` (keys
 // "vision_model.*"). Reads checkpoint headers only unless eager.
 absl::StatusOr<std::unique_ptr<Model>> CreateSiglipVisionTower(
@@ -135,11 +170,20 @@ absl::StatusOr<std::unique_ptr<Model>> CreateSiglipVisionModel(
     std::shared_ptr<const casting::Checkpoint> checkpoint,
     const WeightPolicyOptions& options);
 
-// What SigLIP's and CLIP's vision towers share as Models: `pixel_values`
-// [batch, channels, image, image] in, a root module, the compute dtype and
-// the empty-batch check. Subclasses add their outputs and the forward.
+// A vision tower as a Model (SiglipVisionModel, CLIPVisionModel):
+// `pixel_values` [batch, channels, image, image] in, converted to the compute
+// dtype; the tower's last_hidden_state and, when it pools, pooler_output out
+// in f32. The root module (kind `root_kind`) holds the tower. Immutable;
+// Forward is thread-safe.
 class VisionTowerModel : public Model {
  public:
+  // `outputs`: the signature's outputs, as `tower` makes them.
+  VisionTowerModel(std::string architecture, std::string root_kind,
+                   const VisionTowerConfig& config,
+                   std::vector<TensorSpec> outputs,
+                   std::unique_ptr<VisionTransformer> tower,
+                   const WeightFactory& weights);
+
   std::string architecture() const override { return architecture_; }
   const std::vector<TensorSpec>& inputs() const override { return inputs_; }
   const std::vector<TensorSpec>& outputs() const override { return outputs_; }
@@ -147,20 +191,18 @@ class VisionTowerModel : public Model {
   casting::Device device() const override { return device_; }
 
  protected:
-  VisionTowerModel(std::string architecture, std::string root_kind,
-                   const VisionTowerConfig& config,
-                   at::ScalarType compute_dtype, casting::Device device);
-
   absl::Status ValidateInputs(const NamedTensors& inputs) const override;
-
-  const at::ScalarType compute_dtype_;
-  const casting::Device device_;
-  std::vector<TensorSpec> outputs_;
-  Module root_;
+  NamedTensors ForwardImpl(ForwardContext& ctx,
+                           const NamedTensors& inputs) const override;
 
  private:
+  const at::ScalarType compute_dtype_;
+  const casting::Device device_;
+  Module root_;
   const std::string architecture_;
   const std::vector<TensorSpec> inputs_;
+  const std::vector<TensorSpec> outputs_;
+  const VisionTransformer* tower_ = nullptr;
 };
 
 }  // namespace castserve::models

@@ -67,6 +67,9 @@ inline constexpr ConfigSizeLimit kConfigSizeLimits[] = {
     {"num_channels", 1, 16},
     {"image_size", 1, 4096},
     {"patch_size", 1, 4096},
+    // A CLIP model's projection and a SigLIP text head's output width.
+    {"projection_dim", 1, int64_t{1} << 16},
+    {"projection_size", 1, int64_t{1} << 16},
     // sentence-transformers' 1_Pooling/config.json and
     // sentence_bert_config.json.
     {"word_embedding_dimension", 1, int64_t{1} << 16},

@@ -441,25 +441,78 @@ absl::StatusOr<std::vector<std::string>> StringsFromTyped(
   return strings;
 }
 
-// The strings of the request's text input (at `index`), checked.
+// The inputs the text input fills (TextInput::Encode's tensors).
+bool IsTokenInput(const std::string& name) {
+  return name == "input_ids" || name == "attention_mask" ||
+         name == "token_type_ids";
+}
+
+// The strings of the request's text input (at `index`), checked: no input
+// the text fills may come beside it.
 absl::StatusOr<std::vector<std::string>> TextStrings(
     const inference::ModelInferRequest& request, int index,
     int64_t max_batch_size) {
-  if (request.inputs_size() > 1) {
-    const std::string other = request.inputs(index == 0 ? 1 : 0).name();
+  for (const auto& input : request.inputs()) {
+    if (!IsTokenInput(input.name())) continue;
     return absl::InvalidArgumentError(
         absl::StrCat(TextPrefix(),
                      "a request sends either text or the token inputs, not "
                      "both (it also has ",
-                     Quoted(other), ")"));
+                     Quoted(input.name()), ")"));
   }
   return StringsOfInput(request, index, max_batch_size);
 }
 
-// The token inputs of the request's text input (at `index`).
+// `request` less its input at `index` (and that input's raw contents).
+inference::ModelInferRequest WithoutInput(
+    const inference::ModelInferRequest& request, int index) {
+  inference::ModelInferRequest rest = request;
+  rest.clear_inputs();
+  rest.clear_raw_input_contents();
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    if (i != index) *rest.add_inputs() = request.inputs(i);
+  }
+  // Entry i belongs to input i; a count that does not match stays so, for
+  // ConvertInputs to name.
+  for (int i = 0; i < request.raw_input_contents_size(); ++i) {
+    if (i != index) {
+      rest.add_raw_input_contents(request.raw_input_contents(i));
+    }
+  }
+  return rest;
+}
+
+// The inputs the request sends beside its text (at `text_index`), decoded
+// against the specs text does not fill (an image-text model's
+// pixel_values), with as many batch elements as `texts`.
+absl::StatusOr<models::NamedTensors> InputsBesideText(
+    const inference::ModelInferRequest& request, int text_index,
+    const std::vector<models::TensorSpec>& input_specs, int64_t max_batch_size,
+    int64_t texts) {
+  if (request.inputs_size() == 1) return models::NamedTensors{};
+  std::vector<models::TensorSpec> others;
+  for (const models::TensorSpec& spec : input_specs) {
+    if (!IsTokenInput(spec.name)) others.push_back(spec);
+  }
+  absl::StatusOr<models::NamedTensors> inputs = InputsFromRequest(
+      WithoutInput(request, text_index), others, max_batch_size);
+  if (!inputs.ok() || max_batch_size <= 0 || inputs->empty()) return inputs;
+  const auto& [name, first] = *inputs->begin();
+  if (first.size(0) != texts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inputs ", Quoted(kTextInputName), " and ", Quoted(name), " have ",
+        texts, " and ", first.size(0),
+        " batch elements; one request's inputs share the batch dimension"));
+  }
+  return inputs;
+}
+
+// The token inputs of the request's text input (at `index`), and the
+// request's other inputs beside them.
 absl::StatusOr<models::NamedTensors> InputsFromText(
     const inference::ModelInferRequest& request, int index,
-    int64_t max_batch_size, const TextInput* text) {
+    const std::vector<models::TensorSpec>& input_specs, int64_t max_batch_size,
+    const TextInput* text) {
   if (text == nullptr || !text->available()) {
     return absl::InvalidArgumentError(
         text != nullptr
@@ -469,7 +522,14 @@ absl::StatusOr<models::NamedTensors> InputsFromText(
   absl::StatusOr<std::vector<std::string>> strings =
       TextStrings(request, index, max_batch_size);
   if (!strings.ok()) return strings.status();
-  return text->Encode(*strings);
+  absl::StatusOr<models::NamedTensors> others =
+      InputsBesideText(request, index, input_specs, max_batch_size,
+                       static_cast<int64_t>(strings->size()));
+  if (!others.ok()) return others.status();
+  absl::StatusOr<models::NamedTensors> tokens = text->Encode(*strings);
+  if (!tokens.ok()) return tokens.status();
+  tokens->insert(others->begin(), others->end());
+  return tokens;
 }
 
 // The index of the request's input named `name`, or -1.
@@ -590,10 +650,10 @@ absl::StatusOr<DecodedRequest> DecodeRequest(
                      (FindRequestInput(request, kQueryInputName) >= 0 ||
                       FindRequestInput(request, kDocumentInputName) >= 0);
   absl::StatusOr<models::NamedTensors> inputs =
-      text_index >= 0
-          ? InputsFromText(request, text_index, max_batch_size, text)
-      : pairs ? InputsFromPairs(request, max_batch_size, text)
-              : InputsFromRequest(request, input_specs, max_batch_size);
+      text_index >= 0 ? InputsFromText(request, text_index, input_specs,
+                                       max_batch_size, text)
+      : pairs         ? InputsFromPairs(request, max_batch_size, text)
+                      : InputsFromRequest(request, input_specs, max_batch_size);
   if (!inputs.ok()) return inputs.status();
   decoded.inputs = *std::move(inputs);
   if (max_batch_size > 0) {

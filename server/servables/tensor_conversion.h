@@ -67,12 +67,13 @@ struct DecodedRequest {
 // before anything is queued. The model's own limits (vocabulary, position
 // table) follow in models::Model::CheckLimits.
 //
-// A request whose only input is `text` (text_input.h: BYTES, shape
-// [batch, 1] or [batch], raw length-prefixed or bytes_contents, each string
-// at most kMaxTextBytes) gets its token inputs from `text` instead.
-// INVALID_ARGUMENT for text beside other inputs, for text when `text` is
-// null (no tokenizer) or unavailable (its reason), and for a request with no
-// input at all.
+// A request with a `text` input (text_input.h: BYTES, shape [batch, 1] or
+// [batch], raw length-prefixed or bytes_contents, each string at most
+// kMaxTextBytes) gets its token inputs from `text` instead; inputs text does
+// not fill (an image-text model's pixel_values) may come beside it, with as
+// many batch elements. INVALID_ARGUMENT for text beside a token input, for
+// text when `text` is null (no tokenizer) or unavailable (its reason), and
+// for a request with no input at all.
 absl::StatusOr<DecodedRequest> DecodeRequest(
     const inference::ModelInferRequest& request,
     const std::vector<models::TensorSpec>& input_specs,

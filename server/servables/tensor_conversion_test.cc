@@ -512,6 +512,45 @@ TEST(TensorConversionTest, TextOrTokensNeverBothNorNeither) {
   EXPECT_TRUE(DecodeText(RawIds({1, 2}, {3, 4}), text.get()).ok());
 }
 
+// An image-text model's signature: every input optional.
+std::vector<models::TensorSpec> ImageTextSpecs() {
+  return {{"pixel_values", at::kFloat, {-1, 2}, /*optional=*/true},
+          {"input_ids", at::kLong, {-1, -1}, /*optional=*/true},
+          {"attention_mask", at::kLong, {-1, -1}, /*optional=*/true}};
+}
+
+TEST(TensorConversionTest, TextBesideInputsItDoesNotFillSharesTheBatch) {
+  std::unique_ptr<TextInput> text = FakeText();
+  auto decode = [&](const inference::ModelInferRequest& request) {
+    return DecodeRequest(request, ImageTextSpecs(), kOutputs, 8, text.get());
+  };
+  // The image first: the text is not input 0.
+  inference::ModelInferRequest request;
+  AddInput(request, "pixel_values", "FP32", {2, 2});
+  request.add_raw_input_contents(Bytes(std::vector<float>{1, 2, 3, 4}));
+  AddInput(request, "text", "BYTES", {2, 1});
+  request.add_raw_input_contents(RawStrings({"a bb", "ccc"}));
+  absl::StatusOr<DecodedRequest> decoded = decode(request);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->batch_size, 2);
+  EXPECT_EQ(decoded->inputs.at("input_ids").sizes(),
+            (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(decoded->inputs.at("attention_mask").sum().item<int64_t>(), 7);
+  EXPECT_EQ(decoded->inputs.at("pixel_values")[1][1].item<float>(), 4);
+  inference::ModelInferRequest three = request;
+  three.mutable_inputs(0)->mutable_shape()->Set(0, 3);
+  three.set_raw_input_contents(0, Bytes(std::vector<float>(6, 1)));
+  ExpectInvalid(decode(three).status(),
+                "inputs 'text' and 'pixel_values' have 2 and 3 batch "
+                "elements");
+  inference::ModelInferRequest unknown = TextRequest({"a"});
+  AddInput(unknown, "pixels", "FP32", {1, 2});
+  unknown.add_raw_input_contents(Bytes(std::vector<float>{1, 2}));
+  ExpectInvalid(decode(unknown).status(), "'pixels'");
+  // A model whose only other inputs are the token inputs takes no more.
+  ExpectInvalid(DecodeText(unknown, text.get()), "'pixels'");
+}
+
 TEST(TensorConversionTest, TextWithoutTokenizerNamesTheReason) {
   ExpectInvalid(DecodeText(TextRequest({"a"}), nullptr),
                 "input 'text': the model folder has no tokenizer");
