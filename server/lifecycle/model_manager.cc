@@ -34,6 +34,9 @@ constexpr absl::Duration kBudgetCheckInterval = absl::Milliseconds(100);
 // reference gone) signals nothing, so they also look again this often —
 // without measuring the models again (a measurement follows a change).
 constexpr absl::Duration kIdleCheckInterval = absl::Milliseconds(5);
+// How often the keep_alive thread looks again at a model with a request in
+// flight (idleness counts from the last request's end).
+constexpr absl::Duration kKeepAliveInFlightCheckInterval = absl::Seconds(1);
 
 void LogScan(const std::string& path, const std::vector<ModelEntry>& models) {
   Log(LogLevel::kInfo, "model repository opened",
@@ -70,6 +73,8 @@ class ModelManagerImpl final : public ModelManager {
         clock_(options.clock != nullptr ? *options.clock
                                         : platform::Clock::Real()),
         eviction_(options.memory_budget_bytes),
+        memory_tiers_(options.memory_tiers),
+        default_keep_alive_(options.keep_alive),
         max_wait_for_memory_(options.max_wait_for_memory),
         max_unload_drain_(options.max_unload_drain),
         on_accounted_bytes_(std::move(options.on_accounted_bytes)),
@@ -89,8 +94,25 @@ class ModelManagerImpl final : public ModelManager {
   absl::StatusOr<ModelStatus> Status(const std::string& name) override;
   std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>
   ReadyModels() override;
+  absl::Status MoveTo(const std::string& name,
+                      casting::WeightTier tier) override;
 
  private:
+  // A move the caller started (ModelLifecycle::StartMove) under the lock.
+  struct Move {
+    std::string name;
+    std::shared_ptr<ServedModel> model;
+    casting::WeightTier from = casting::WeightTier::kHot;
+    casting::WeightTier to = casting::WeightTier::kHot;
+    const char* cause = "";  // castserve_tier_moves_total's cause label.
+  };
+  // A promotion the caller started (ModelLifecycle::StartPromotion).
+  struct Promotion {
+    std::shared_ptr<ServedModel> model;
+    casting::WeightTier from = casting::WeightTier::kHot;
+    casting::WeightTier to = casting::WeightTier::kHot;
+    const char* cause = "";
+  };
   // Waits until no load or unload of `name` runs, then claims it. A load
   // of the claim may wait for memory until `wait_deadline` (its caller's),
   // and at most max_wait_for_memory after the claim: the cap is computed
@@ -125,8 +147,39 @@ class ModelManagerImpl final : public ModelManager {
   void NoteNotLoaded(const std::string& name, const Config& config,
                      bool loads_on_request, bool only_if_new)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The READY model; when it is below hot (and no promotion of it runs),
+  // `*promotion` is set: the caller promotes it (Promote) before serving.
   absl::StatusOr<std::shared_ptr<ServedModel>> WaitUntilReady(
-      const std::string& name, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+      const std::string& name, absl::Time deadline,
+      std::optional<Promotion>* promotion) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Memory tiers (see model_manager.h) ---
+
+  // Starts the move of `name` to `to` (its lifecycle marked moving).
+  Move StartMoveLocked(const std::string& name, casting::WeightTier to,
+                       const char* cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `move` unlocked, then ends it: the model counts its new tier.
+  absl::Status RunMove(Move move) ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts the demotion pressure takes next to free `bytes_to_free` for
+  // `keep`: none when no demotion is left, or when demotions and unloads
+  // together could not free that much (waiting may then make room).
+  std::optional<Move> StartPressureMoveLocked(const std::string& keep,
+                                              int64_t bytes_to_free)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reserves the bytes back up to `promotion.to` for `name` (as a load's
+  // reservation, until `deadline`), then marks the model there.
+  absl::Status Promote(const std::string& name, Promotion promotion,
+                       absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts the keep_alive thread once a READY model has a finite
+  // keep_alive.
+  void MaybeStartKeepAliveLocked(const ModelLifecycle& model)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The keep_alive thread: demotes models idle for their keep_alive, one
+  // tier at a time, until CancelAll.
+  void RunKeepAlive() ABSL_LOCKS_EXCLUDED(mu_);
+  // The keep_alive demotion due now, if any; else when to look again.
+  std::optional<Move> StartKeepAliveMoveLocked(absl::Time* next_check)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- The memory budget (see model_manager.h) ---
 
@@ -136,11 +189,14 @@ class ModelManagerImpl final : public ModelManager {
                          const inference::ModelConfig& config,
                          const models::Cancellation& cancellation)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Reserves `bytes` for the claimed load of `name`: evicts idle models when
-  // that makes room, else waits for busy ones until the load's deadline.
+  // Reserves `bytes` for the claimed load of `name`, or, with
+  // `promotion_deadline`, for its promotion: demotes, then evicts, idle
+  // models when that makes room, else waits for busy ones until the load's
+  // deadline (the promotion's).
   absl::Status ReserveMemory(const std::string& name, int64_t bytes,
-                             const models::Cancellation& cancellation)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                             const models::Cancellation& cancellation,
+                             std::optional<absl::Time> promotion_deadline =
+                                 std::nullopt) ABSL_LOCKS_EXCLUDED(mu_);
   // Measures the READY models (unlocked: a footprint waits on the weights'
   // locks) and records the measurements.
   void MeasureModels() ABSL_LOCKS_EXCLUDED(mu_);
@@ -172,6 +228,8 @@ class ModelManagerImpl final : public ModelManager {
   platform::Executor& executor_;
   platform::Clock& clock_;
   const LruEvictionPolicy eviction_;
+  const bool memory_tiers_;
+  const absl::Duration default_keep_alive_;
   const absl::Duration max_wait_for_memory_;
   const absl::Duration max_unload_drain_;
   const std::function<void(int64_t)> on_accounted_bytes_;
@@ -195,13 +253,21 @@ class ModelManagerImpl final : public ModelManager {
     int64_t bytes = 0;
   };
   std::vector<Releasing> releasing_ ABSL_GUARDED_BY(mu_);
+  // Started with the first READY model that has a finite keep_alive;
+  // joined by the destructor.
+  std::unique_ptr<platform::Thread> keep_alive_thread_ ABSL_GUARDED_BY(mu_);
 };
 
 ModelManagerImpl::~ModelManagerImpl() {
   // No one can use what a load still running would make.
   CancelAll("the model manager is shutting down");
-  absl::MutexLock lock(&mu_);
-  while (active_loaders_ > 0) changed_.Wait(&mu_);
+  std::unique_ptr<platform::Thread> keep_alive;
+  {
+    absl::MutexLock lock(&mu_);
+    while (active_loaders_ > 0) changed_.Wait(&mu_);
+    keep_alive = std::move(keep_alive_thread_);
+  }
+  if (keep_alive != nullptr) keep_alive->Join();
 }
 
 void ModelManagerImpl::LoadStartupModels() {
@@ -345,6 +411,8 @@ void ModelManagerImpl::FinishLoad(const std::string& name,
   switch (outcome) {
     case ModelLifecycle::LoadOutcome::kReady:
       Log(LogLevel::kInfo, "model ready", {{"model", name}});
+      LifecycleMetrics::Global().SetTier(name, casting::WeightTier::kHot);
+      MaybeStartKeepAliveLocked(models_[name]);
       break;
     case ModelLifecycle::LoadOutcome::kKeptLoaded:
       Log(LogLevel::kError, "reload failed; the loaded model keeps serving",
@@ -393,22 +461,50 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ModelManagerImpl::GetReady(
     NoteNotLoaded(name, config, ModelCatalog::LoadsOnFirstRequest(config),
                   /*only_if_new=*/true);
   }
+  const absl::Time start = clock_.Now();
+  std::optional<Promotion> promotion;
   absl::StatusOr<std::shared_ptr<ServedModel>> ready =
-      WaitUntilReady(name, deadline);
+      WaitUntilReady(name, deadline, &promotion);
+  if (ready.ok() && promotion.has_value()) {
+    const casting::WeightTier found = promotion->from;
+    if (absl::Status promoted = Promote(name, *std::move(promotion), deadline);
+        !promoted.ok()) {
+      return promoted;
+    }
+    LifecycleMetrics::Global().RecordWake(found, clock_.Now() - start);
+  }
   if (ready.ok()) MaybeEnforceBudget(name);
   return ready;
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> ModelManagerImpl::WaitUntilReady(
-    const std::string& name, absl::Time deadline) {
+    const std::string& name, absl::Time deadline,
+    std::optional<Promotion>* promotion) {
   absl::MutexLock lock(&mu_);
   for (;;) {
     ModelLifecycle& model = models_[name];
-    if (std::shared_ptr<ServedModel> ready = model.ready()) {
+    const bool expired = clock_.Now() >= deadline;
+    std::shared_ptr<ServedModel> ready = model.ready();
+    // A move or promotion of this model ends before its request runs: the
+    // request counts, and runs, on the tier it will find.
+    if (ready != nullptr && (model.moving() || model.promoting())) {
+      if (expired) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "model ", name,
+            " did not finish its memory tier move before the deadline"));
+      }
+      clock_.WaitWithDeadline(&changed_, &mu_, deadline);
+      continue;
+    }
+    if (ready != nullptr) {
       model.MarkUsed(clock_.Now());
+      if (model.tier() != casting::WeightTier::kHot) {
+        model.StartPromotion();
+        *promotion = Promotion{ready, model.tier(), casting::WeightTier::kHot,
+                               "request"};
+      }
       return ready;
     }
-    const bool expired = clock_.Now() >= deadline;
     if (!model.busy() && model.loads_on_request() && !expired) {
       StartLoadOnRequestLocked(name, deadline);
     }
@@ -537,13 +633,222 @@ ModelManagerImpl::ReadyModels() {
   return ready;
 }
 
+absl::Status ModelManagerImpl::MoveTo(const std::string& name,
+                                      casting::WeightTier tier) {
+  if (absl::Status valid = ModelCatalog::ValidateName(name); !valid.ok()) {
+    return valid;
+  }
+  if (!memory_tiers_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot move model ", name,
+        " between memory tiers: memory tiers are off (--memory-tiers=false)"));
+  }
+  std::optional<Move> move;
+  std::optional<Promotion> promotion;
+  const absl::Time deadline = clock_.Now() + max_wait_for_memory_;
+  {
+    absl::MutexLock lock(&mu_);
+    if (models_.count(name) == 0 && !catalog_.Contains(name)) {
+      return absl::NotFoundError(absl::StrCat("unknown model ", name));
+    }
+    ModelLifecycle& model = models_[name];
+    // One move or promotion of a model at a time.
+    while (model.ready() != nullptr &&
+           (model.moving() || model.promoting() || model.busy())) {
+      if (clock_.Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "model ", name, " is still moving, loading or being promoted"));
+      }
+      AwaitChangeLocked(deadline);
+    }
+    std::shared_ptr<ServedModel> ready = model.ready();
+    if (ready == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("model ", name, " is not READY: ", model.reason()));
+    }
+    const TierSettings& settings = model.tier_settings();
+    if (settings.pinned && Colder(tier, settings.floor)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model ", name, " is pinned at tier ",
+          casting::WeightTierName(settings.floor),
+          " (tiers.pin): it cannot move to ", casting::WeightTierName(tier)));
+    }
+    const casting::WeightTier target = EffectiveTier(model.tier_bytes(), tier);
+    if (target == model.tier()) return absl::OkStatus();
+    if (Colder(target, model.tier())) {
+      move = StartMoveLocked(name, target, "api");
+    } else {
+      model.StartPromotion();
+      promotion = Promotion{ready, model.tier(), target, "api"};
+    }
+  }
+  if (move.has_value()) return RunMove(*std::move(move));
+  return Promote(name, *std::move(promotion), deadline);
+}
+
+ModelManagerImpl::Move ModelManagerImpl::StartMoveLocked(
+    const std::string& name, casting::WeightTier to, const char* cause) {
+  ModelLifecycle& model = models_[name];
+  const casting::WeightTier from = model.tier();
+  return Move{name, model.StartMove(), from, to, cause};
+}
+
+absl::Status ModelManagerImpl::RunMove(Move move) {
+  // Bounded: Demote waits only for the forwards running now.
+  absl::Status moved = move.model->MoveTo(move.to);
+  move.model.reset();
+  if (moved.ok()) ReturnFreedMemoryToTheSystem();
+  absl::MutexLock lock(&mu_);
+  const bool by_keep_alive = std::string(move.cause) == "keep_alive";
+  models_[move.name].FinishMove(moved.ok(), move.to, clock_.Now(),
+                                by_keep_alive);
+  if (moved.ok()) {
+    Log(LogLevel::kInfo, "moved model to a colder memory tier",
+        {{"model", move.name},
+         {"from", std::string(casting::WeightTierName(move.from))},
+         {"to", std::string(casting::WeightTierName(move.to))},
+         {"cause", move.cause}});
+    LifecycleMetrics::Global().RecordTierMove(move.name, move.from, move.to,
+                                              move.cause);
+  } else {
+    Log(LogLevel::kWarning, "memory tier move failed",
+        {{"model", move.name}, {"error", moved.ToString()}});
+  }
+  NoteAccountingLocked();
+  NoteChangeLocked();
+  return moved;
+}
+
+std::optional<ModelManagerImpl::Move> ModelManagerImpl::StartPressureMoveLocked(
+    const std::string& keep, int64_t bytes_to_free) {
+  if (!memory_tiers_) return std::nullopt;
+  std::vector<TierCandidate> candidates;
+  for (const auto& [name, model] : models_) {
+    if (model.ready() == nullptr) continue;
+    TierCandidate candidate{name,
+                            model.last_used(),
+                            model.tier_settings().priority,
+                            model.Movable(),
+                            model.tier(),
+                            model.NextDemotion()};
+    candidate.freeable_bytes = model.FreeableBytes();
+    candidates.push_back(std::move(candidate));
+  }
+  if (FreeableBytes(candidates, keep) < bytes_to_free) return std::nullopt;
+  const std::optional<std::string> victim = PickDemotion(candidates, keep);
+  if (!victim.has_value()) return std::nullopt;
+  return StartMoveLocked(*victim, *models_[*victim].NextDemotion(), "pressure");
+}
+
+absl::Status ModelManagerImpl::Promote(const std::string& name,
+                                       Promotion promotion,
+                                       absl::Time deadline) {
+  int64_t bytes;
+  {
+    absl::MutexLock lock(&mu_);
+    const TierBytes& tiers = models_[name].tier_bytes();
+    bytes =
+        std::max<int64_t>(tiers.at(promotion.to) - tiers.at(promotion.from), 0);
+  }
+  absl::Status reserved = absl::OkStatus();
+  if (eviction_.has_budget()) {
+    reserved = ReserveMemory(name, bytes, *cancel_all_, deadline);
+  }
+  // Marks it: the next forward builds back what the tier keeps.
+  if (reserved.ok()) reserved = promotion.model->MoveTo(promotion.to);
+  promotion.model.reset();
+  absl::MutexLock lock(&mu_);
+  models_[name].FinishPromotion(reserved.ok(), promotion.to);
+  if (reserved.ok()) {
+    LifecycleMetrics::Global().RecordTierMove(name, promotion.from,
+                                              promotion.to, promotion.cause);
+  }
+  NoteAccountingLocked();
+  NoteChangeLocked();
+  return reserved;
+}
+
+void ModelManagerImpl::MaybeStartKeepAliveLocked(const ModelLifecycle& model) {
+  if (!memory_tiers_ || keep_alive_thread_ != nullptr ||
+      model.tier_settings().keep_alive == absl::InfiniteDuration()) {
+    return;
+  }
+  keep_alive_thread_ = executor_.StartThread([this] { RunKeepAlive(); });
+}
+
+void ModelManagerImpl::RunKeepAlive() {
+  for (;;) {
+    std::optional<Move> move;
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancel_all_->cancelled()) return;
+      absl::Time next_check = absl::InfiniteFuture();
+      move = StartKeepAliveMoveLocked(&next_check);
+      if (!move.has_value()) {
+        clock_.WaitWithDeadline(&changed_, &mu_, next_check);
+        continue;
+      }
+    }
+    RunMove(*std::move(move)).IgnoreError();
+  }
+}
+
+std::optional<ModelManagerImpl::Move>
+ModelManagerImpl::StartKeepAliveMoveLocked(absl::Time* next_check) {
+  const absl::Time now = clock_.Now();
+  for (auto& [name, model] : models_) {
+    // Not a copy of the pointer: Movable counts the references.
+    const ServedModel* ready = model.ready().get();
+    const absl::Duration keep_alive = model.tier_settings().keep_alive;
+    if (ready == nullptr || keep_alive == absl::InfiniteDuration() ||
+        !model.NextDemotion().has_value()) {
+      continue;
+    }
+    // Idleness counts from the end of the last request: one in flight
+    // keeps the model in use.
+    const bool in_flight = ready->pending_requests() > 0;
+    if (in_flight) model.MarkUsed(now);
+    const absl::Time due = model.idle_since() + keep_alive;
+    if (due > now) {
+      *next_check = std::min(
+          *next_check,
+          in_flight ? std::min(due, now + kKeepAliveInFlightCheckInterval)
+                    : due);
+      continue;
+    }
+    if (model.Movable()) {
+      return StartMoveLocked(name, *model.NextDemotion(), "keep_alive");
+    }
+    // Held for a moment (a request about to run, a measurement).
+    *next_check = std::min(*next_check, now + kIdleCheckInterval);
+  }
+  return std::nullopt;
+}
+
 absl::Status ModelManagerImpl::AdmitLoad(
     const std::string& name, const inference::ModelConfig& config,
     const models::Cancellation& cancellation) {
+  if (!eviction_.has_budget() && !memory_tiers_) return absl::OkStatus();
+  absl::StatusOr<TierBytes> tiers;
+  if (memory_tiers_) {
+    tiers = factory_.ProjectedTierBytes(catalog_.DirectoryOf(name), config);
+  } else {
+    absl::StatusOr<int64_t> bytes =
+        factory_.ProjectedBytes(catalog_.DirectoryOf(name), config);
+    if (bytes.ok())
+      tiers = TierBytes::Flat(*bytes);
+    else
+      tiers = bytes.status();
+  }
+  if (!tiers.ok()) return tiers.status();
+  {
+    absl::MutexLock lock(&mu_);
+    models_[name].SetLoadTiers(
+        memory_tiers_ ? *tiers : TierBytes::Flat(tiers->hot),
+        TierSettingsOf(config, default_keep_alive_));
+  }
   if (!eviction_.has_budget()) return absl::OkStatus();
-  absl::StatusOr<int64_t> projected =
-      factory_.ProjectedBytes(catalog_.DirectoryOf(name), config);
-  if (!projected.ok()) return projected.status();
+  const int64_t projected = tiers->hot;
   // A model that cannot fit even alone must not cost the others their
   // place, nor wait: fail before evicting anything. A reload cannot evict
   // the version it replaces, which counts until the swap.
@@ -552,21 +857,24 @@ absl::Status ModelManagerImpl::AdmitLoad(
     absl::MutexLock lock(&mu_);
     kept_bytes = models_[name].served_bytes();
   }
-  if (absl::Status alone = eviction_.CheckAlone(name, *projected, kept_bytes);
+  if (absl::Status alone = eviction_.CheckAlone(name, projected, kept_bytes);
       !alone.ok()) {
     return alone;
   }
-  return ReserveMemory(name, *projected, cancellation);
+  return ReserveMemory(name, projected, cancellation);
 }
 
 absl::Status ModelManagerImpl::ReserveMemory(
     const std::string& name, int64_t bytes,
-    const models::Cancellation& cancellation) {
+    const models::Cancellation& cancellation,
+    std::optional<absl::Time> promotion_deadline) {
+  const bool promotion = promotion_deadline.has_value();
   bool measure = true;
   for (;;) {
     if (measure) MeasureModels();
     measure = true;
     std::vector<std::shared_ptr<ServedModel>> evicted;
+    std::optional<Move> demotion;
     {
       absl::MutexLock lock(&mu_);
       if (cancellation.cancelled()) {
@@ -575,21 +883,32 @@ absl::Status ModelManagerImpl::ReserveMemory(
       ModelLifecycle& model = models_[name];
       const int64_t held_bytes = AccountedBytesLocked();
       if (eviction_.Fits(held_bytes, bytes)) {
-        model.ReserveForLoad(bytes);
-        model.SetWaitingForMemory("");
+        if (promotion) {
+          model.ReservePromotion(bytes);
+        } else {
+          model.ReserveForLoad(bytes);
+          model.SetWaitingForMemory("");
+        }
         NoteAccountingLocked();
         NoteChangeLocked();
         return absl::OkStatus();
       }
-      evicted = EvictLocked(
-          name, held_bytes + bytes - eviction_.memory_budget_bytes());
-      if (evicted.empty()) {
+      const int64_t bytes_to_free =
+          held_bytes + bytes - eviction_.memory_budget_bytes();
+      demotion = StartPressureMoveLocked(name, bytes_to_free);
+      if (!demotion.has_value()) evicted = EvictLocked(name, bytes_to_free);
+      if (!demotion.has_value() && evicted.empty()) {
         const std::vector<BudgetHolder> holders = HoldersLocked();
-        const absl::Time deadline = model.load_deadline();
+        const absl::Time deadline =
+            promotion ? *promotion_deadline : model.load_deadline();
         if (clock_.Now() >= deadline) {
-          model.MarkLoadRetryable();
+          if (!promotion) model.MarkLoadRetryable();
           return eviction_.NoRoomBeforeDeadline(name, bytes, held_bytes,
                                                 holders);
+        }
+        if (promotion) {
+          measure = AwaitChangeLocked(deadline);
+          continue;
         }
         if (!model.waiting_for_memory()) {
           Log(LogLevel::kInfo, "load waits for memory",
@@ -600,6 +919,10 @@ absl::Status ModelManagerImpl::ReserveMemory(
         measure = AwaitChangeLocked(deadline);
         continue;
       }
+    }
+    if (demotion.has_value()) {
+      RunMove(*std::move(demotion)).IgnoreError();  // RunMove logs it.
+      continue;
     }
     evicted.clear();  // Frees the evicted models, unlocked.
     ReturnFreedMemoryToTheSystem();
@@ -649,6 +972,13 @@ std::vector<BudgetHolder> ModelManagerImpl::HoldersLocked() {
       if (ready->pending_requests() > 0) {
         state = InFlight(ready->pending_requests());
       }
+      if (model.tier() != casting::WeightTier::kHot) {
+        absl::StrAppend(&state, ", ", casting::WeightTierName(model.tier()));
+      }
+      if (model.tier_settings().pinned) {
+        absl::StrAppend(&state, ", pinned ",
+                        casting::WeightTierName(model.tier_settings().floor));
+      }
     }
     holders.push_back({name, bytes, std::move(state)});
   }
@@ -670,8 +1000,9 @@ std::vector<std::shared_ptr<ServedModel>> ModelManagerImpl::EvictLocked(
   std::vector<EvictionCandidate> candidates;
   candidates.reserve(models_.size());
   for (const auto& [name, model] : models_) {
-    candidates.push_back(
-        {name, model.last_used(), model.Evictable(), model.served_bytes()});
+    candidates.push_back({name, model.last_used(), model.Evictable(),
+                          model.served_bytes(),
+                          model.tier_settings().priority});
   }
   std::vector<std::shared_ptr<ServedModel>> evicted;
   for (const std::string& victim :
@@ -695,6 +1026,19 @@ void ModelManagerImpl::EnforceBudget(const std::string& keep) {
   if (!eviction_.has_budget()) return;
   MeasureModels();
   std::vector<std::shared_ptr<ServedModel>> evicted;
+  for (;;) {
+    std::optional<Move> demotion;
+    {
+      absl::MutexLock lock(&mu_);
+      const int64_t held_bytes = AccountedBytesLocked();
+      if (eviction_.Fits(held_bytes, 0)) return;
+      demotion = StartPressureMoveLocked(
+          keep, held_bytes - eviction_.memory_budget_bytes());
+    }
+    if (!demotion.has_value()) break;
+    RunMove(*std::move(demotion)).IgnoreError();
+    MeasureModels();
+  }
   {
     absl::MutexLock lock(&mu_);
     const int64_t held_bytes = AccountedBytesLocked();
