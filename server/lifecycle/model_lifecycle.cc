@@ -115,6 +115,7 @@ ModelLifecycle::LoadOutcome ModelLifecycle::FinishLoad(
     tier_bytes_ = load_tier_bytes.value_or(TierBytes::Flat(reserved_bytes_));
     tier_settings_ = load_tier_settings_;
     last_moved_ = absl::InfinitePast();
+    demotion_failed_ = false;
     failure_code_ = absl::StatusCode::kOk;
     state_ = ModelState::kReady;
     reason_.clear();
@@ -151,6 +152,7 @@ void ModelLifecycle::FinishUnload() {
 }
 
 std::optional<casting::WeightTier> ModelLifecycle::NextDemotion() const {
+  if (demotion_failed_) return std::nullopt;
   return NextTierDown(tier_bytes_, tier_, tier_settings_.floor);
 }
 
@@ -174,6 +176,7 @@ std::shared_ptr<ServedModel> ModelLifecycle::StartMove() {
 void ModelLifecycle::FinishMove(bool moved, casting::WeightTier tier,
                                 absl::Time now, bool by_keep_alive) {
   moving_ = false;
+  if (!moved) demotion_failed_ = true;
   if (!moved || served_ == nullptr) return;
   tier_ = tier;
   reserved_bytes_ = tier_bytes_.at(tier);
@@ -185,6 +188,7 @@ void ModelLifecycle::FinishPromotion(bool promoted, casting::WeightTier tier) {
   promoting_ = false;
   promotion_reserved_bytes_ = 0;
   if (!promoted || served_ == nullptr) return;
+  demotion_failed_ = false;
   tier_ = tier;
   reserved_bytes_ = tier_bytes_.at(tier);
   last_moved_ = absl::InfinitePast();

@@ -153,7 +153,7 @@ class ModelLifecycle {
   // Since when the keep_alive timer runs: the last use or keep_alive move.
   absl::Time idle_since() const { return std::max(last_used_, last_moved_); }
   // Where a demotion takes it next (not below its pin): nullopt when none
-  // frees anything.
+  // frees anything, or after a failed move.
   std::optional<casting::WeightTier> NextDemotion() const;
   // What the demotions down to its pin and, unpinned, the unload after them
   // could free.
@@ -214,6 +214,9 @@ class ModelLifecycle {
   TierSettings load_tier_settings_;
   bool moving_ = false;
   bool promoting_ = false;
+  // A move of served_ failed: no more demotions until it is promoted or
+  // replaced (pressure would otherwise pick it again and again).
+  bool demotion_failed_ = false;
   int64_t promotion_reserved_bytes_ = 0;
   absl::Time last_moved_ = absl::InfinitePast();
 };

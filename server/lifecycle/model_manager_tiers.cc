@@ -150,6 +150,7 @@ absl::Status ModelManagerImpl::Promote(const std::string& name,
 
 void ModelManagerImpl::MaybeStartKeepAliveLocked(const ModelLifecycle& model) {
   if (!memory_tiers_ || keep_alive_thread_ != nullptr ||
+      cancel_all_->cancelled() ||
       model.tier_settings().keep_alive == absl::InfiniteDuration()) {
     return;
   }
