@@ -195,6 +195,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const ServerFlags& flags) {
     options.auth = *std::move(auth);
   }
   options.memory_budget_bytes = flags.memory_budget_bytes;
+  options.memory_tiers = flags.memory_tiers;
+  options.keep_alive = flags.keep_alive;
   options.max_message_bytes = flags.max_message_bytes;
   options.intra_op_threads = flags.intra_op_threads;
   options.inter_op_threads = flags.inter_op_threads;

@@ -186,6 +186,8 @@ absl::Status Server::StartModels(const ServerOptions& options) {
   manager_options.repository = repository_.get();
   manager_options.factory = factory_;
   manager_options.memory_budget_bytes = options.memory_budget_bytes;
+  manager_options.memory_tiers = options.memory_tiers;
+  manager_options.keep_alive = options.keep_alive;
   manager_options.stop = options.stop;
   manager_options.executor = executor_.get();
   manager_options.clock = options.clock;

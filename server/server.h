@@ -61,6 +61,9 @@ struct ServerOptions {
   std::shared_ptr<TokenAuthenticator> auth;
   // Memory models may use together; 0 means no budget (ModelManager).
   int64_t memory_budget_bytes = 0;
+  // Memory tiers and the default keep_alive (ModelManagerOptions).
+  bool memory_tiers = true;
+  absl::Duration keep_alive = absl::InfiniteDuration();
   // Largest gRPC message received or sent, and largest REST request body
   // (413); a larger request fails with RESOURCE_EXHAUSTED before any
   // handler runs.

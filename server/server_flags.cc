@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 
 namespace castserve {
 namespace {
@@ -66,6 +67,7 @@ const std::map<std::string, bool ServerFlags::*, std::less<>>& SwitchFlags() {
            &ServerFlags::allow_symlinks_outside_repository},
           {"allow-unauthenticated-remote-access",
            &ServerFlags::allow_unauthenticated_remote_access},
+          {"memory-tiers", &ServerFlags::memory_tiers},
       };
   return *flags;
 }
@@ -228,6 +230,18 @@ const FlagMap& ValueFlags() {
            return ParseBytes("memory-budget-bytes", v, 0,
                              std::numeric_limits<int64_t>::max(),
                              &f.memory_budget_bytes);
+         }},
+        {"keep-alive",
+         [](const std::string& v, ServerFlags& f) {
+           absl::Duration keep_alive;
+           if (!absl::ParseDuration(v, &keep_alive) ||
+               keep_alive < absl::ZeroDuration()) {
+             return absl::InvalidArgumentError(absl::StrCat(
+                 "--keep-alive: '", v,
+                 "' is not a duration >= 0 (for example 30s, 5m, inf)"));
+           }
+           f.keep_alive = keep_alive;
+           return absl::OkStatus();
          }},
         {"max-message-bytes",
          [](const std::string& v, ServerFlags& f) {
@@ -456,7 +470,16 @@ Flags:
   --log-level=LEVEL             debug, info, warning or error (default info)
   --memory-budget-bytes=N       memory models may use together (KiB/MiB/GiB
                                 suffixes allowed); past it the least recently
-                                used idle model is unloaded (default 0: none)
+                                used idle model is demoted a memory tier,
+                                then unloaded (default 0: none)
+  --memory-tiers=BOOL           demote idle models (hot, warm, cool) under
+                                memory pressure and keep_alive before
+                                unloading any (default true; false: unload
+                                only)
+  --keep-alive=DURATION         idleness after which a model is demoted one
+                                tier, and one more after each further period
+                                (30s, 5m, ...; default inf: never); a model's
+                                tiers.keep_alive wins
   --max-message-bytes=N         largest gRPC message accepted or sent and
                                 largest REST request body; larger requests
                                 fail with RESOURCE_EXHAUSTED (gRPC) or 413

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "models/kernels/matmul_kernel.h"
 #include "server/http/http_server_options.h"
 #include "server/log.h"
@@ -60,6 +61,11 @@ struct ServerFlags {
   double shutdown_grace_seconds = 10.0;
   // Server-wide memory budget for models, in bytes; 0 means none.
   int64_t memory_budget_bytes = 0;
+  // Memory tiers (ModelManagerOptions): false only unloads under pressure.
+  bool memory_tiers = true;
+  // Idleness after which a model is demoted one tier, unless its config
+  // says otherwise; InfiniteDuration: never.
+  absl::Duration keep_alive = absl::InfiniteDuration();
   // Largest gRPC message accepted or sent; a larger request fails with
   // RESOURCE_EXHAUSTED.
   int64_t max_message_bytes = int64_t{256} << 20;

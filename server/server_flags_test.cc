@@ -88,6 +88,26 @@ TEST(ServerFlagsTest, RejectsBadInputWithTheFlagNamed) {
   }
 }
 
+TEST(ServerFlagsTest, MemoryTiersAreOnAndKeepAliveIsNeverByDefault) {
+  absl::StatusOr<ServerFlags> defaults = Parse({"--model-repository=/r"});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_TRUE(defaults->memory_tiers);
+  EXPECT_EQ(defaults->keep_alive, absl::InfiniteDuration());
+  absl::StatusOr<ServerFlags> flags = Parse(
+      {"--model-repository=/r", "--memory-tiers=false", "--keep-alive=5m"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_FALSE(flags->memory_tiers);
+  EXPECT_EQ(flags->keep_alive, absl::Minutes(5));
+  for (const char* bad : {"--keep-alive=soon", "--keep-alive=-1s"}) {
+    absl::StatusOr<ServerFlags> rejected =
+        Parse({"--model-repository=/r", bad});
+    ASSERT_FALSE(rejected.ok()) << bad;
+    EXPECT_THAT(rejected.status().message(), HasSubstr("--keep-alive: '"))
+        << bad;
+  }
+  EXPECT_FALSE(Parse({"--model-repository=/r", "--memory-tiers=maybe"}).ok());
+}
+
 TEST(ServerFlagsTest, ByteFlagsTakeBinarySuffixes) {
   absl::StatusOr<ServerFlags> defaults = Parse({"--model-repository=/r"});
   ASSERT_TRUE(defaults.ok());

@@ -179,6 +179,45 @@ TEST(ServingMetricsTest, ExportsStatesFootprintLifecycleAndDevice) {
   EXPECT_EQ(value("castserve_memory_budget_bytes", {}), 123456);
 }
 
+TEST(ServingMetricsTest, ExportsTiersTheirMovesAndWakeTimes) {
+  LifecycleMetrics lifecycle;
+  lifecycle.SetTier("a", casting::WeightTier::kHot);
+  lifecycle.RecordTierMove("a", casting::WeightTier::kHot,
+                           casting::WeightTier::kCool, "pressure");
+  lifecycle.RecordTierMove("a", casting::WeightTier::kHot,
+                           casting::WeightTier::kCool, "pressure");
+  lifecycle.RecordTierMove("b", casting::WeightTier::kHot,
+                           casting::WeightTier::kWarm, "keep_alive");
+  lifecycle.RecordWake(casting::WeightTier::kCool, absl::Milliseconds(30));
+  ServingMetricsOptions options;
+  options.model_states = [] {
+    return std::vector<ModelStateSample>{{"a", "1", "READY"},
+                                         {"b", "1", "UNAVAILABLE"}};
+  };
+  options.lifecycle = &lifecycle;
+  const std::vector<MetricFamily> families =
+      ServingMetrics(std::move(options)).Collect();
+
+  const ClientMetric* tier = Find(families, "castserve_model_tier", {});
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->gauge.value, 2) << "cool";
+  EXPECT_EQ(Find(families, "castserve_model_tier", {{"model", "b"}}), nullptr)
+      << "b is not READY";
+  const ClientMetric* moves = Find(
+      families, "castserve_tier_moves_total",
+      {{"model", "a"}, {"from", "hot"}, {"to", "cool"}, {"cause", "pressure"}});
+  ASSERT_NE(moves, nullptr);
+  EXPECT_EQ(moves->counter.value, 2);
+  EXPECT_NE(Find(families, "castserve_tier_moves_total",
+                 {{"model", "b"}, {"cause", "keep_alive"}}),
+            nullptr);
+  const ClientMetric* wake =
+      Find(families, "castserve_wake_seconds", {{"tier", "cool"}});
+  ASSERT_NE(wake, nullptr);
+  EXPECT_EQ(wake->histogram.sample_count, 1u);
+  EXPECT_NEAR(wake->histogram.sample_sum, 0.03, 1e-9);
+}
+
 TEST(ServingMetricsTest, KnowsEveryStateTheManagerReports) {
   for (ModelState state : {ModelState::kUnavailable, ModelState::kLoading,
                            ModelState::kReady, ModelState::kUnloading}) {

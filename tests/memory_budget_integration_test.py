@@ -12,8 +12,10 @@ threads send ModelInfer requests over gRPC across all 24 models, each thread
 in its own order, three rounds; a ninth thread scrapes /metrics throughout.
 
 Asserted: every request succeeds (bert_00, the unshifted copy, answers the
-fixture's reference within 1e-4 every time); models were evicted; and the
-models' weights never pass the budget in any sample.
+fixture's reference within 1e-4 every time); the models' weights never pass
+the budget in any sample; with --memory-tiers=false models were evicted, with
+memory tiers (the default) models were demoted under pressure and woken by
+their requests.
 
 Which counters: admission reserves each model's configured footprint, what
 its weights will hold (server/lifecycle/model_manager.h), and counts a READY model as
@@ -176,12 +178,17 @@ class MemoryBudgetTest(unittest.TestCase):
             difference = float(np.max(np.abs(outputs[name] - want)))
             self.assertLessEqual(difference, TOLERANCE, name)
 
-    def test_concurrent_first_requests_to_24_models_stay_in_budget(self):
-        measured = self.measure_one()
+    def run_workload(self, *flags):
+        """The 24 models' requests from 8 clients under a budget for about a
+        quarter of them, /metrics sampled throughout. Returns (budget,
+        failures, answered, samples, daemon output, last /metrics text)."""
+        if not hasattr(type(self), "measured"):
+            type(self).measured = self.measure_one()
+        measured = type(self).measured
         budget = 6 * measured + measured // 2
         print(f"one model measures {measured} bytes; budget {budget} bytes "
-              f"for {MODELS} models", flush=True)
-        served = self.start(f"--memory-budget-bytes={budget}")
+              f"for {MODELS} models; flags {flags}", flush=True)
+        served = self.start(f"--memory-budget-bytes={budget}", *flags)
 
         stop = threading.Event()
         samples = []
@@ -218,6 +225,10 @@ class MemoryBudgetTest(unittest.TestCase):
         samples.append(sample_model_bytes(served.daemon.metrics_port))
         stop.set()
         sampler.join()
+        with urllib.request.urlopen(
+                f"http://127.0.0.1:{served.daemon.metrics_port}/metrics",
+                timeout=10) as reply:
+            metrics = reply.read().decode()
 
         most_weights = max(weights for weights, _, _ in samples)
         most_measured = max(measured for _, measured, _ in samples)
@@ -229,13 +240,34 @@ class MemoryBudgetTest(unittest.TestCase):
               f"activations {most_measured:.0f}, process CPU bytes at most "
               f"{most_device:.0f}; "
               f"{output.count('evicted model')} evictions, "
-              f"{output.count('load waits for memory')} loads waited",
-              flush=True)
+              f"{output.count('moved model to a colder memory tier')} "
+              f"demotions, {output.count('load waits for memory')} loads "
+              f"waited", flush=True)
         self.assertEqual(failures, [])
         self.assertEqual(len(answered), CLIENTS * ROUNDS * MODELS)
         self.assertGreater(len(samples), 10)
-        self.assertGreater(output.count("evicted model"), 0)
         self.assertLessEqual(most_weights, budget)
+        return output, metrics
+
+    def test_concurrent_first_requests_to_24_models_stay_in_budget(self):
+        """Today's LRU unload (the many-model benchmark's baseline)."""
+        output, _ = self.run_workload("--memory-tiers=false")
+        self.assertGreater(output.count("evicted model"), 0)
+        self.assertEqual(
+            output.count("moved model to a colder memory tier"), 0)
+
+    def test_with_tiers_pressure_demotes_and_requests_promote(self):
+        """Memory tiers (the default): the f32 resident models have no
+        cached compute copies, so pressure demotes them hot -> cool (warm
+        would free nothing); their next request promotes them, with outputs
+        unchanged (bert_00 answers the reference every time)."""
+        output, metrics = self.run_workload()
+        self.assertGreater(
+            output.count("moved model to a colder memory tier"), 0)
+        self.assertIn('cause="pressure"', metrics)
+        self.assertIn('castserve_tier_moves_total{', metrics)
+        self.assertRegex(
+            metrics, r'castserve_wake_seconds_count\{tier="cool"\} [1-9]')
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "casting/memory/weight_tier.h"
 #include "platform/sanitized_text.h"
 #include "server/lifecycle/model_catalog.h"
+#include "server/lifecycle/tier_policy.h"
 #include "server/metrics/unrouted_requests.h"
 #include "server/version.h"
 
@@ -129,13 +131,42 @@ void FillStatistics(const ServedModel& model, inference::ModelStatistics* out) {
   }
 }
 
-absl::StatusOr<std::optional<inference::ModelConfig>> ConfigOverride(
-    const inference::RepositoryModelLoadRequest& request) {
+// What a RepositoryModelLoad asks for: a config instead of config.pbtxt, or
+// a memory tier to move the model to.
+struct LoadParameters {
   std::optional<inference::ModelConfig> config;
+  std::optional<casting::WeightTier> tier;
+};
+
+absl::StatusOr<casting::WeightTier> TierParameter(
+    const inference::ModelRepositoryParameter& value) {
+  if (value.parameter_choice_case() !=
+      inference::ModelRepositoryParameter::kStringParam) {
+    return absl::InvalidArgumentError(
+        "parameter 'tier' must be a string (hot, warm or cool)");
+  }
+  absl::StatusOr<casting::WeightTier> tier =
+      ParseWeightTier(value.string_param());
+  if (!tier.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter 'tier': ", tier.status().message()));
+  }
+  return tier;
+}
+
+absl::StatusOr<LoadParameters> ParseLoadParameters(
+    const inference::RepositoryModelLoadRequest& request) {
+  LoadParameters parameters;
   for (const auto& [key, value] : request.parameters()) {
     if (absl::StartsWith(key, "file:")) {
       return absl::InvalidArgumentError(absl::StrCat(
           "parameter '", key, "': castserve does not accept model files"));
+    }
+    if (key == "tier") {
+      absl::StatusOr<casting::WeightTier> tier = TierParameter(value);
+      if (!tier.ok()) return tier.status();
+      parameters.tier = *tier;
+      continue;
     }
     if (key != "config") continue;
     if (value.parameter_choice_case() !=
@@ -151,9 +182,27 @@ absl::StatusOr<std::optional<inference::ModelConfig>> ConfigOverride(
           absl::StrCat("parameter 'config' is not a ModelConfig in JSON: ",
                        status.message().as_string()));
     }
-    config = std::move(parsed);
+    parameters.config = std::move(parsed);
   }
-  return config;
+  if (parameters.tier.has_value() && parameters.config.has_value()) {
+    return absl::InvalidArgumentError(
+        "parameters 'tier' and 'config' cannot be combined: a tier moves the "
+        "loaded model, a config reloads it");
+  }
+  return parameters;
+}
+
+// Loads `name` unless it is READY, then moves it to `tier`.
+absl::Status LoadAndMove(ModelManager& manager, const std::string& name,
+                         casting::WeightTier tier) {
+  absl::StatusOr<ModelStatus> status = manager.Status(name);
+  if (!status.ok()) return status.status();
+  if (status->state != ModelState::kReady) {
+    if (absl::Status loaded = manager.Load(name, std::nullopt); !loaded.ok()) {
+      return loaded;
+    }
+  }
+  return manager.MoveTo(name, tier);
 }
 
 }  // namespace
@@ -377,6 +426,9 @@ void InferenceCore::RepositoryIndex(
     // place they enter a response, so that one bad file cannot break the
     // index for every client.
     model->set_reason(platform::SanitizeText(status.reason));
+    if (status.tier.has_value()) {
+      model->set_tier(std::string(casting::WeightTierName(*status.tier)));
+    }
   }
   done(absl::OkStatus());
 }
@@ -387,13 +439,15 @@ void InferenceCore::RepositoryModelLoad(
   if (absl::Status allowed = Authorize(call, Scope::kAdmin); !allowed.ok()) {
     return done(allowed);
   }
-  absl::StatusOr<std::optional<inference::ModelConfig>> config =
-      ConfigOverride(request);
-  if (!config.ok()) return done(config.status());
+  absl::StatusOr<LoadParameters> parameters = ParseLoadParameters(request);
+  if (!parameters.ok()) return done(parameters.status());
   executor_->Schedule([manager = manager_, name = request.model_name(),
-                       config = *std::move(config),
+                       parameters = *std::move(parameters),
                        done = std::move(done)]() mutable {
-    done(manager->Load(name, std::move(config)));
+    if (parameters.tier.has_value()) {
+      return done(LoadAndMove(*manager, name, *parameters.tier));
+    }
+    done(manager->Load(name, std::move(parameters.config)));
   });
 }
 

@@ -132,8 +132,12 @@ class InferenceCore {
                        inference::RepositoryIndexResponse* response,
                        CallDone done);
   // Parameter "config" (string): a ModelConfig as JSON, used instead of the
-  // model's config.pbtxt. Other keys are ignored except "file:*", which is
-  // rejected (castserve does not take model files over the wire).
+  // model's config.pbtxt. Parameter "tier" (string: hot, warm, cool): moves
+  // the READY model to that memory tier without reloading it (loading it
+  // first when it is not READY), returning once the move is done
+  // (ModelManager::MoveTo); not together with "config". Other keys are
+  // ignored except "file:*", which is rejected (castserve does not take
+  // model files over the wire).
   void RepositoryModelLoad(CallContext call,
                            const inference::RepositoryModelLoadRequest& request,
                            inference::RepositoryModelLoadResponse* response,

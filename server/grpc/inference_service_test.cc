@@ -412,6 +412,45 @@ TEST_F(InferenceServiceTest, LoadRejectsBadConfigAndBadNames) {
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+TEST_F(InferenceServiceTest, LoadWithATierMovesTheModel) {
+  inference::RepositoryModelLoadRequest load;
+  load.set_model_name("fake");
+  (*load.mutable_parameters())["tier"].set_string_param("cool");
+  inference::RepositoryModelLoadResponse response;
+  grpc::ClientContext move_context;
+  ASSERT_TRUE(stub_->RepositoryModelLoad(&move_context, load, &response).ok());
+  EXPECT_FALSE(manager_.last_override("fake").has_value()) << "no reload";
+
+  grpc::ClientContext index_context;
+  inference::RepositoryIndexResponse index;
+  ASSERT_TRUE(stub_->RepositoryIndex(&index_context, {}, &index).ok());
+  for (const auto& model : index.models()) {
+    if (model.name() == "fake") {
+      EXPECT_EQ(model.tier(), "cool");
+    }
+    if (model.state() != "READY") {
+      EXPECT_EQ(model.tier(), "");
+    }
+  }
+
+  (*load.mutable_parameters())["tier"].set_string_param("tepid");
+  grpc::ClientContext unknown;
+  const grpc::Status refused =
+      stub_->RepositoryModelLoad(&unknown, load, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("'tepid'"), std::string::npos);
+  (*load.mutable_parameters())["tier"].set_int64_param(1);
+  grpc::ClientContext not_a_string;
+  EXPECT_EQ(
+      stub_->RepositoryModelLoad(&not_a_string, load, &response).error_code(),
+      grpc::StatusCode::INVALID_ARGUMENT);
+  (*load.mutable_parameters())["tier"].set_string_param("warm");
+  (*load.mutable_parameters())["config"].set_string_param("{}");
+  grpc::ClientContext both;
+  EXPECT_EQ(stub_->RepositoryModelLoad(&both, load, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(InferenceServiceTest, StreamAnswersInOrderAndSurvivesErrors) {
   grpc::ClientContext context;
   auto stream = stub_->ModelStreamInfer(&context);

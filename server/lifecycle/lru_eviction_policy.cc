@@ -50,6 +50,9 @@ std::vector<std::string> LruEvictionPolicy::PickVictims(
   }
   std::sort(idle.begin(), idle.end(),
             [](const EvictionCandidate* a, const EvictionCandidate* b) {
+              if (a->priority != b->priority) {
+                return a->priority < b->priority;
+              }
               return a->last_used < b->last_used;
             });
   std::vector<std::string> victims;

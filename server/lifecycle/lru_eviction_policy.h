@@ -20,6 +20,7 @@ struct EvictionCandidate {
   absl::Time last_used;
   bool evictable = false;  // READY, idle, nothing in flight.
   int64_t bytes = 0;       // What it counts against the budget.
+  int priority = 0;        // Lower priorities go first (tiers.priority).
 };
 
 // One model's share of the budget, as a refusal lists it.
@@ -50,7 +51,8 @@ class LruEvictionPolicy {
   // Whether `needed_bytes` more fit beside `held_bytes`.
   bool Fits(int64_t held_bytes, int64_t needed_bytes) const;
 
-  // The evictable candidates other than `keep`, least recently used first,
+  // The evictable candidates other than `keep`, lowest priority first, then
+  // least recently used,
   // whose bytes together reach `bytes_to_free`; none when all of them
   // together would not (waiting for busy models may then make room: better
   // than unloading idle ones for nothing).

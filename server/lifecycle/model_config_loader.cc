@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "server/lifecycle/tier_policy.h"
 
 namespace castserve {
 namespace {
@@ -155,6 +156,9 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
                                   size, " is outside 1..max_batch_size (",
                                   config.max_batch_size(), ")"));
     }
+  }
+  if (absl::Status valid = ValidateMemoryTiers(config); !valid.ok()) {
+    return valid;
   }
   absl::Status valid = ValidateCasting(config);
   return valid.ok() ? ValidateGeneration(config) : valid;

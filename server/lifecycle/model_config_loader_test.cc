@@ -45,6 +45,9 @@ TEST(ModelConfigLoaderTest, SampleConfigFillsEveryCastserveSetting) {
   EXPECT_EQ(weights.casting().scaling(), inference::SCALING_PER_ROW);
   EXPECT_EQ(weights.casting().skip_modules_pattern(0), "pooler");
   EXPECT_EQ(config->model_warmup(0).inputs().at("input_ids").dims(0), 8);
+  EXPECT_EQ(config->tiers().keep_alive(), "5m");
+  EXPECT_EQ(config->tiers().pin(), inference::MEMORY_TIER_WARM);
+  EXPECT_EQ(config->tiers().priority(), 10);
 }
 
 TEST(ModelConfigLoaderTest, EmptyNameTakesTheDirectoryName) {
@@ -143,4 +146,14 @@ TEST(ModelConfigLoaderTest, GenerationBlockIsCheckedAndDefaulted) {
 }
 
 }  // namespace
+TEST(ModelConfigLoaderTest, BadKeepAliveIsRefusedNamingTheFieldAndText) {
+  absl::StatusOr<inference::ModelConfig> config =
+      ParseModelConfig("tiers { keep_alive: \"a while\" }", "m", "m.pbtxt");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(config.status().message().find("tiers.keep_alive 'a while'"),
+            std::string::npos)
+      << config.status();
+}
+
 }  // namespace castserve

@@ -20,7 +20,9 @@ const char* ModelStateName(ModelState state) {
 }
 
 ModelStatus ModelLifecycle::StatusOf(const std::string& name) const {
-  return ModelStatus{name, "1", state_, reason_};
+  ModelStatus status{name, "1", state_, reason_};
+  if (state_ == ModelState::kReady) status.tier = tier_;
+  return status;
 }
 
 std::shared_ptr<ServedModel> ModelLifecycle::ready() const {
@@ -58,6 +60,12 @@ void ModelLifecycle::ReserveForLoad(int64_t bytes) {
   load_reserved_bytes_ = bytes;
 }
 
+void ModelLifecycle::SetLoadTiers(const TierBytes& bytes,
+                                  const TierSettings& settings) {
+  load_tier_bytes_ = bytes;
+  load_tier_settings_ = settings;
+}
+
 void ModelLifecycle::SetMeasured(const ServedModel* model, int64_t bytes) {
   if (model != nullptr && model == served_.get()) measured_bytes_ = bytes;
 }
@@ -67,7 +75,7 @@ int64_t ModelLifecycle::served_bytes() const {
 }
 
 int64_t ModelLifecycle::accounted_bytes() const {
-  return served_bytes() + load_reserved_bytes_;
+  return served_bytes() + load_reserved_bytes_ + promotion_reserved_bytes_;
 }
 
 void ModelLifecycle::StartLoad(
@@ -94,6 +102,8 @@ ModelLifecycle::LoadOutcome ModelLifecycle::FinishLoad(
   waiting_for_memory_ = false;
   const int64_t load_reserved_bytes = load_reserved_bytes_;
   load_reserved_bytes_ = 0;
+  const std::optional<TierBytes> load_tier_bytes = load_tier_bytes_;
+  load_tier_bytes_.reset();
   *replaced_bytes = 0;
   if (created != nullptr) {
     *replaced_bytes = served_bytes();
@@ -101,6 +111,11 @@ ModelLifecycle::LoadOutcome ModelLifecycle::FinishLoad(
     served_ = std::move(created);
     reserved_bytes_ = load_reserved_bytes;
     measured_bytes_ = 0;
+    tier_ = casting::WeightTier::kHot;
+    tier_bytes_ = load_tier_bytes.value_or(TierBytes::Flat(reserved_bytes_));
+    tier_settings_ = load_tier_settings_;
+    last_moved_ = absl::InfinitePast();
+    demotion_failed_ = false;
     failure_code_ = absl::StatusCode::kOk;
     state_ = ModelState::kReady;
     reason_.clear();
@@ -122,6 +137,7 @@ ModelLifecycle::LoadOutcome ModelLifecycle::FinishLoad(
 std::shared_ptr<ServedModel> ModelLifecycle::StartUnload() {
   std::shared_ptr<ServedModel> draining = std::move(served_);
   reserved_bytes_ = measured_bytes_ = 0;
+  tier_ = casting::WeightTier::kHot;
   failure_code_ = absl::StatusCode::kOk;
   state_ = draining ? ModelState::kUnloading : ModelState::kUnavailable;
   reason_ = draining ? "unloading: waiting for in-flight requests" : "unloaded";
@@ -135,8 +151,52 @@ void ModelLifecycle::FinishUnload() {
   busy_ = false;
 }
 
+std::optional<casting::WeightTier> ModelLifecycle::NextDemotion() const {
+  if (demotion_failed_) return std::nullopt;
+  return NextTierDown(tier_bytes_, tier_, tier_settings_.floor);
+}
+
+int64_t ModelLifecycle::FreeableBytes() const {
+  if (!tier_settings_.pinned) return served_bytes();
+  return std::max<int64_t>(
+      served_bytes() - tier_bytes_.at(tier_settings_.floor), 0);
+}
+
+bool ModelLifecycle::Movable() const {
+  return !busy_ && !moving_ && !promoting_ && state_ == ModelState::kReady &&
+         served_ != nullptr && served_->pending_requests() == 0 &&
+         served_.use_count() == 1;
+}
+
+std::shared_ptr<ServedModel> ModelLifecycle::StartMove() {
+  moving_ = true;
+  return served_;
+}
+
+void ModelLifecycle::FinishMove(bool moved, casting::WeightTier tier,
+                                absl::Time now, bool by_keep_alive) {
+  moving_ = false;
+  if (!moved) demotion_failed_ = true;
+  if (!moved || served_ == nullptr) return;
+  tier_ = tier;
+  reserved_bytes_ = tier_bytes_.at(tier);
+  measured_bytes_ = 0;
+  if (by_keep_alive) last_moved_ = now;
+}
+
+void ModelLifecycle::FinishPromotion(bool promoted, casting::WeightTier tier) {
+  promoting_ = false;
+  promotion_reserved_bytes_ = 0;
+  if (!promoted || served_ == nullptr) return;
+  demotion_failed_ = false;
+  tier_ = tier;
+  reserved_bytes_ = tier_bytes_.at(tier);
+  last_moved_ = absl::InfinitePast();
+}
+
 bool ModelLifecycle::Evictable() const {
-  return !busy_ && state_ == ModelState::kReady && served_ != nullptr &&
+  return !busy_ && !moving_ && !promoting_ && !tier_settings_.pinned &&
+         state_ == ModelState::kReady && served_ != nullptr &&
          served_->pending_requests() == 0;
 }
 
@@ -147,6 +207,7 @@ std::shared_ptr<ServedModel> ModelLifecycle::Evict() {
       "request";
   loads_on_request_ = true;
   reserved_bytes_ = measured_bytes_ = 0;
+  tier_ = casting::WeightTier::kHot;
   failure_code_ = absl::StatusCode::kOk;
   return std::move(served_);
 }

@@ -19,20 +19,30 @@
 // lets go of a model hands its bytes to the caller, who counts them until the
 // model is freed.
 //
+// Memory tiers (tier_policy.h): a READY model sits in a tier, hot after its
+// load; it counts the larger of its tier's projected bytes and its last
+// measurement. A move (StartMove .. FinishMove) runs outside the manager's
+// lock and counts the tier it leaves until it ends; a promotion
+// (StartPromotion .. FinishPromotion) first reserves the bytes back up to
+// hot beside what the model counts (ReservePromotion), then marks it hot.
+//
 // Not thread-safe: the ModelManager guards every ModelLifecycle with its
 // lock. Models are handed out, never released under that lock: what a
 // transition lets go of comes back to the caller to release unlocked.
 #ifndef CASTSERVE_SERVER_LIFECYCLE_MODEL_LIFECYCLE_H_
 #define CASTSERVE_SERVER_LIFECYCLE_MODEL_LIFECYCLE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "models/cancellation.h"
 #include "server/lifecycle/served_model.h"
+#include "server/lifecycle/tier_policy.h"
 
 namespace castserve {
 
@@ -46,6 +56,8 @@ struct ModelStatus {
   std::string version;  // "1": one version per model directory.
   ModelState state = ModelState::kUnavailable;
   std::string reason;  // Empty when READY.
+  // READY only: the memory tier.
+  std::optional<casting::WeightTier> tier;
 };
 
 class ModelLifecycle {
@@ -93,6 +105,10 @@ class ModelLifecycle {
   bool waiting_for_memory() const { return waiting_for_memory_; }
   // The claimed load got `bytes` of the budget.
   void ReserveForLoad(int64_t bytes);
+  // What the claimed load's model holds in each tier, and its settings:
+  // kept with the model FinishLoad makes READY. Without them it is a model
+  // that cannot move (its reservation in every tier).
+  void SetLoadTiers(const TierBytes& bytes, const TierSettings& settings);
   // The claimed load fails for a reason that may pass (no memory before its
   // deadline while busy models held it): if GetReady started it, a later
   // request may start another.
@@ -128,7 +144,42 @@ class ModelLifecycle {
   // UNAVAILABLE "unloaded"; releases the claim.
   void FinishUnload();
 
-  // READY, not busy, no request in flight.
+  // --- Memory tiers ---
+  casting::WeightTier tier() const { return tier_; }
+  const TierBytes& tier_bytes() const { return tier_bytes_; }
+  const TierSettings& tier_settings() const { return tier_settings_; }
+  bool moving() const { return moving_; }
+  bool promoting() const { return promoting_; }
+  // Since when the keep_alive timer runs: the last use or keep_alive move.
+  absl::Time idle_since() const { return std::max(last_used_, last_moved_); }
+  // Where a demotion takes it next (not below its pin): nullopt when none
+  // frees anything, or after a failed move.
+  std::optional<casting::WeightTier> NextDemotion() const;
+  // What the demotions down to its pin and, unpinned, the unload after them
+  // could free.
+  int64_t FreeableBytes() const;
+  // READY, not busy, not moving or promoting, no request in flight, and no
+  // reference to the model outside the manager (a request that got it from
+  // GetReady and has not started yet): it may be demoted.
+  bool Movable() const;
+  // Begins a move of the READY model: returns it, to be moved unlocked.
+  std::shared_ptr<ServedModel> StartMove();
+  // The move ended (`moved`: it reached `tier`); `by_keep_alive` restarts
+  // the keep_alive timer at `now`. The model counts `tier`'s bytes until it
+  // is measured again.
+  void FinishMove(bool moved, casting::WeightTier tier, absl::Time now,
+                  bool by_keep_alive);
+  // A request found the model below hot; no other promotion runs.
+  void StartPromotion() { promoting_ = true; }
+  // The promotion got `bytes` (hot minus what its tier counts).
+  void ReservePromotion(int64_t bytes) { promotion_reserved_bytes_ = bytes; }
+  // `promoted`: the model is in `tier` now (hot, for a request); else the
+  // reservation is dropped.
+  void FinishPromotion(bool promoted,
+                       casting::WeightTier tier = casting::WeightTier::kHot);
+
+  // READY, not busy, no request in flight, not moving or promoting, not
+  // pinned.
   bool Evictable() const;
   // Unloads an Evictable model to stay within the memory budget: it loads
   // again on its next request. Returns the model, to be released unlocked.
@@ -155,6 +206,19 @@ class ModelLifecycle {
   // served_'s reservation and last measurement.
   int64_t reserved_bytes_ = 0;
   int64_t measured_bytes_ = 0;
+  // The memory tier of served_ and the load's projection by tier.
+  casting::WeightTier tier_ = casting::WeightTier::kHot;
+  TierBytes tier_bytes_;
+  TierSettings tier_settings_;
+  std::optional<TierBytes> load_tier_bytes_;
+  TierSettings load_tier_settings_;
+  bool moving_ = false;
+  bool promoting_ = false;
+  // A move of served_ failed: no more demotions until it is promoted or
+  // replaced (pressure would otherwise pick it again and again).
+  bool demotion_failed_ = false;
+  int64_t promotion_reserved_bytes_ = 0;
+  absl::Time last_moved_ = absl::InfinitePast();
 };
 
 }  // namespace castserve

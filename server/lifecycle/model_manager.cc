@@ -1,39 +1,17 @@
 #include "server/lifecycle/model_manager.h"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <map>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
-#include "server/lifecycle/lru_eviction_policy.h"
-#include "server/lifecycle/model_catalog.h"
+#include "server/lifecycle/model_manager_impl.h"
 #include "server/log.h"
 #include "server/metrics/lifecycle_metrics.h"
 
 namespace castserve {
+namespace lifecycle_internal {
 namespace {
-
-using Config = absl::StatusOr<inference::ModelConfig>;
-
-// glibc keeps freed blocks in its arenas; a model's tensors are large enough
-// that an unloaded model would otherwise stay in the resident set. Hands free
-// memory at the top of every arena, and whole free pages, back to the kernel.
-void ReturnFreedMemoryToTheSystem() { malloc_trim(0); }
-
-// How often GetReady re-checks the budget (measurements may pass the
-// reservations: activations, a projection that fell short).
-constexpr absl::Duration kBudgetCheckInterval = absl::Milliseconds(100);
-// A load waiting for memory, and an unload waiting for the in-flight
-// requests, wake at once on every change the manager makes (signalled on
-// changed_); a model going idle (its last request done) or freed (its last
-// reference gone) signals nothing, so they also look again this often —
-// without measuring the models again (a measurement follows a change).
-constexpr absl::Duration kIdleCheckInterval = absl::Milliseconds(5);
 
 void LogScan(const std::string& path, const std::vector<ModelEntry>& models) {
   Log(LogLevel::kInfo, "model repository opened",
@@ -55,153 +33,18 @@ std::string InFlight(int64_t requests) {
                       " in flight");
 }
 
-// Drives each model's ModelLifecycle: claims, loads through the factory,
-// unloads, evicts under the LruEvictionPolicy, accounts the budget, and reads
-// configs from the ModelCatalog. Load work GetReady starts runs on the
-// executor.
-class ModelManagerImpl final : public ModelManager {
- public:
-  explicit ModelManagerImpl(ModelManagerOptions options)
-      : repository_(*options.repository),
-        catalog_(options.repository),
-        factory_(*options.factory),
-        executor_(options.executor != nullptr ? *options.executor
-                                              : platform::Executor::Default()),
-        clock_(options.clock != nullptr ? *options.clock
-                                        : platform::Clock::Real()),
-        eviction_(options.memory_budget_bytes),
-        max_wait_for_memory_(options.max_wait_for_memory),
-        max_unload_drain_(options.max_unload_drain),
-        on_accounted_bytes_(std::move(options.on_accounted_bytes)),
-        cancel_all_(std::make_shared<models::Cancellation>(options.stop)) {}
-  ~ModelManagerImpl() override;
-
-  void LoadStartupModels() override;
-  absl::StatusOr<std::shared_ptr<ServedModel>> GetReady(
-      const std::string& name, const std::string& version,
-      absl::Time deadline) override;
-  absl::Status Load(
-      const std::string& name,
-      std::optional<inference::ModelConfig> config_override) override;
-  absl::Status Unload(const std::string& name) override;
-  void CancelAll(const std::string& reason) override;
-  std::vector<ModelStatus> Index() override;
-  absl::StatusOr<ModelStatus> Status(const std::string& name) override;
-  std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>
-  ReadyModels() override;
-
- private:
-  // Waits until no load or unload of `name` runs, then claims it. A load
-  // of the claim may wait for memory until `wait_deadline` (its caller's),
-  // and at most max_wait_for_memory after the claim: the cap is computed
-  // here, once per load, whoever claims.
-  void ClaimLocked(const std::string& name, absl::Time wait_deadline,
-                   bool on_request = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Signals changed_ for every waiter, counting the change.
-  void NoteChangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ++changes_;
-    changed_.SignalAll();
-  }
-  // Waits (mu_ held) for a change or kIdleCheckInterval, until `deadline`
-  // at the latest; true when a change was signalled meanwhile.
-  bool AwaitChangeLocked(absl::Time deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until `draining` has no request in flight, or max_unload_drain
-  // has passed (then its requests keep it, counted, until they end).
-  void DrainLocked(const std::string& name, const ServedModel& draining)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Loads `name`, claimed by the caller, with `config` (parsed once, by
-  // the caller), and releases the claim.
-  absl::Status RunClaimedLoad(const std::string& name, Config config);
-  absl::StatusOr<std::shared_ptr<ServedModel>> CreateModel(
-      const std::string& name, const inference::ModelConfig& config,
-      std::shared_ptr<models::Cancellation> cancellation);
-  void FinishLoad(const std::string& name, std::shared_ptr<ServedModel> created,
-                  const absl::Status& status);
-  void StartLoadOnRequestLocked(const std::string& name, absl::Time deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Describes `name`, not loaded, from its config (at startup, also logs a
-  // bad one); `only_if_new`: unless the manager knows it already.
-  void NoteNotLoaded(const std::string& name, const Config& config,
-                     bool loads_on_request, bool only_if_new)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<std::shared_ptr<ServedModel>> WaitUntilReady(
-      const std::string& name, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
-
-  // --- The memory budget (see model_manager.h) ---
-
-  // Projects the configured footprint of the claimed load of `name` and
-  // reserves it (ReserveMemory). OK at once without a budget.
-  absl::Status AdmitLoad(const std::string& name,
-                         const inference::ModelConfig& config,
-                         const models::Cancellation& cancellation)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Reserves `bytes` for the claimed load of `name`: evicts idle models when
-  // that makes room, else waits for busy ones until the load's deadline.
-  absl::Status ReserveMemory(const std::string& name, int64_t bytes,
-                             const models::Cancellation& cancellation)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Measures the READY models (unlocked: a footprint waits on the weights'
-  // locks) and records the measurements.
-  void MeasureModels() ABSL_LOCKS_EXCLUDED(mu_);
-  // What is counted against the budget now (drops the freed models).
-  int64_t AccountedBytesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void NoteAccountingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Who holds the counted bytes, for messages.
-  std::vector<BudgetHolder> HoldersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Counts `model` (let go by `name`'s lifecycle, counting `bytes`) until
-  // its last reference is gone.
-  void CountUntilFreedLocked(const std::string& name,
-                             const std::shared_ptr<ServedModel>& model,
-                             int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Evicts idle models other than `keep`, least recently used first, when
-  // together they free `bytes_to_free`. The evicted models, to be released
-  // unlocked; none if they could not free that much.
-  std::vector<std::shared_ptr<ServedModel>> EvictLocked(const std::string& keep,
-                                                        int64_t bytes_to_free)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Measures, and evicts idle models other than `keep` if the measurements
-  // took the count over the budget.
-  void EnforceBudget(const std::string& keep) ABSL_LOCKS_EXCLUDED(mu_);
-  // EnforceBudget, at most every kBudgetCheckInterval.
-  void MaybeEnforceBudget(const std::string& keep) ABSL_LOCKS_EXCLUDED(mu_);
-
-  const ModelRepository& repository_;
-  const ModelCatalog catalog_;
-  ServedModelFactory& factory_;
-  platform::Executor& executor_;
-  platform::Clock& clock_;
-  const LruEvictionPolicy eviction_;
-  const absl::Duration max_wait_for_memory_;
-  const absl::Duration max_unload_drain_;
-  const std::function<void(int64_t)> on_accounted_bytes_;
-  // The parent of every load's cancellation.
-  const std::shared_ptr<models::Cancellation> cancel_all_;
-
-  absl::Mutex mu_;
-  // Signalled (NoteChangeLocked) on every state change of any model, every
-  // eviction, cancellation, and when a loader ends.
-  absl::CondVar changed_;
-  // How many changes were signalled.
-  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<std::string, ModelLifecycle> models_ ABSL_GUARDED_BY(mu_);
-  int active_loaders_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time last_budget_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // Models let go of (evicted, unloaded, replaced) that may still be alive:
-  // counted against the budget until their last reference is gone.
-  struct Releasing {
-    std::string name;
-    std::weak_ptr<ServedModel> model;
-    int64_t bytes = 0;
-  };
-  std::vector<Releasing> releasing_ ABSL_GUARDED_BY(mu_);
-};
+}  // namespace
 
 ModelManagerImpl::~ModelManagerImpl() {
   // No one can use what a load still running would make.
   CancelAll("the model manager is shutting down");
-  absl::MutexLock lock(&mu_);
-  while (active_loaders_ > 0) changed_.Wait(&mu_);
+  std::unique_ptr<platform::Thread> keep_alive;
+  {
+    absl::MutexLock lock(&mu_);
+    while (active_loaders_ > 0) changed_.Wait(&mu_);
+    keep_alive = std::move(keep_alive_thread_);
+  }
+  if (keep_alive != nullptr) keep_alive->Join();
 }
 
 void ModelManagerImpl::LoadStartupModels() {
@@ -345,6 +188,8 @@ void ModelManagerImpl::FinishLoad(const std::string& name,
   switch (outcome) {
     case ModelLifecycle::LoadOutcome::kReady:
       Log(LogLevel::kInfo, "model ready", {{"model", name}});
+      LifecycleMetrics::Global().SetTier(name, casting::WeightTier::kHot);
+      MaybeStartKeepAliveLocked(models_[name]);
       break;
     case ModelLifecycle::LoadOutcome::kKeptLoaded:
       Log(LogLevel::kError, "reload failed; the loaded model keeps serving",
@@ -393,22 +238,50 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ModelManagerImpl::GetReady(
     NoteNotLoaded(name, config, ModelCatalog::LoadsOnFirstRequest(config),
                   /*only_if_new=*/true);
   }
+  const absl::Time start = clock_.Now();
+  std::optional<Promotion> promotion;
   absl::StatusOr<std::shared_ptr<ServedModel>> ready =
-      WaitUntilReady(name, deadline);
+      WaitUntilReady(name, deadline, &promotion);
+  if (ready.ok() && promotion.has_value()) {
+    const casting::WeightTier found = promotion->from;
+    if (absl::Status promoted = Promote(name, *std::move(promotion), deadline);
+        !promoted.ok()) {
+      return promoted;
+    }
+    LifecycleMetrics::Global().RecordWake(found, clock_.Now() - start);
+  }
   if (ready.ok()) MaybeEnforceBudget(name);
   return ready;
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> ModelManagerImpl::WaitUntilReady(
-    const std::string& name, absl::Time deadline) {
+    const std::string& name, absl::Time deadline,
+    std::optional<Promotion>* promotion) {
   absl::MutexLock lock(&mu_);
   for (;;) {
     ModelLifecycle& model = models_[name];
-    if (std::shared_ptr<ServedModel> ready = model.ready()) {
+    const bool expired = clock_.Now() >= deadline;
+    std::shared_ptr<ServedModel> ready = model.ready();
+    // A move or promotion of this model ends before its request runs: the
+    // request counts, and runs, on the tier it will find.
+    if (ready != nullptr && (model.moving() || model.promoting())) {
+      if (expired) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "model ", name,
+            " did not finish its memory tier move before the deadline"));
+      }
+      clock_.WaitWithDeadline(&changed_, &mu_, deadline);
+      continue;
+    }
+    if (ready != nullptr) {
       model.MarkUsed(clock_.Now());
+      if (model.tier() != casting::WeightTier::kHot) {
+        model.StartPromotion();
+        *promotion = Promotion{ready, model.tier(), casting::WeightTier::kHot,
+                               "request"};
+      }
       return ready;
     }
-    const bool expired = clock_.Now() >= deadline;
     if (!model.busy() && model.loads_on_request() && !expired) {
       StartLoadOnRequestLocked(name, deadline);
     }
@@ -540,10 +413,27 @@ ModelManagerImpl::ReadyModels() {
 absl::Status ModelManagerImpl::AdmitLoad(
     const std::string& name, const inference::ModelConfig& config,
     const models::Cancellation& cancellation) {
+  if (!eviction_.has_budget() && !memory_tiers_) return absl::OkStatus();
+  absl::StatusOr<TierBytes> tiers;
+  if (memory_tiers_) {
+    tiers = factory_.ProjectedTierBytes(catalog_.DirectoryOf(name), config);
+  } else {
+    absl::StatusOr<int64_t> bytes =
+        factory_.ProjectedBytes(catalog_.DirectoryOf(name), config);
+    if (bytes.ok())
+      tiers = TierBytes::Flat(*bytes);
+    else
+      tiers = bytes.status();
+  }
+  if (!tiers.ok()) return tiers.status();
+  {
+    absl::MutexLock lock(&mu_);
+    models_[name].SetLoadTiers(
+        memory_tiers_ ? *tiers : TierBytes::Flat(tiers->hot),
+        TierSettingsOf(config, default_keep_alive_));
+  }
   if (!eviction_.has_budget()) return absl::OkStatus();
-  absl::StatusOr<int64_t> projected =
-      factory_.ProjectedBytes(catalog_.DirectoryOf(name), config);
-  if (!projected.ok()) return projected.status();
+  const int64_t projected = tiers->hot;
   // A model that cannot fit even alone must not cost the others their
   // place, nor wait: fail before evicting anything. A reload cannot evict
   // the version it replaces, which counts until the swap.
@@ -552,21 +442,24 @@ absl::Status ModelManagerImpl::AdmitLoad(
     absl::MutexLock lock(&mu_);
     kept_bytes = models_[name].served_bytes();
   }
-  if (absl::Status alone = eviction_.CheckAlone(name, *projected, kept_bytes);
+  if (absl::Status alone = eviction_.CheckAlone(name, projected, kept_bytes);
       !alone.ok()) {
     return alone;
   }
-  return ReserveMemory(name, *projected, cancellation);
+  return ReserveMemory(name, projected, cancellation);
 }
 
 absl::Status ModelManagerImpl::ReserveMemory(
     const std::string& name, int64_t bytes,
-    const models::Cancellation& cancellation) {
+    const models::Cancellation& cancellation,
+    std::optional<absl::Time> promotion_deadline) {
+  const bool promotion = promotion_deadline.has_value();
   bool measure = true;
   for (;;) {
     if (measure) MeasureModels();
     measure = true;
     std::vector<std::shared_ptr<ServedModel>> evicted;
+    std::optional<Move> demotion;
     {
       absl::MutexLock lock(&mu_);
       if (cancellation.cancelled()) {
@@ -575,21 +468,32 @@ absl::Status ModelManagerImpl::ReserveMemory(
       ModelLifecycle& model = models_[name];
       const int64_t held_bytes = AccountedBytesLocked();
       if (eviction_.Fits(held_bytes, bytes)) {
-        model.ReserveForLoad(bytes);
-        model.SetWaitingForMemory("");
+        if (promotion) {
+          model.ReservePromotion(bytes);
+        } else {
+          model.ReserveForLoad(bytes);
+          model.SetWaitingForMemory("");
+        }
         NoteAccountingLocked();
         NoteChangeLocked();
         return absl::OkStatus();
       }
-      evicted = EvictLocked(
-          name, held_bytes + bytes - eviction_.memory_budget_bytes());
-      if (evicted.empty()) {
+      const int64_t bytes_to_free =
+          held_bytes + bytes - eviction_.memory_budget_bytes();
+      demotion = StartPressureMoveLocked(name, bytes_to_free);
+      if (!demotion.has_value()) evicted = EvictLocked(name, bytes_to_free);
+      if (!demotion.has_value() && evicted.empty()) {
         const std::vector<BudgetHolder> holders = HoldersLocked();
-        const absl::Time deadline = model.load_deadline();
+        const absl::Time deadline =
+            promotion ? *promotion_deadline : model.load_deadline();
         if (clock_.Now() >= deadline) {
-          model.MarkLoadRetryable();
+          if (!promotion) model.MarkLoadRetryable();
           return eviction_.NoRoomBeforeDeadline(name, bytes, held_bytes,
                                                 holders);
+        }
+        if (promotion) {
+          measure = AwaitChangeLocked(deadline);
+          continue;
         }
         if (!model.waiting_for_memory()) {
           Log(LogLevel::kInfo, "load waits for memory",
@@ -600,6 +504,10 @@ absl::Status ModelManagerImpl::ReserveMemory(
         measure = AwaitChangeLocked(deadline);
         continue;
       }
+    }
+    if (demotion.has_value()) {
+      RunMove(*std::move(demotion)).IgnoreError();  // RunMove logs it.
+      continue;
     }
     evicted.clear();  // Frees the evicted models, unlocked.
     ReturnFreedMemoryToTheSystem();
@@ -649,6 +557,13 @@ std::vector<BudgetHolder> ModelManagerImpl::HoldersLocked() {
       if (ready->pending_requests() > 0) {
         state = InFlight(ready->pending_requests());
       }
+      if (model.tier() != casting::WeightTier::kHot) {
+        absl::StrAppend(&state, ", ", casting::WeightTierName(model.tier()));
+      }
+      if (model.tier_settings().pinned) {
+        absl::StrAppend(&state, ", pinned ",
+                        casting::WeightTierName(model.tier_settings().floor));
+      }
     }
     holders.push_back({name, bytes, std::move(state)});
   }
@@ -670,8 +585,9 @@ std::vector<std::shared_ptr<ServedModel>> ModelManagerImpl::EvictLocked(
   std::vector<EvictionCandidate> candidates;
   candidates.reserve(models_.size());
   for (const auto& [name, model] : models_) {
-    candidates.push_back(
-        {name, model.last_used(), model.Evictable(), model.served_bytes()});
+    candidates.push_back({name, model.last_used(), model.Evictable(),
+                          model.served_bytes(),
+                          model.tier_settings().priority});
   }
   std::vector<std::shared_ptr<ServedModel>> evicted;
   for (const std::string& victim :
@@ -695,6 +611,19 @@ void ModelManagerImpl::EnforceBudget(const std::string& keep) {
   if (!eviction_.has_budget()) return;
   MeasureModels();
   std::vector<std::shared_ptr<ServedModel>> evicted;
+  for (;;) {
+    std::optional<Move> demotion;
+    {
+      absl::MutexLock lock(&mu_);
+      const int64_t held_bytes = AccountedBytesLocked();
+      if (eviction_.Fits(held_bytes, 0)) return;
+      demotion = StartPressureMoveLocked(
+          keep, held_bytes - eviction_.memory_budget_bytes());
+    }
+    if (!demotion.has_value()) break;
+    RunMove(*std::move(demotion)).IgnoreError();
+    MeasureModels();
+  }
   {
     absl::MutexLock lock(&mu_);
     const int64_t held_bytes = AccountedBytesLocked();
@@ -724,7 +653,7 @@ void ModelManagerImpl::MaybeEnforceBudget(const std::string& keep) {
   EnforceBudget(keep);
 }
 
-}  // namespace
+}  // namespace lifecycle_internal
 
 absl::StatusOr<std::unique_ptr<ModelManager>> ModelManager::Create(
     ModelManagerOptions options) {
@@ -736,7 +665,8 @@ absl::StatusOr<std::unique_ptr<ModelManager>> ModelManager::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "memory budget ", options.memory_budget_bytes, " bytes is negative"));
   }
-  return std::unique_ptr<ModelManager>(new ModelManagerImpl(options));
+  return std::unique_ptr<ModelManager>(
+      new lifecycle_internal::ModelManagerImpl(options));
 }
 
 }  // namespace castserve

@@ -41,7 +41,27 @@
 //   against the budget, until they end.
 // - Measurements above the reservations (activations, a projection that fell
 //   short) are checked after every load and at most every 100 ms on
-//   requests: idle models are evicted to get back under the budget.
+//   requests: idle models are demoted, then evicted, to get back under the
+//   budget.
+//
+// Memory tiers (`memory_tiers`; tier_policy.h): a READY model is hot, warm
+// or cool, and counts its tier's projected bytes
+// (ServedModelFactory::ProjectedTierBytes) or its measurement, the larger.
+// - Pressure: before a load or promotion unloads anything, the manager
+//   demotes idle models one tier at a time (hot -> warm before warm -> cool,
+//   then lower `priority`, then least recently used), measuring again after
+//   each, until the reservation fits; it unloads only when no demotion is
+//   left. Nothing goes below its `pin`; a pinned model is never unloaded.
+// - Promotion: GetReady of a model below hot reserves the bytes back up to
+//   hot as a load does (demoting or evicting others, or waiting up to the
+//   request's deadline), then marks it hot: its forward builds back layer
+//   by layer. Concurrent requests wait for that one promotion.
+// - keep_alive: a READY model idle that long is demoted one tier, and one
+//   more after each further keep_alive, down to its pin or cool (never
+//   unloaded), on a thread of the manager's executor reading its clock.
+// - Moves free memory outside the manager's lock, one per model at a time;
+//   a request on another model never waits for one. A move counts the tier
+//   it leaves until it ends.
 #ifndef CASTSERVE_SERVER_LIFECYCLE_MODEL_MANAGER_H_
 #define CASTSERVE_SERVER_LIFECYCLE_MODEL_MANAGER_H_
 
@@ -61,6 +81,7 @@
 #include "server/lifecycle/model_lifecycle.h"
 #include "server/lifecycle/model_repository.h"
 #include "server/lifecycle/served_model.h"
+#include "server/lifecycle/tier_policy.h"
 
 namespace castserve {
 
@@ -84,6 +105,17 @@ class ServedModelFactory {
   virtual absl::StatusOr<int64_t> ProjectedBytes(
       const std::string& model_directory,
       const inference::ModelConfig& config) = 0;
+
+  // The same projection in each memory tier (tier_policy.h): what the model
+  // holds hot (ProjectedBytes), warm and cool. This default: every tier
+  // holds ProjectedBytes, so the model is never demoted, only unloaded.
+  virtual absl::StatusOr<TierBytes> ProjectedTierBytes(
+      const std::string& model_directory,
+      const inference::ModelConfig& config) {
+    absl::StatusOr<int64_t> bytes = ProjectedBytes(model_directory, config);
+    if (!bytes.ok()) return bytes.status();
+    return TierBytes::Flat(*bytes);
+  }
 };
 
 struct ModelManagerOptions {
@@ -106,6 +138,11 @@ struct ModelManagerOptions {
   // How long Unload waits for the model's in-flight requests (each also
   // bounded by its own deadline) before it finishes without them.
   absl::Duration max_unload_drain = absl::Minutes(5);
+  // Memory tiers: false keeps every model hot (the budget only unloads).
+  bool memory_tiers = true;
+  // keep_alive of a model whose config leaves tiers.keep_alive empty;
+  // InfiniteDuration: never demoted for idleness.
+  absl::Duration keep_alive = absl::InfiniteDuration();
   // Called with the bytes counted against the budget after every change
   // that may raise them (a reservation, a load's end, a measurement, an
   // eviction, an unload), under the manager's lock: it must not call the
@@ -144,6 +181,18 @@ class ModelManager {
   // ones finish, frees its memory. A load of `name` still running is
   // cancelled first (its forwards stop at the next module).
   virtual absl::Status Unload(const std::string& name) = 0;
+
+  // RepositoryModelLoad with parameter `tier`: moves the READY model `name`
+  // to `tier` without reloading it (down: frees what the tier keeps no
+  // longer, waiting for its running forwards; up: reserves the bytes as a
+  // promotion does), returning once the move is done. The whole model moves
+  // and stays there until a request promotes it or pressure or keep_alive
+  // move it lower. A tier that would free nothing lands in the tier above
+  // (tier_policy.h, EffectiveTier). FAILED_PRECONDITION naming the pin
+  // below it, for a model that is not READY, or with memory tiers off;
+  // NOT_FOUND for unknown models.
+  virtual absl::Status MoveTo(const std::string& name,
+                              casting::WeightTier tier) = 0;
 
   // Shutdown: cancels every load and every forward of every model, for
   // good (they fail CANCELLED with `reason`); the manager only drains after.

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "casting/device/device.h"
 #include "casting/memory/footprint.h"
+#include "casting/memory/weight_tier.h"
 #include "models/prefetch_counts.h"
 #include "proto/inference.pb.h"
 #include "proto/model_config.pb.h"
@@ -154,6 +155,19 @@ class ServedModel {
   // entry of measured_bytes().
   virtual std::vector<MemoryUsageEntry> memory_usage() const {
     return {{"CPU", 0, measured_bytes()}};
+  }
+
+  // Memory tiers (casting/memory/weight_tier.h). The tier the model was
+  // last moved to; kHot for a model that never moved.
+  virtual casting::WeightTier tier() const { return casting::WeightTier::kHot; }
+  // Moving down frees what `tier` keeps no longer (models::Model::Demote:
+  // waits for the forwards running now, bounded by theirs; a generation
+  // model keeps the KV blocks of its running sequences). Moving up only
+  // marks the model: its next forward builds back, layer by layer, what its
+  // policy configures. The ModelManager decides the moves and accounts for
+  // them; this default (a model without tiers) only succeeds.
+  virtual absl::Status MoveTo(casting::WeightTier tier) {
+    return absl::OkStatus();
   }
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -283,6 +284,42 @@ struct ModelFamilies {
   }
 };
 
+// castserve_model_tier (READY models only), castserve_tier_moves_total and
+// castserve_wake_seconds.
+void CollectTiers(const LifecycleMetrics& lifecycle,
+                  const std::set<std::string>& ready,
+                  std::vector<MetricFamily>& out) {
+  MetricFamily tier =
+      Family("castserve_model_tier",
+             "The READY model's memory tier: 0 hot, 1 warm, 2 cool.",
+             MetricType::Gauge);
+  MetricFamily moves =
+      Family("castserve_tier_moves_total",
+             "Moves of the model between memory tiers, by cause (pressure, "
+             "keep_alive, api, request: a promotion).",
+             MetricType::Counter);
+  for (const auto& [model, entry] : lifecycle.snapshot()) {
+    if (ready.count(model) > 0) AddValue(tier, {{"model", model}}, entry.tier);
+    for (const auto& [key, count] : entry.tier_moves) {
+      const auto& [from, to, cause] = key;
+      AddValue(moves,
+               {{"model", model}, {"from", from}, {"to", to}, {"cause", cause}},
+               static_cast<double>(count));
+    }
+  }
+  MetricFamily wake = Family(
+      "castserve_wake_seconds",
+      "Time from a request's arrival to its model being ready to run, for "
+      "requests that found their model demoted, by the tier they found.",
+      MetricType::Histogram);
+  for (const auto& [found, seconds] : lifecycle.wake_seconds()) {
+    AddHistogram(wake, {{"tier", found}}, seconds);
+  }
+  out.push_back(std::move(tier));
+  out.push_back(std::move(moves));
+  out.push_back(std::move(wake));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -294,6 +331,7 @@ ServingMetrics::ServingMetrics(ServingMetricsOptions options)
 std::vector<MetricFamily> ServingMetrics::Collect() const {
   std::vector<MetricFamily> out;
   std::map<std::string, std::string> versions;
+  std::set<std::string> ready;
   if (options_.model_states) {
     MetricFamily state =
         Family("castserve_model_state",
@@ -301,6 +339,7 @@ std::vector<MetricFamily> ServingMetrics::Collect() const {
                MetricType::Gauge);
     for (const ModelStateSample& sample : options_.model_states()) {
       versions[sample.name] = sample.version;
+      if (sample.state == std::string("READY")) ready.insert(sample.name);
       const Labels labels = {{"model", sample.name},
                              {"version", sample.version}};
       for (const char* name : kStates) {
@@ -332,6 +371,7 @@ std::vector<MetricFamily> ServingMetrics::Collect() const {
     }
     out.push_back(std::move(load));
     out.push_back(std::move(evictions));
+    CollectTiers(*options_.lifecycle, ready, out);
   }
 
   MetricFamily mapped = Family(

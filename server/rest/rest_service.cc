@@ -126,7 +126,10 @@ void ServeRepository(InferenceCore* core, const RestRoute& route,
         [](const inference::RepositoryIndexResponse& response) {
           json models = json::array();
           for (const auto& model : response.models()) {
-            models.push_back(ProtoToJson(model));
+            json entry = ProtoToJson(model);
+            // The memory tier is a READY model's only.
+            if (model.tier().empty()) entry.erase("tier");
+            models.push_back(std::move(entry));
           }
           return RestJsonResponse(200, models);
         },

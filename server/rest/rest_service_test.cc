@@ -318,6 +318,41 @@ TEST_F(RestServiceTest, RepositoryIndexLoadUnload) {
   EXPECT_EQ(Call("POST", "/v2/repository/index", "[1]").status, 400);
 }
 
+TEST_F(RestServiceTest, LoadWithATierMovesTheModelAndTheIndexShowsIt) {
+  Reply hot = Call("POST", "/v2/repository/index");
+  ASSERT_EQ(hot.status, 200) << hot.body;
+  EXPECT_EQ(hot.Json()[0]["tier"], "hot");
+  Reply moved = Call("POST", "/v2/repository/models/fake/load",
+                     R"({"parameters":{"tier":"warm"}})");
+  EXPECT_EQ(moved.status, 200) << moved.body;
+  EXPECT_FALSE(manager_.last_override("fake").has_value()) << "no reload";
+  Reply index = Call("POST", "/v2/repository/index");
+  EXPECT_EQ(index.Json()[0]["name"], "fake");
+  EXPECT_EQ(index.Json()[0]["tier"], "warm");
+  for (const auto& model : index.Json()) {
+    if (model["state"] != "READY") {
+      EXPECT_FALSE(model.contains("tier"));
+    }
+  }
+  // Not loaded: loads it, then moves it.
+  EXPECT_EQ(Call("POST", "/v2/repository/models/lazy/load",
+                 R"({"parameters":{"tier":"cool"}})")
+                .status,
+            200);
+  EXPECT_EQ(*manager_.Status("lazy")->tier, casting::WeightTier::kCool);
+
+  Reply unknown = Call("POST", "/v2/repository/models/fake/load",
+                       R"({"parameters":{"tier":"lukewarm"}})");
+  EXPECT_EQ(unknown.status, 400);
+  EXPECT_NE(unknown.body.find("lukewarm"), std::string::npos) << unknown.body;
+  Reply both = Call(
+      "POST", "/v2/repository/models/fake/load",
+      R"({"parameters":{"tier":"warm","config":"{\"max_batch_size\":2}"}})");
+  EXPECT_EQ(both.status, 400);
+  EXPECT_NE(both.body.find("cannot be combined"), std::string::npos)
+      << both.body;
+}
+
 // Waits up to 5 s for `condition`.
 template <typename Condition>
 bool Eventually(Condition condition) {

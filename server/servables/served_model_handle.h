@@ -60,6 +60,10 @@ class ServedModelHandle : public ServedModel {
   std::vector<MemoryUsageEntry> memory_usage() const final {
     return MemoryUsageOf(*body_);
   }
+  casting::WeightTier tier() const final { return body_->tier(); }
+  absl::Status MoveTo(casting::WeightTier tier) final {
+    return body_->MoveTo(tier);
+  }
 
  protected:
   // `body` is not null.

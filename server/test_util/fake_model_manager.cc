@@ -222,6 +222,7 @@ std::vector<ModelStatus> FakeModelManager::Index() {
     index.push_back(
         {name, "1", entry.ready ? ModelState::kReady : ModelState::kUnavailable,
          entry.reason});
+    if (entry.ready) index.back().tier = entry.tier;
   }
   return index;
 }
@@ -231,6 +232,21 @@ absl::StatusOr<ModelStatus> FakeModelManager::Status(const std::string& name) {
     if (status.name == name) return status;
   }
   return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
+}
+
+absl::Status FakeModelManager::MoveTo(const std::string& name,
+                                      casting::WeightTier tier) {
+  absl::MutexLock lock(&mutex_);
+  auto it = models_.find(name);
+  if (it == models_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
+  }
+  if (!it->second.ready) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", name, " is not READY"));
+  }
+  it->second.tier = tier;
+  return absl::OkStatus();
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>

@@ -101,6 +101,10 @@ class FakeModelManager : public ModelManager {
   absl::StatusOr<ModelStatus> Status(const std::string& name) override;
   std::vector<std::pair<std::string, std::shared_ptr<ServedModel>>>
   ReadyModels() override;
+  // Marks the READY model's tier (Index reports it); FAILED_PRECONDITION
+  // when it is not READY.
+  absl::Status MoveTo(const std::string& name,
+                      casting::WeightTier tier) override;
 
  private:
   struct Entry {
@@ -111,6 +115,7 @@ class FakeModelManager : public ModelManager {
     bool broken = false;
     std::string reason;
     std::optional<inference::ModelConfig> last_override;
+    casting::WeightTier tier = casting::WeightTier::kHot;
   };
   absl::Status LoadLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 

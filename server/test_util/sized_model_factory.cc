@@ -9,11 +9,22 @@
 namespace castserve::testing {
 namespace {
 
-int64_t BytesOf(const inference::ModelConfig& config) {
-  const auto bytes = config.parameters().find("bytes");
+int64_t BytesOf(const inference::ModelConfig& config, const std::string& key,
+                int64_t otherwise) {
+  const auto bytes = config.parameters().find(key);
   return bytes == config.parameters().end()
-             ? 100
+             ? otherwise
              : std::atoll(bytes->second.string_value().c_str());
+}
+
+int64_t BytesOf(const inference::ModelConfig& config) {
+  return BytesOf(config, "bytes", 100);
+}
+
+TierBytes TierBytesOf(const inference::ModelConfig& config) {
+  const int64_t hot = BytesOf(config);
+  const int64_t warm = BytesOf(config, "warm_bytes", hot);
+  return {hot, warm, BytesOf(config, "cool_bytes", warm)};
 }
 
 }  // namespace
@@ -34,8 +45,8 @@ int64_t HeldBytes::most() const {
   return most_;
 }
 
-SizedServedModel::SizedServedModel(inference::ModelConfig config, int64_t bytes,
-                                   bool grow, HeldBytes* held,
+SizedServedModel::SizedServedModel(inference::ModelConfig config,
+                                   TierBytes bytes, bool grow, HeldBytes* held,
                                    std::atomic<int>* live)
     : config_(std::move(config)),
       bytes_(bytes),
@@ -43,7 +54,7 @@ SizedServedModel::SizedServedModel(inference::ModelConfig config, int64_t bytes,
       live_(live),
       grown_(!grow) {
   ++*live_;
-  if (!grow) held_->Add(bytes_);
+  if (!grow) held_->Add(bytes_.hot);
 }
 
 SizedServedModel::~SizedServedModel() {
@@ -51,13 +62,33 @@ SizedServedModel::~SizedServedModel() {
   --*live_;
 }
 
+int64_t SizedServedModel::held_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return grown_ ? bytes_.at(held_tier_) : 0;
+}
+
 void SizedServedModel::Grow() {
-  if (!grown_.exchange(true)) held_->Add(bytes_);
+  absl::MutexLock lock(&mu_);
+  held_->Add(grown_.exchange(true) ? bytes_.hot - bytes_.at(held_tier_)
+                                   : bytes_.hot);
+  held_tier_ = casting::WeightTier::kHot;
+}
+
+absl::Status SizedServedModel::MoveTo(casting::WeightTier tier) {
+  tier_ = tier;
+  absl::MutexLock lock(&mu_);
+  if (static_cast<int>(tier) <= static_cast<int>(held_tier_)) {
+    return absl::OkStatus();  // Up: its next request grows it back.
+  }
+  if (grown_) held_->Add(bytes_.at(tier) - bytes_.at(held_tier_));
+  held_tier_ = tier;
+  return absl::OkStatus();
 }
 
 void SizedServedModel::Infer(InferenceCall,
                              std::function<void(absl::Status)> done) {
   ++pending_;
+  ++requests_;
   Grow();
   --pending_;
   done(absl::OkStatus());
@@ -93,13 +124,18 @@ absl::StatusOr<std::shared_ptr<ServedModel>> SizedModelFactory::Create(
         config.parameters().at("fail").string_value());
   }
   return std::make_shared<SizedServedModel>(
-      config, BytesOf(config), config.parameters().count("grow") > 0, &held_,
-      &live_models_);
+      config, TierBytesOf(config), config.parameters().count("grow") > 0,
+      &held_, &live_models_);
 }
 
 absl::StatusOr<int64_t> SizedModelFactory::ProjectedBytes(
     const std::string& model_directory, const inference::ModelConfig& config) {
   return BytesOf(config);
+}
+
+absl::StatusOr<TierBytes> SizedModelFactory::ProjectedTierBytes(
+    const std::string& model_directory, const inference::ModelConfig& config) {
+  return TierBytesOf(config);
 }
 
 void SizedModelFactory::Gate() {

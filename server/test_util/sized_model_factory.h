@@ -5,7 +5,12 @@
 //   "bytes": what it holds once it serves, and its projection (default 100);
 //   "grow":  present: it holds nothing until its first request, then "bytes"
 //            (a lazily loaded model that fills up on first use);
-//   "fail":  present: Create fails FAILED_PRECONDITION with the value.
+//   "fail":  present: Create fails FAILED_PRECONDITION with the value;
+//   "warm_bytes", "cool_bytes": what it holds warm and cool (default: its
+//            "bytes", a tier that frees nothing), its ProjectedTierBytes.
+// A model moved down (MoveTo) holds its tier's bytes at once; moved up it
+// is only marked, and holds "bytes" again from its next request, as a real
+// model builds back on its next forward.
 // Every live model's bytes are summed in the factory's HeldBytes, sampled at
 // each change, so a test sees the most that was ever held at once.
 //
@@ -46,7 +51,7 @@ class HeldBytes {
 class SizedServedModel : public ServedModel {
  public:
   // Holds `bytes` now, or from its first request when `grow`.
-  SizedServedModel(inference::ModelConfig config, int64_t bytes, bool grow,
+  SizedServedModel(inference::ModelConfig config, TierBytes bytes, bool grow,
                    HeldBytes* held, std::atomic<int>* live);
   ~SizedServedModel() override;
 
@@ -60,18 +65,29 @@ class SizedServedModel : public ServedModel {
   ServedModelStatistics statistics() const override { return {}; }
   casting::Footprint footprint() const override;
   int64_t tracked_bytes() const override { return held_bytes() / 2; }
+  casting::WeightTier tier() const override { return tier_; }
+  absl::Status MoveTo(casting::WeightTier tier) override
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   void set_pending(int pending) { pending_ = pending; }
-  int64_t held_bytes() const { return grown_ ? bytes_ : 0; }
+  int64_t held_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // How many requests ran on this model (Infer calls).
+  int requests() const { return requests_; }
   // How often footprint() was read: once per measurement of the model.
   int footprint_reads() const { return footprint_reads_; }
 
  private:
-  void Grow();
+  void Grow() ABSL_LOCKS_EXCLUDED(mu_);
 
   const inference::ModelConfig config_;
   const std::vector<TensorSpec> specs_;
-  const int64_t bytes_;
+  const TierBytes bytes_;
+  mutable absl::Mutex mu_;
+  // The tier whose bytes it holds (hot until moved down).
+  casting::WeightTier held_tier_ ABSL_GUARDED_BY(mu_) =
+      casting::WeightTier::kHot;
+  std::atomic<casting::WeightTier> tier_{casting::WeightTier::kHot};
+  std::atomic<int> requests_{0};
   HeldBytes* const held_;
   std::atomic<int>* const live_;
   std::atomic<bool> grown_;
@@ -88,6 +104,10 @@ class SizedModelFactory : public ServedModelFactory {
       std::shared_ptr<const models::Cancellation> cancellation) override;
   // The config's "bytes".
   absl::StatusOr<int64_t> ProjectedBytes(
+      const std::string& model_directory,
+      const inference::ModelConfig& config) override;
+  // Its "bytes", "warm_bytes" and "cool_bytes".
+  absl::StatusOr<TierBytes> ProjectedTierBytes(
       const std::string& model_directory,
       const inference::ModelConfig& config) override;
 

@@ -15,6 +15,7 @@
 #include "server/servables/batching/batch_planner.h"
 #include "server/servables/batching/instance_runner.h"
 #include "server/servables/batching/request_queue.h"
+#include "server/servables/model_tier.h"
 #include "server/servables/tensor_conversion.h"
 
 namespace castserve {
@@ -122,6 +123,10 @@ class BatchingServedModel::Impl final : public ServedModel {
   int64_t device_bytes() const override {
     return tracked_id_ ? tracked_id_->device_live_bytes(device()) : 0;
   }
+  casting::WeightTier tier() const override { return tier_.tier(); }
+  absl::Status MoveTo(casting::WeightTier tier) override {
+    return tier_.MoveTo(tier);
+  }
 
  private:
   // Writes the response (InferenceRequest::write_response), counts the
@@ -132,6 +137,7 @@ class BatchingServedModel::Impl final : public ServedModel {
   // credited to it.
   const std::unique_ptr<TrackedModelId> tracked_id_;
   const std::shared_ptr<models::Model> model_;
+  ModelTier tier_{model_.get()};
   // Null without a tokenizer.
   const std::shared_ptr<const TextInput> text_;
   const inference::ModelConfig config_;

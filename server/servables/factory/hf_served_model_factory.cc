@@ -150,12 +150,19 @@ absl::StatusOr<std::unique_ptr<models::Model>> HfServedModelFactory::BuildModel(
 
 absl::StatusOr<int64_t> HfServedModelFactory::ProjectedBytes(
     const std::string& model_directory, const inference::ModelConfig& config) {
-  return models::CatchExceptions([&]() -> absl::StatusOr<int64_t> {
+  absl::StatusOr<TierBytes> tiers = ProjectedTierBytes(model_directory, config);
+  if (!tiers.ok()) return tiers.status();
+  return tiers->hot;
+}
+
+absl::StatusOr<TierBytes> HfServedModelFactory::ProjectedTierBytes(
+    const std::string& model_directory, const inference::ModelConfig& config) {
+  return models::CatchExceptions([&]() -> absl::StatusOr<TierBytes> {
     return Project(model_directory, config);
   });
 }
 
-absl::StatusOr<int64_t> HfServedModelFactory::Project(
+absl::StatusOr<TierBytes> HfServedModelFactory::Project(
     const std::string& model_directory, const inference::ModelConfig& config) {
   absl::StatusOr<LoadPlan> plan = PlanLoad(model_directory, config);
   if (!plan.ok()) return plan.status();
@@ -168,16 +175,18 @@ absl::StatusOr<int64_t> HfServedModelFactory::Project(
   absl::StatusOr<std::unique_ptr<models::Model>> model =
       BuildModel(*plan, lazy, config, *tracked_id);
   if (!model.ok()) return model.status();
+  const casting::Footprint footprint = models::ConfiguredFootprint(
+      (*model)->root(), plan->weights, InstanceCount(config));
   // What the lazy build allocated is buffers beside the weights (position
-  // ids, rotary tables): the served model holds them too.
-  int64_t bytes = tracked_id->live_bytes() +
-                  models::ConfiguredFootprint((*model)->root(), plan->weights,
-                                              InstanceCount(config))
-                      .owned_bytes();
+  // ids, rotary tables): the served model holds them too, in every tier.
+  TierBytes tiers;
+  tiers.hot = tracked_id->live_bytes() + footprint.owned_bytes();
   if (config.has_generation()) {
-    bytes += WithGenerationDefaults(config.generation()).kv_cache_bytes();
+    tiers.hot += WithGenerationDefaults(config.generation()).kv_cache_bytes();
   }
-  return bytes;
+  tiers.warm = tiers.hot - footprint.cached_compute_bytes();
+  tiers.cool = tiers.warm - footprint.total_resident_bytes();
+  return tiers;
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> HfServedModelFactory::Load(

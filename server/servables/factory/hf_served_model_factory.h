@@ -67,6 +67,12 @@ class HfServedModelFactory final : public ServedModelFactory {
   absl::StatusOr<int64_t> ProjectedBytes(
       const std::string& model_directory,
       const inference::ModelConfig& config) override;
+  // The same projection by tier: warm without the cached compute copies,
+  // cool also without the resident storage (what Demote frees); the buffers,
+  // the transient copies' bound and the KV-cache pool stay in every tier.
+  absl::StatusOr<TierBytes> ProjectedTierBytes(
+      const std::string& model_directory,
+      const inference::ModelConfig& config) override;
 
  private:
   // What Create and ProjectedBytes check and derive from a config first.
@@ -82,8 +88,8 @@ class HfServedModelFactory final : public ServedModelFactory {
   static absl::StatusOr<std::unique_ptr<models::Model>> BuildModel(
       const LoadPlan& plan, const models::WeightPolicyOptions& weights,
       const inference::ModelConfig& config, const TrackedModelId& tracked_id);
-  absl::StatusOr<int64_t> Project(const std::string& model_directory,
-                                  const inference::ModelConfig& config);
+  absl::StatusOr<TierBytes> Project(const std::string& model_directory,
+                                    const inference::ModelConfig& config);
   absl::StatusOr<std::shared_ptr<ServedModel>> Load(
       const std::string& model_directory, const inference::ModelConfig& config,
       std::shared_ptr<const models::Cancellation> cancellation);

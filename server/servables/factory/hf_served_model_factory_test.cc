@@ -133,6 +133,55 @@ TEST(HfServedModelFactoryTest,
       factory.Create("/no/such/model", BertConfig(), nullptr).status().code());
 }
 
+TEST(HfServedModelFactoryTest,
+     TierProjectionBoundsEachTierAndMovesKeepOutputs) {
+  HfServedModelFactory factory(RunfilesOptions());
+  // Resident bf16 storage with cached f32 compute copies: every tier frees
+  // something.
+  inference::ModelConfig config = BertConfig();
+  config.mutable_weights()->set_compute_copy(inference::COMPUTE_COPY_CACHED);
+  config.mutable_weights()->mutable_casting()->set_storage_dtype(
+      inference::STORAGE_DTYPE_BF16);
+  absl::StatusOr<TierBytes> tiers =
+      factory.ProjectedTierBytes(kBertDirectory, config);
+  ASSERT_TRUE(tiers.ok()) << tiers.status();
+  EXPECT_EQ(tiers->hot, *factory.ProjectedBytes(kBertDirectory, config));
+  EXPECT_GT(tiers->hot, tiers->warm);
+  EXPECT_GT(tiers->warm, tiers->cool);
+
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      factory.Create(kBertDirectory, config, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const InferenceResult hot = InferNow(**model, ReferenceRequest(Reference()));
+  ASSERT_TRUE(hot.outputs.ok()) << hot.outputs.status();
+  EXPECT_LE((*model)->footprint().owned_bytes(), tiers->hot);
+  EXPECT_GT((*model)->footprint().owned_bytes(), tiers->warm);
+
+  for (const casting::WeightTier tier :
+       {casting::WeightTier::kWarm, casting::WeightTier::kCool}) {
+    ASSERT_TRUE((*model)->MoveTo(tier).ok());
+    EXPECT_EQ((*model)->tier(), tier);
+    EXPECT_LE((*model)->footprint().owned_bytes(), tiers->at(tier))
+        << casting::WeightTierName(tier);
+    ASSERT_TRUE((*model)->MoveTo(casting::WeightTier::kHot).ok());
+    const InferenceResult again =
+        InferNow(**model, ReferenceRequest(Reference()));
+    ASSERT_TRUE(again.outputs.ok()) << again.outputs.status();
+    for (const auto& [name, tensor] : *hot.outputs) {
+      EXPECT_TRUE(at::equal(tensor, again.outputs->at(name)))
+          << name << " after " << casting::WeightTierName(tier);
+    }
+  }
+
+  // f32 resident, no casting: the storage is the compute copy, so warm
+  // frees nothing.
+  absl::StatusOr<TierBytes> plain =
+      factory.ProjectedTierBytes(kBertDirectory, BertConfig());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->hot, plain->warm);
+  EXPECT_LT(plain->cool, plain->warm / 10) << "buffers only";
+}
+
 TEST(HfServedModelFactoryTest, FillsTheSignatureWithoutTheBatchDimension) {
   HfServedModelFactory factory(RunfilesOptions());
   absl::StatusOr<std::shared_ptr<ServedModel>> model =

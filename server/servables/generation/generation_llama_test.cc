@@ -13,6 +13,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -398,6 +399,42 @@ TEST(GenerationLlamaTest, CancellingAStreamFreesItsKvBytes) {
   const ServedModelActivity after = (*model)->activity();
   EXPECT_EQ(after.kv_cache->bytes, 0);
   EXPECT_GE(after.kv_cache->peak_bytes, kv_while_running);
+}
+
+// A demotion while a sequence runs waits for the step in flight, frees the
+// weights between two steps and keeps the sequence's KV blocks: the
+// sequence goes on to the same tokens, and so does a later request.
+TEST(GenerationLlamaTest, DemotingWhileASequenceRunsKeepsItsTokens) {
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      Load(kLlamaFolder, GenerationConfig("llama_tiers"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  inference::ModelInferRequest request = IdsRequest({1, 2, 3}, 40);
+  (*request.mutable_parameters())["ignore_eos"].set_bool_param(true);
+  const Outcome hot = Call(**model, request, /*stream=*/false);
+  ASSERT_TRUE(hot.status.ok()) << hot.status;
+  const std::vector<int64_t> expected = Ids(hot.final_response);
+  ASSERT_EQ(expected.size(), 40u);
+
+  std::thread demotion;
+  absl::Status demoted = absl::UnknownError("not run");
+  const Outcome streamed =
+      Call(**model, request, /*stream=*/true, nullptr, [&](int parts) {
+        // Not on the step thread: the move waits for its step to end.
+        if (parts == 3) {
+          demotion = std::thread(
+              [&] { demoted = (*model)->MoveTo(casting::WeightTier::kCool); });
+        }
+      });
+  demotion.join();
+  ASSERT_TRUE(demoted.ok()) << demoted;
+  ASSERT_TRUE(streamed.status.ok()) << streamed.status;
+  EXPECT_EQ(StreamedIds(streamed), expected);
+  EXPECT_EQ((*model)->tier(), casting::WeightTier::kCool);
+
+  ASSERT_TRUE((*model)->MoveTo(casting::WeightTier::kHot).ok());
+  const Outcome again = Call(**model, request, /*stream=*/false);
+  ASSERT_TRUE(again.status.ok()) << again.status;
+  EXPECT_EQ(Ids(again.final_response), expected);
 }
 
 TEST(GenerationLlamaTest, PrefixCachingIsOnUnlessTheConfigDisablesIt) {

@@ -15,6 +15,7 @@
 #include "server/servables/generation/generation_sequence.h"
 #include "server/servables/generation/generation_signature.h"
 #include "server/servables/generation/generation_statistics.h"
+#include "server/servables/model_tier.h"
 
 namespace castserve {
 namespace {
@@ -86,6 +87,12 @@ class GenerationServedModel::Impl final : public ServedModel {
   int64_t device_bytes() const override {
     return tracked_id_ ? tracked_id_->device_live_bytes(device()) : 0;
   }
+  casting::WeightTier tier() const override { return tier_.tier(); }
+  // Between two steps of the running sequences (each step holds a
+  // ForwardPass); their KV blocks stay.
+  absl::Status MoveTo(casting::WeightTier tier) override {
+    return tier_.MoveTo(tier);
+  }
   ServedModelActivity activity() const override {
     ServedModelActivity activity;
     if (model_) activity = ModelActivity(*model_, tracked_id_.get());
@@ -116,6 +123,7 @@ class GenerationServedModel::Impl final : public ServedModel {
   // frees are credited to it.
   const std::unique_ptr<TrackedModelId> tracked_id_;
   const std::shared_ptr<models::Model> model_;
+  ModelTier tier_{model_.get()};
   const std::shared_ptr<const text::Tokenizer> tokenizer_;
   const std::shared_ptr<const ChatPrompt> chat_;
   const inference::ModelConfig config_;
