@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""Wake latency per memory tier (issue 28): how long the first request to a
+demoted model takes, against the same request on the hot model and against
+what an unloaded model pays (a load, then the request).
+
+One daemon per configuration of --model (a Llama-shaped bf16 checkpoint from
+gen_llama_checkpoint.py, for example --shape 1b), no budget. Per round: the
+model is loaded (RepositoryModelLoad) and answers --warmup requests; then,
+for each tier, an explicit move (RepositoryModelLoad with parameters
+{"tier": ...}), one timed request (the wake) and one more (hot again); then
+an unload, a load and one request (the reload). Requests: REST generate, 16
+prompt ids, --new-tokens new tokens, greedy. Medians over --rounds.
+
+Usage (from the repository root, after `bazel build //server:castserve`):
+  python3 benchmarks/drivers/gen_llama_checkpoint.py --shape 1b --out /tmp/castserve-bench/llama-1b
+  /usr/bin/python3 benchmarks/drivers/tier_wake.py --castserve=bazel-bin/server/castserve \\
+      --model=/tmp/castserve-bench/llama-1b [--rounds=3] [--json=PATH]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from many_models_tiers import Daemon  # noqa: E402
+
+CONFIGS = {
+    "bf16 resident": """weights { residency: RESIDENCY_RESIDENT }
+""",
+    "bf16 storage, cached f32 compute": """weights {
+  casting { storage_dtype: STORAGE_DTYPE_BF16 compute_dtype: COMPUTE_DTYPE_F32 }
+}
+""",
+    "fp8 e4m3 per-row, transient f32 compute": """weights {
+  compute_copy: COMPUTE_COPY_TRANSIENT
+  reuse_transient_buffers: true
+  casting {
+    storage_dtype: STORAGE_DTYPE_F8_E4M3FN
+    compute_dtype: COMPUTE_DTYPE_F32
+    scaling: SCALING_PER_ROW
+  }
+}
+""",
+}
+
+
+def timed(daemon, method_path, body):
+    start = time.monotonic()
+    status, reply = daemon.post(method_path, body, 600)
+    elapsed = time.monotonic() - start
+    if status != 200:
+        raise SystemExit(f"{method_path}: {status} {reply}")
+    return elapsed, reply
+
+
+def run_config(args, label, weights):
+    root = tempfile.mkdtemp(prefix="castserve-wake-", dir=args.work_dir)
+    try:
+        folder = os.path.join(root, "llama")
+        os.makedirs(folder)
+        os.symlink(os.path.abspath(args.model), os.path.join(folder, "hf"))
+        with open(os.path.join(folder, "config.pbtxt"), "w") as f:
+            f.write('checkpoint { path: "hf" }\n'
+                    'load_policy: LOAD_POLICY_FIRST_REQUEST\n'
+                    'instance_group { kind: KIND_CPU count: 1 }\n'
+                    'generation { kv_cache_bytes: 134217728 }\n' + weights)
+        daemon = Daemon(args.castserve, root,
+                        f"--intra-op-threads={args.threads}")
+        generate = ("/v2/models/llama/generate", {
+            "input_ids": list(range(100, 116)),
+            "parameters": {"max_tokens": args.new_tokens,
+                           "ignore_eos": True}})
+        load = "/v2/repository/models/llama/load"
+        rows = {"hot": [], "warm": [], "cool": [], "reload": [],
+                "move_warm": [], "move_cool": [], "load": []}
+        try:
+            timed(daemon, load, {})
+            for _ in range(args.warmup):
+                timed(daemon, *generate)
+            for _ in range(args.rounds):
+                rows["hot"].append(timed(daemon, *generate)[0])
+                for tier in ("warm", "cool"):
+                    rows[f"move_{tier}"].append(timed(
+                        daemon, load, {"parameters": {"tier": tier}})[0])
+                    rows[tier].append(timed(daemon, *generate)[0])
+                    timed(daemon, *generate)  # Hot again.
+                timed(daemon, "/v2/repository/models/llama/unload", {})
+                rows["load"].append(timed(daemon, load, {})[0])
+                rows["reload"].append(timed(daemon, *generate)[0] +
+                                      rows["load"][-1])
+                timed(daemon, *generate)
+        finally:
+            daemon.close()
+    finally:
+        shutil.rmtree(root)
+    medians = {key: statistics.median(values) for key, values in rows.items()}
+    return {"config": label, "median_s": medians, "runs_s": rows}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--castserve", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--work-dir", default=None)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--new-tokens", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    results = [run_config(args, label, CONFIGS[label])
+               for label in args.configs.split(",")]
+    print("| config | hot request s | first request after a move to warm s "
+          "| to cool s | after unload: load + request s | moves warm / "
+          "cool s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in results:
+        m = r["median_s"]
+        print(f"| {r['config']} | {m['hot']:.3f} | {m['warm']:.3f} | "
+              f"{m['cool']:.3f} | {m['reload']:.3f} | "
+              f"{m['move_warm']:.3f} / {m['move_cool']:.3f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
