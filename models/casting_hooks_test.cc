@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "casting/formats/safetensors_reader.h"
 #include "casting/memory/tracking_allocator.h"
+#include "models/kernels/storage_product.h"
 #include "models/layers/layers.h"
 #include "models/test_util/tensor_files.h"
 
@@ -61,8 +62,15 @@ class Chain : public Module {
 
 class CastingHooksTest : public ::testing::Test {
  protected:
+  // These tests are about the compute copies the hooks make, hold and
+  // prefetch; a product that reads the storage makes none
+  // (compute_from_storage_test), so every product here takes a copy.
   static void SetUpTestSuite() {
     ASSERT_TRUE(casting::TrackingAllocator::InstallTrackingCpuAllocator().ok());
+    SetStorageProductMaxRows(0);
+  }
+  static void TearDownTestSuite() {
+    SetStorageProductMaxRows(kDefaultStorageProductMaxRows);
   }
   void SetUp() override {
     at::manual_seed(3);

@@ -19,11 +19,11 @@ storage, transient f32 compute copies):
    211 token ids and per-row scales are per row, so the reference holds.
 2. The memory budget (--memory-budget-bytes), sized from measured numbers
    (ModelStatistics memory_usage of each model loaded alone in a daemon with
-   no budget): with room for one model but not two, loading B evicts the
-   idle least recently used A (RepositoryIndex says why), and a request for
-   A loads it again, evicting B; with a budget below any single model a load
-   fails with RESOURCE_EXHAUSTED and a precise message while the daemon keeps
-   serving.
+   no budget), memory tiers off: with room for one model but not two,
+   loading B evicts the idle least recently used A (RepositoryIndex says
+   why), and a request for A loads it again, evicting B; with a budget below
+   any single model a load fails with RESOURCE_EXHAUSTED and a precise
+   message while the daemon keeps serving.
 
 Run by Bazel as:
   memory_lifecycle_integration_test.py CASTSERVE BERT_FILE CLIP_FILE
@@ -289,7 +289,11 @@ class MemoryLifecycleTest(unittest.TestCase):
         print(f"budget fitting one model, not two: {budget} bytes",
               flush=True)
 
-        served = self.start(f"--memory-budget-bytes={budget}")
+        # The LRU unload on its own: with memory tiers on, the budget demotes
+        # an idle model before it unloads one (memory_budget_integration_test
+        # and model_manager_tiers_test cover that).
+        served = self.start(f"--memory-budget-bytes={budget}",
+                            "--memory-tiers=false")
         # first_request models: nothing loaded yet.
         self.assert_state(served, "bert", "UNAVAILABLE")
         self.assert_state(served, "clip", "UNAVAILABLE")

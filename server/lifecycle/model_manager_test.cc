@@ -570,9 +570,8 @@ TEST(ModelManagerTest, MemoryWaitCapIsSetOnceWhenTheLoadIsClaimed) {
   fixture.AddModel("a", Config(100));
   fixture.AddModel("b", Config(100));
   ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
-  // The manager's reference keeps it.
-  auto* busy = static_cast<SizedServedModel*>(
-      WithRequestsInFlight(fixture, "a", 1).lock().get());
+  // a stays busy (the manager's reference keeps it): b must wait.
+  WithRequestsInFlight(fixture, "a", 1);
 
   const absl::Time claimed = clock.Now();
   absl::Notification loaded;
