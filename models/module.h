@@ -147,6 +147,12 @@ class Module {
   // between forwards (a packed encoder layer's packed weights), so that the
   // memory goes with them; its next forward derives it again.
   virtual void DropDerivedCopies() {}
+  // Bytes of what the module derived and keeps (above) now, and the most it
+  // keeps once it serves under the weight policy it was built with:
+  // ConfiguredFootprint counts the latter as cached compute bytes (a tier
+  // below kHot drops them with the cached copies).
+  virtual int64_t DerivedBytes() const { return 0; }
+  virtual int64_t ConfiguredDerivedBytes() const { return 0; }
   const std::map<std::string, std::unique_ptr<casting::Weight>>& weights()
       const {
     return weights_;

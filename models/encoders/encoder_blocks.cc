@@ -264,6 +264,22 @@ std::shared_ptr<const PackedBertLayer> EncoderLayer::Packed(
   return packed_;
 }
 
+int64_t EncoderLayer::ConfiguredDerivedBytes() const {
+  if (!packable_ || !PackedEncoderLayersEnabled()) return 0;
+  // Every product inside the layer is packed (PackedBertLayer): query, key,
+  // value, the attention output, intermediate and output denses.
+  int64_t bytes = 0;
+  for (const Module* module : descendants_) {
+    if (module->kind() != "Linear") continue;
+    int64_t elements = 1;
+    for (int64_t size : module->weights().at("weight")->shape()) {
+      elements *= size;
+    }
+    bytes += elements * static_cast<int64_t>(sizeof(float));
+  }
+  return bytes;
+}
+
 void EncoderLayer::DropDerivedCopies() {
   absl::MutexLock lock(&packed_mu_);
   packed_.reset();

@@ -118,6 +118,10 @@ class EncoderLayer : public EncoderBlock {
 
   // Drops the packed weights (Model::Demote below kHot).
   void DropDerivedCopies() override;
+  int64_t DerivedBytes() const override { return packed_bytes(); }
+  // The packed weights' bytes when the layer takes the packed path (its
+  // products' f32 weights, one copy), else 0.
+  int64_t ConfiguredDerivedBytes() const override;
 
  private:
   EncoderLayer(std::string name, const EncoderSpec& spec);

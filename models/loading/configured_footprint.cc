@@ -47,6 +47,7 @@ TransientBound Walk(const Module& module, casting::Footprint* held,
     (*shapes)[{weight->options().compute_dtype, transient_bytes}] =
         transient_bytes;
   }
+  held->AddCachedCompute(module.ConfiguredDerivedBytes());
   // A borrowed table's copy (a tied lm_head's embedding, with more rows
   // than the storage product takes) is held on this module's path; it is
   // never prefetched, so it stays out of the prefetch term (module_bytes).

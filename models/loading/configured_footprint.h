@@ -17,7 +17,9 @@ namespace castserve::models {
 //
 // - Mapped, resident and cached compute bytes: the sum of every weight's
 //   casting::Weight::ConfiguredFootprint (exact: what the weights hold once
-//   every module ran).
+//   every module ran), plus in cached compute what modules derive from
+//   their copies and keep (Module::ConfiguredDerivedBytes: a packed encoder
+//   layer's packed weights).
 // - Transient compute bytes: a bound on the copies alive at once. The casting
 //   hooks (casting_hooks.h) acquire a module's own weights before its forward
 //   and release them after, so one forward holds the own weights of the

@@ -9,6 +9,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "casting/casting_policy.h"
+#include "models/encoders/packed_bert_layer.h"
+#include "models/kernels/storage_product.h"
 #include "models/loading/model_loader.h"
 
 namespace castserve::models {
@@ -38,13 +40,15 @@ WeightPolicyOptions Casting(ElementType storage, ComputeCopyPolicy copy,
   return options;
 }
 
-// The footprint every weight of the model holds now.
+// The footprint every weight of the model holds now, and what modules
+// derived from the weights' copies and keep (as cached compute bytes).
 Footprint HeldNow(Module& root) {
   Footprint held;
   root.Visit([&](Module& module) {
     for (const auto& [name, weight] : module.weights()) {
       held += weight->footprint();
     }
+    held.AddCachedCompute(module.DerivedBytes());
   });
   return held;
 }
@@ -91,6 +95,32 @@ TEST(ConfiguredFootprintTest, IsKnownBeforeAnyDataAndEqualsWhatServingHolds) {
         << held.ToString();
     EXPECT_GT(configured.owned_bytes(), 0);
   }
+}
+
+// f32 cached weights on the CPU: every BERT layer packs its products'
+// weights on its first forward, a second copy of them (46.5 MB for
+// all-MiniLM-L6-v2) that the projection must count before it exists.
+TEST(ConfiguredFootprintTest, CountsThePackedEncoderLayers) {
+  for (bool packed : {true, false}) {
+    SetPackedEncoderLayers(packed);
+    std::unique_ptr<Model> model = Load(WeightPolicyOptions{});
+    ASSERT_NE(model, nullptr);
+    const Footprint configured =
+        ConfiguredFootprint(model->root(), {}, /*concurrent_forwards=*/1);
+    ASSERT_TRUE(model->Forward(Inputs()).ok());
+    int64_t weights_cached_bytes = 0, derived_bytes = 0;
+    model->root().Visit([&](Module& module) {
+      for (const auto& [name, weight] : module.weights()) {
+        weights_cached_bytes += weight->footprint().cached_compute_bytes();
+      }
+      derived_bytes += module.DerivedBytes();
+    });
+    EXPECT_EQ(derived_bytes > 0, packed);
+    EXPECT_EQ(configured.cached_compute_bytes(),
+              weights_cached_bytes + derived_bytes)
+        << "packed " << packed;
+  }
+  SetPackedEncoderLayers(true);
 }
 
 TEST(ConfiguredFootprintTest, BoundsTheTransientCopiesAForwardHolds) {
@@ -146,9 +176,10 @@ TEST(ConfiguredFootprintTest, CountsATiedHeadsCopyOfTheEmbedding) {
       module.AddPreForwardHook(sample);
       module.AddPostForwardHook(sample);
     });
-    // 24 tokens: above the storage product's 16 rows.
+    // More tokens than a product reading the storage takes.
+    const int64_t tokens = StorageProductMaxRows() + 8;
     const NamedTensors prefill = {
-        {"input_ids", at::arange(3, 27, at::kLong).view({1, 24})}};
+        {"input_ids", at::arange(3, 3 + tokens, at::kLong).view({1, tokens})}};
     for (int i = 0; i < 2; ++i) ASSERT_TRUE((*loaded)->Forward(prefill).ok());
     // The table's f32 copy: 192 x 32 floats.
     EXPECT_GE(most_alive_bytes, 192 * 32 * 4) << "the head copied the table";
