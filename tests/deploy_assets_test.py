@@ -57,6 +57,10 @@ METRIC_FAMILIES = {
     "castserve_model_state": "gauge",
     "castserve_model_load_duration_seconds": "gauge",
     "castserve_model_evictions_total": "counter",
+    # Memory tiers.
+    "castserve_model_tier": "gauge",
+    "castserve_tier_moves_total": "counter",
+    "castserve_wake_seconds": "histogram",
     # Lazy work.
     "castserve_model_materializations_total": "counter",
     "castserve_model_materialized_bytes_total": "counter",
