@@ -1,7 +1,6 @@
 #include "models/kernels/matmul.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/cpu/Utils.h>
 #include <c10/core/InferenceMode.h>
 
@@ -10,75 +9,14 @@
 #include <chrono>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 
 #include "absl/base/const_init.h"
 #include "absl/synchronization/mutex.h"
+#include "models/kernels/onednn_ops.h"
 
 namespace castserve::models {
 namespace {
-
-// mkldnn::_linear_pointwise(Tensor X, Tensor W, Tensor? B, str attr,
-// Scalar?[] scalars, str? algorithm) -> Tensor: oneDNN's matmul with a
-// fused activation ("none" here); registered by libtorch_cpu when it is
-// built with oneDNN, as the PyPI wheel is.
-using LinearPointwise = at::Tensor(const at::Tensor&, const at::Tensor&,
-                                   const std::optional<at::Tensor>&,
-                                   std::string_view,
-                                   c10::List<std::optional<at::Scalar>>,
-                                   std::optional<std::string_view>);
-
-const c10::TypedOperatorHandle<LinearPointwise>* OneDnnLinear() {
-  static const c10::TypedOperatorHandle<LinearPointwise>* const op = [] {
-    std::optional<c10::OperatorHandle> handle =
-        c10::Dispatcher::singleton().findSchema(
-            {"mkldnn::_linear_pointwise", ""});
-    if (!handle.has_value()) {
-      return static_cast<c10::TypedOperatorHandle<LinearPointwise>*>(nullptr);
-    }
-    return new c10::TypedOperatorHandle<LinearPointwise>(
-        handle->typed<LinearPointwise>());
-  }();
-  return op;
-}
-
-// oneDNN's post-op for `activation` as (attr, algorithm); nullopt when it
-// has none castserve uses.
-struct PostOp {
-  std::string_view attr;
-  std::optional<std::string_view> algorithm;
-};
-constexpr PostOp kNoPostOp{"none", std::nullopt};
-
-std::optional<PostOp> PostOpOf(std::optional<Activation> activation) {
-  if (!activation.has_value()) return kNoPostOp;
-  switch (*activation) {
-    case Activation::kGelu:
-      return PostOp{"gelu", "none"};
-    case Activation::kGeluTanh:
-      return PostOp{"gelu", "tanh"};
-    case Activation::kSilu:
-      return PostOp{"swish", std::nullopt};
-    case Activation::kRelu:
-      return PostOp{"relu", std::nullopt};
-    case Activation::kQuickGelu:
-      return std::nullopt;
-  }
-  return std::nullopt;
-}
-
-at::Tensor OneDnnProduct(const at::Tensor& x, const at::Tensor& weight,
-                         const at::Tensor& bias, const PostOp& post_op) {
-  std::optional<at::Tensor> b;
-  if (bias.defined()) b = bias;
-  // No scalars for the post-ops castserve uses; shared, not allocated per
-  // call (a copy of a c10::List only counts a reference).
-  static const auto* const no_scalars =
-      new c10::List<std::optional<at::Scalar>>();
-  return OneDnnLinear()->call(x, weight, b, post_op.attr, *no_scalars,
-                              post_op.algorithm);
-}
 
 // The measurement's product: rows large enough to be past the small-batch
 // regime, a weight (4 MiB) that fits in the caches like a layer's slice.
@@ -107,14 +45,15 @@ F32MatmulChoice Measure() {
   const at::Tensor w = at::full({kProbeFeatures, kProbeFeatures}, 0.5);
   const at::Tensor none;
   at::linear(x, w);  // First calls set up each kernel.
-  OneDnnProduct(x, w, none, kNoPostOp);
+  OneDnnLinearProduct(x, w, none, kNoOneDnnPostOp);
   choice.blas_us = choice.onednn_us = 1e300;
   for (int round = 0; round < kProbeRounds; ++round) {
     choice.blas_us =
         std::min(choice.blas_us, MicrosecondsOf([&] { at::linear(x, w); }));
     choice.onednn_us =
-        std::min(choice.onednn_us,
-                 MicrosecondsOf([&] { OneDnnProduct(x, w, none, kNoPostOp); }));
+        std::min(choice.onednn_us, MicrosecondsOf([&] {
+                   OneDnnLinearProduct(x, w, none, kNoOneDnnPostOp);
+                 }));
   }
   choice.measured = true;
   choice.kernel = choice.onednn_us < kOneDnnAdvantage * choice.blas_us
@@ -203,8 +142,8 @@ at::Tensor LinearProduct(const at::Tensor& x, const at::Tensor& weight,
                          std::optional<Activation> activation) {
   at::Tensor y;
   if (OnOneDnn(x, weight)) {
-    const std::optional<PostOp> post_op = PostOpOf(activation);
-    y = OneDnnProduct(x, weight, bias, post_op.value_or(kNoPostOp));
+    const std::optional<OneDnnPostOp> post_op = OneDnnPostOpOf(activation);
+    y = OneDnnLinearProduct(x, weight, bias, post_op.value_or(kNoOneDnnPostOp));
     if (post_op.has_value()) return y;  // Fused, or no activation.
   } else {
     y = at::linear(x, weight, bias);
