@@ -121,7 +121,9 @@ class Daemon:
         self.process = subprocess.Popen(
             [castserve, f"--model-repository={repository}", "--grpc-port=0",
              "--metrics-port=0", "--http-port=0", "--bind-address=127.0.0.1",
-             "--intra-op-threads=1", *flags],
+             "--intra-op-threads=1",
+             # One client address sends up to --max-in-flight at once.
+             "--http-max-connections-per-ip=256", *flags],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

@@ -32,11 +32,11 @@ from many_models_tiers import Daemon  # noqa: E402
 CONFIGS = {
     "bf16 resident": """weights { residency: RESIDENCY_RESIDENT }
 """,
-    "bf16 storage, cached f32 compute": """weights {
+    "bf16 storage; cached f32 compute": """weights {
   casting { storage_dtype: STORAGE_DTYPE_BF16 compute_dtype: COMPUTE_DTYPE_F32 }
 }
 """,
-    "fp8 e4m3 per-row, transient f32 compute": """weights {
+    "fp8 e4m3 per-row; transient f32 compute": """weights {
   compute_copy: COMPUTE_COPY_TRANSIENT
   reuse_transient_buffers: true
   casting {
@@ -70,7 +70,8 @@ def run_config(args, label, weights):
                     'instance_group { kind: KIND_CPU count: 1 }\n'
                     'generation { kv_cache_bytes: 134217728 }\n' + weights)
         daemon = Daemon(args.castserve, root,
-                        f"--intra-op-threads={args.threads}")
+                        f"--intra-op-threads={args.threads}",
+                        "--allow-symlinks-outside-repository")
         generate = ("/v2/models/llama/generate", {
             "input_ids": list(range(100, 116)),
             "parameters": {"max_tokens": args.new_tokens,
@@ -111,7 +112,8 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help="comma-separated keys of CONFIGS")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
