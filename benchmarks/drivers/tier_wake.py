@@ -11,6 +11,10 @@ for each tier, an explicit move (RepositoryModelLoad with parameters
 an unload, a load and one request (the reload). Requests: REST generate, 16
 prompt ids, --new-tokens new tokens, greedy. Medians over --rounds.
 
+With --profile-dir, the first round's wake requests run under `perf record
+-g` attached to the daemon (Debian's linux-perf), one file per config and
+tier; `perf report -i FILE --no-children` says where the wake's time goes.
+
 Usage (from the repository root, after `bazel build //server:castserve`):
   python3 benchmarks/drivers/gen_llama_checkpoint.py --shape 1b --out /tmp/castserve-bench/llama-1b
   /usr/bin/python3 benchmarks/drivers/tier_wake.py --castserve=bazel-bin/server/castserve \\
@@ -20,8 +24,11 @@ Usage (from the repository root, after `bazel build //server:castserve`):
 import argparse
 import json
 import os
+import re
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +65,22 @@ def timed(daemon, method_path, body):
     return elapsed, reply
 
 
+class Profile:
+    """perf record -g on the daemon while the with-block runs."""
+
+    def __init__(self, daemon, path):
+        self.command = ["perf", "record", "-q", "-g", "-e", "cpu-clock",
+                        "-p", str(daemon.process.pid), "-o", path]
+
+    def __enter__(self):
+        self.process = subprocess.Popen(self.command)
+        time.sleep(0.5)  # perf attaches before the request starts.
+
+    def __exit__(self, *exc):
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait()
+
+
 def run_config(args, label, weights):
     root = tempfile.mkdtemp(prefix="castserve-wake-", dir=args.work_dir)
     try:
@@ -88,7 +111,14 @@ def run_config(args, label, weights):
                 for tier in ("warm", "cool"):
                     rows[f"move_{tier}"].append(timed(
                         daemon, load, {"parameters": {"tier": tier}})[0])
-                    rows[tier].append(timed(daemon, *generate)[0])
+                    if args.profile_dir and len(rows[tier]) == 0:
+                        slug = re.sub(r"[^a-z0-9]+", "_", label.lower())
+                        path = os.path.join(args.profile_dir,
+                                            f"wake_{slug}_{tier}.perf")
+                        with Profile(daemon, path):
+                            rows[tier].append(timed(daemon, *generate)[0])
+                    else:
+                        rows[tier].append(timed(daemon, *generate)[0])
                     timed(daemon, *generate)  # Hot again.
                 timed(daemon, "/v2/repository/models/llama/unload", {})
                 rows["load"].append(timed(daemon, load, {})[0])
@@ -115,6 +145,7 @@ def main():
     parser.add_argument("--configs", default=",".join(CONFIGS),
                         help="comma-separated keys of CONFIGS")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--profile-dir", default=None)
     args = parser.parse_args()
 
     results = [run_config(args, label, CONFIGS[label])
