@@ -312,7 +312,9 @@ TEST_F(WeightTest, DemotionFreesWhatTheTierDropsAndUseRebuildsItBitwise) {
       EXPECT_EQ(cool.mapped_bytes(),
                 static_cast<int64_t>(checkpoint_->Find(name)->size_bytes))
           << what;
-      if (floating) EXPECT_EQ(stored(), first_stored) << what << ": cool";
+      if (floating) {
+        EXPECT_EQ(stored(), first_stored) << what << ": cool";
+      }
       EXPECT_TRUE(compute().equal(first)) << what << ": cool";
       EXPECT_EQ(weight->footprint().owned_bytes(),
                 configured.owned_bytes() - configured.transient_compute_bytes())

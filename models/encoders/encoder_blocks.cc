@@ -111,6 +111,12 @@ class EncoderSelfAttention : public Module {
     w.value_bias = value_->OptionalParam(context, "bias");
   }
 
+  // True for the query, key and value projections (whose biases the packed
+  // layer concatenates).
+  bool IsProjection(const Module* module) const {
+    return module == query_ || module == key_ || module == value_;
+  }
+
  private:
   EncoderSelfAttention(std::string name, std::string kind, int64_t heads)
       : Module(std::move(name), std::move(kind)), heads_(heads) {}
@@ -267,15 +273,27 @@ std::shared_ptr<const PackedBertLayer> EncoderLayer::Packed(
 int64_t EncoderLayer::ConfiguredDerivedBytes() const {
   if (!packable_ || !PackedEncoderLayersEnabled()) return 0;
   // Every product inside the layer is packed (PackedBertLayer): query, key,
-  // value, the attention output, intermediate and output denses.
+  // value, the attention output, intermediate and output denses; the first
+  // three's biases are concatenated, and the LayerNorms' parameters copied.
+  const auto f32_bytes = [](const casting::Weight& weight) {
+    int64_t elements = 1;
+    for (int64_t size : weight.shape()) elements *= size;
+    return elements * static_cast<int64_t>(sizeof(float));
+  };
   int64_t bytes = 0;
   for (const Module* module : descendants_) {
-    if (module->kind() != "Linear") continue;
-    int64_t elements = 1;
-    for (int64_t size : module->weights().at("weight")->shape()) {
-      elements *= size;
+    if (module->kind() == "LayerNorm") {
+      for (const auto& [name, weight] : module->weights()) {
+        bytes += f32_bytes(*weight);
+      }
+    } else if (module->kind() == "Linear") {
+      bytes += f32_bytes(*module->weights().at("weight"));
+      const auto bias = module->weights().find("bias");
+      if (self_attention_->IsProjection(module) &&
+          bias != module->weights().end()) {
+        bytes += f32_bytes(*bias->second);
+      }
     }
-    bytes += elements * static_cast<int64_t>(sizeof(float));
   }
   return bytes;
 }

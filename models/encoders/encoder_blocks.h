@@ -119,8 +119,10 @@ class EncoderLayer : public EncoderBlock {
   // Drops the packed weights (Model::Demote below kHot).
   void DropDerivedCopies() override;
   int64_t DerivedBytes() const override { return packed_bytes(); }
-  // The packed weights' bytes when the layer takes the packed path (its
-  // products' f32 weights, one copy), else 0.
+  // What the packed layer holds when the layer takes the packed path
+  // (PackedBertLayer::packed_bytes: its products' f32 weights, the
+  // query/key/value biases and the LayerNorm parameters, one copy each),
+  // else 0.
   int64_t ConfiguredDerivedBytes() const override;
 
  private:

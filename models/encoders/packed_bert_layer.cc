@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <initializer_list>
 
 #include "models/layers/attention.h"
 
@@ -43,6 +44,11 @@ PackedBertLayer::PackedBertLayer(const Weights& w, const Options& options)
       output_norm_bias_(CopyOf(w.output_norm_bias)) {
   TORCH_INTERNAL_ASSERT(options.heads > 0 &&
                         qkv_.in_features() % options.heads == 0);
+  for (const at::Tensor* copy : std::initializer_list<const at::Tensor*>{
+           &w.query_bias, &w.key_bias, &w.value_bias, &attention_norm_weight_,
+           &attention_norm_bias_, &output_norm_weight_, &output_norm_bias_}) {
+    if (copy->defined()) copied_bytes_ += copy->nbytes();
+  }
 }
 
 at::Tensor PackedBertLayer::Forward(const at::Tensor& x,
@@ -70,7 +76,7 @@ at::Tensor PackedBertLayer::Forward(const at::Tensor& x,
 
 int64_t PackedBertLayer::packed_bytes() const {
   return qkv_.packed_bytes() + attention_output_.packed_bytes() +
-         intermediate_.packed_bytes() + output_.packed_bytes();
+         intermediate_.packed_bytes() + output_.packed_bytes() + copied_bytes_;
 }
 
 }  // namespace castserve::models

@@ -65,7 +65,9 @@ class PackedBertLayer {
   at::Tensor Forward(const at::Tensor& x,
                      const at::Tensor& attention_bias) const;
 
-  // Bytes of the packed weight copies.
+  // Bytes the layer holds beyond the weights' compute copies: the packed
+  // weights, the query/key/value biases concatenated, and its copies of the
+  // LayerNorm parameters.
   int64_t packed_bytes() const;
 
  private:
@@ -76,6 +78,7 @@ class PackedBertLayer {
   PackedLinear output_;
   at::Tensor attention_norm_weight_, attention_norm_bias_;
   at::Tensor output_norm_weight_, output_norm_bias_;
+  int64_t copied_bytes_ = 0;  // The concatenated bias and the norm copies.
 };
 
 }  // namespace castserve::models
