@@ -107,15 +107,15 @@ TEST(HfServedModelFactoryTest,
   ASSERT_TRUE(model.ok()) << model.status();
   const int64_t weight_bytes = (*model)->footprint().owned_bytes();
   EXPECT_GT(weight_bytes, 100000) << "the fixture's f32 weights, resident";
-  EXPECT_GE(*projected, weight_bytes);
   // Beyond the weights: the packed encoder layers' second copy of their
-  // products' weights (f32 cached on the CPU) and the buffers the build
-  // made (a few KiB here).
+  // products' weights (f32 cached on the CPU; here about 60 % of all the
+  // weights, the rest being embeddings) and the buffers the build made (a
+  // few KiB).
+  EXPECT_GT(*projected, weight_bytes + weight_bytes / 2)
+      << "the packed layers' copies are counted";
   EXPECT_LT(*projected, 2 * weight_bytes + weight_bytes / 10);
   InferNow(**model, ReferenceRequest(Reference()));
   EXPECT_LE((*model)->footprint().owned_bytes(), *projected);
-  EXPECT_LE((*model)->measured_bytes(), *projected)
-      << "what the budget measures once it served, packed layers included";
 
   // Two instances: the transient copies two forwards hold at once.
   inference::ModelConfig casting = BertConfig();
