@@ -89,10 +89,6 @@ SAMPLE = re.compile(r'^(castserve_model_allocated_bytes|'
 TIER_NAMES = {0: "hot", 1: "warm", 2: "cool"}
 
 
-def copy_tree(source, destination):
-    shutil.copytree(source, destination, symlinks=False)
-
-
 def write_repository(root, minilm, llama, embedders, decoders):
     """Writes the models; returns [(name, kind)] with kind "embedder:<k>" or
     "decoder"."""
@@ -106,7 +102,7 @@ def write_repository(root, minilm, llama, embedders, decoders):
         models.append((f"dec_{i:02d}", "decoder", DECODER_CONFIG, llama))
     for name, _, weights, checkpoint in models:
         folder = os.path.join(root, name)
-        copy_tree(checkpoint, os.path.join(folder, "hf"))
+        shutil.copytree(checkpoint, os.path.join(folder, "hf"))
         with open(os.path.join(folder, "config.pbtxt"), "w") as f:
             batching = "" if weights is DECODER_CONFIG else "max_batch_size: 8\n"
             f.write(batching + 'checkpoint { path: "hf" }\n'
