@@ -91,6 +91,26 @@ absl::StatusOr<const TensorEntry*> CheckPrequantized(
   return scales;
 }
 
+// `work` run outside any forward's exception handler (a prefetch or
+// promotion thread): what LibTorch throws (an allocation that fails:
+// RESOURCE_EXHAUSTED) becomes a status, prefixed by `what`.
+template <typename Work>
+absl::Status StatusOfThrowing(absl::string_view what, Work work) {
+  try {
+    return work();
+  } catch (const c10::Error& error) {
+    const absl::string_view message = error.what_without_backtrace();
+    return absl::Status(IsOutOfMemoryMessage(message)
+                            ? absl::StatusCode::kResourceExhausted
+                            : absl::StatusCode::kInternal,
+                        absl::StrCat(what, ": ", message));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": out of memory"));
+  } catch (const std::exception& error) {
+    return absl::InternalError(absl::StrCat(what, ": ", error.what()));
+  }
+}
+
 }  // namespace
 
 WeightActivity& WeightActivity::operator+=(const WeightActivity& other) {
@@ -446,7 +466,9 @@ absl::StatusOr<at::Tensor> Weight::GatherRows(const at::Tensor& row_ids) {
     if (!table.ok()) return table.status();
     return table->index_select(0, device_ids);
   }
-  const bool resident = options_.residency == Residency::kResident;
+  // Rows of a cool weight serving mapped come from the source.
+  const bool resident =
+      options_.residency == Residency::kResident && !serving_mapped_;
   if (resident) {
     if (absl::Status status = MaterializeLocked(); !status.ok()) return status;
     if (StorageIsCompute()) return storage_.index_select(0, device_ids);
@@ -482,6 +504,16 @@ absl::Status Weight::MaterializeLocked() {
   SynchronizeCurrentStream(StorageDevice());
   // The resident copy is read from now on, never the mapping.
   checkpoint_->ReleasePages(entry_);
+  if (serving_mapped_) {
+    // Forwards that loaded the mapped view may still read it (the pages
+    // fault back in from the file); the next ReadStorage publishes the
+    // resident one.
+    serving_mapped_ = false;
+    if (owned_storage_view_ != nullptr) {
+      storage_view_.store(nullptr, std::memory_order_release);
+      retired_storage_view_ = std::move(owned_storage_view_);
+    }
+  }
   activity_.storage_materializations += 1;
   activity_.storage_bytes +=
       storage_.nbytes() + (scales_.defined() ? scales_.nbytes() : 0);
@@ -599,7 +631,11 @@ absl::Status Weight::EnsureComputeLocked() {
   if (absl::Status status = LoadSourceScalesLocked(); !status.ok()) {
     return status;
   }
-  if (options_.residency == Residency::kResident) {
+  // A cool weight serving mapped decodes from the source, bitwise as from
+  // the resident copy, unless that copy doubles as the compute copy.
+  const bool from_source = options_.residency == Residency::kMapped ||
+                           (serving_mapped_ && !StorageIsCompute());
+  if (!from_source) {
     if (absl::Status status = MaterializeLocked(); !status.ok()) return status;
     if (StorageIsCompute()) {
       compute_ = storage_;
@@ -607,9 +643,8 @@ absl::Status Weight::EnsureComputeLocked() {
     }
   }
   const absl::Time start = absl::Now();
-  absl::StatusOr<at::Tensor> compute = options_.residency == Residency::kMapped
-                                           ? DecodeFromSource()
-                                           : DecodeFromStorage();
+  absl::StatusOr<at::Tensor> compute =
+      from_source ? DecodeFromSource() : DecodeFromStorage();
   if (!compute.ok()) return compute.status();
   compute_ = *std::move(compute);
   ++compute_builds_;
@@ -688,7 +723,7 @@ absl::StatusOr<StorageView> Weight::MakeStorageViewLocked() {
   view.format = *storage_format();
   view.rows = num_rows();
   view.cols = view.rows == 0 ? 0 : entry_.numel() / view.rows;
-  if (options_.residency == Residency::kMapped) {
+  if (options_.residency == Residency::kMapped || serving_mapped_) {
     // A pre-quantized mapped weight's scales are read once, as f32.
     if (absl::Status status = LoadSourceScalesLocked(); !status.ok()) {
       return status;
@@ -721,22 +756,10 @@ absl::Status Weight::Materialize() {
 }
 
 absl::Status Weight::PrefetchCompute() {
-  try {
+  return StatusOfThrowing(absl::StrCat("prefetch of ", name()), [&] {
     absl::MutexLock lock(&mu_);
     return EnsureComputeLocked();
-  } catch (const c10::Error& error) {
-    const absl::string_view message = error.what_without_backtrace();
-    return absl::Status(IsOutOfMemoryMessage(message)
-                            ? absl::StatusCode::kResourceExhausted
-                            : absl::StatusCode::kInternal,
-                        absl::StrCat("prefetch of ", name(), ": ", message));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("prefetch of ", name(), ": out of memory"));
-  } catch (const std::exception& error) {
-    return absl::InternalError(
-        absl::StrCat("prefetch of ", name(), ": ", error.what()));
-  }
+  });
 }
 
 void Weight::AdviseWillNeed() const {
@@ -771,9 +794,40 @@ absl::Status Weight::Demote(WeightTier tier) {
   if (tier == WeightTier::kWarm) return absl::OkStatus();
   storage_view_.store(nullptr, std::memory_order_release);
   owned_storage_view_.reset();
+  retired_storage_view_.reset();
   storage_.reset();
   scales_.reset();
+  serving_mapped_ = ServesMappedWhenCool();
   return absl::OkStatus();
+}
+
+bool Weight::ServesMappedWhenCool() const {
+  if (passthrough_ || options_.residency != Residency::kResident ||
+      !options_.device.is_cpu()) {
+    return false;
+  }
+  return prequantized() ||
+         options_.storage == StorageFormat::Plain(*RowOf(entry_.dtype).element);
+}
+
+bool Weight::serving_mapped() const {
+  absl::MutexLock lock(&mu_);
+  return serving_mapped_;
+}
+
+absl::Status Weight::Promote(WeightTier tier) {
+  if (tier == WeightTier::kCool) return absl::OkStatus();
+  return StatusOfThrowing(absl::StrCat("promotion of ", name()), [&] {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status status = MaterializeLocked(); !status.ok()) {
+      return status;
+    }
+    if (tier == WeightTier::kHot &&
+        options_.compute_copy == ComputeCopyPolicy::kCached) {
+      return EnsureComputeLocked();
+    }
+    return absl::OkStatus();
+  });
 }
 
 Footprint Weight::footprint() const {

@@ -222,10 +222,11 @@ class Weight {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // The stored elements themselves, for a product that reads them instead of
-  // a compute copy (models/kernels/storage_product.h): the mapping (kMapped) or
-  // the resident storage, made first if missing (kResident). Counts a
-  // storage_read; makes no compute copy. The view is built by the first
-  // call and lives as long as the weight; later calls return it without
+  // a compute copy (models/kernels/storage_product.h): the mapping (kMapped,
+  // or a cool weight serving mapped) or the resident storage, made first if
+  // missing (kResident). Counts a storage_read; makes no compute copy. The
+  // view is built by the first call and lives as long as the weight (until
+  // Demote(kCool)); later calls return it without
   // taking the weight's lock. FailedPrecondition on a device other than the
   // CPU or with storage_on_host, or for integer tensors passed through;
   // DATA_LOSS as Acquire (a later call tries again).
@@ -263,6 +264,28 @@ class Weight {
   // from ReadStorage is in use (kCool frees it), i.e. no forward runs on the
   // weight's model.
   absl::Status Demote(WeightTier tier) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // True when this weight, demoted to kCool, serves from its mapped source
+  // until it is promoted, instead of making its resident storage on first
+  // use: a resident weight on the CPU whose storage is the source's bytes as
+  // they are (the checkpoint's own dtype, or a pre-quantized entry). Products
+  // that read storage then read the mapping; compute copies and gathered rows
+  // decode from it, bitwise as from the resident copy. A weight that is
+  // stored in its compute dtype still makes its storage on the request path
+  // when a product needs a compute copy (more rows than a storage product
+  // takes), as the resident copy doubles as that copy.
+  bool ServesMappedWhenCool() const;
+
+  // Builds back, here and now, what `tier` keeps and a demotion freed: the
+  // resident storage (kWarm and kHot), and a cached compute copy (kHot). What
+  // a forward would otherwise build on first use, run off the request path
+  // (server/servables/model_tier.h): a forward that needs this weight
+  // meanwhile waits for this weight only. From then on products read the
+  // resident storage, not the mapping. Never throws (as PrefetchCompute).
+  absl::Status Promote(WeightTier tier) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // True while a cool weight serves from its mapped source (above).
+  bool serving_mapped() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Bytes by state, as now.
   Footprint footprint() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -384,9 +407,16 @@ class Weight {
   // activity_.storage_reads is storage_reads_ (counted without the lock).
   WeightActivity activity_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> storage_reads_{0};
+  // Set by Demote(kCool) when ServesMappedWhenCool, cleared once the
+  // resident storage is made again.
+  bool serving_mapped_ ABSL_GUARDED_BY(mu_) = false;
   // ReadStorage's view: built under mu_ on first use, then published;
   // dropped only by Demote(kCool).
   std::unique_ptr<StorageView> owned_storage_view_ ABSL_GUARDED_BY(mu_);
+  // The mapped view a cool weight published before its resident storage was
+  // made: forwards that loaded it may still read it; dropped by
+  // Demote(kCool), which runs with no forward.
+  std::unique_ptr<StorageView> retired_storage_view_ ABSL_GUARDED_BY(mu_);
   std::atomic<const StorageView*> storage_view_{nullptr};
 };
 

@@ -314,11 +314,24 @@ TEST_F(WeightTest, DemotionFreesWhatTheTierDropsAndUseRebuildsItBitwise) {
           << what;
       if (floating) {
         EXPECT_EQ(stored(), first_stored) << what << ": cool";
+        // Storage that is the file's bytes is read from the mapping.
+        EXPECT_EQ((*weight->ReadStorage())->mapped,
+                  options.residency == Residency::kMapped ||
+                      weight->ServesMappedWhenCool())
+            << what;
       }
       EXPECT_TRUE(compute().equal(first)) << what << ": cool";
+      ASSERT_TRUE(weight->Promote(WeightTier::kHot).ok()) << what;
+      EXPECT_FALSE(weight->serving_mapped()) << what;
       EXPECT_EQ(weight->footprint().owned_bytes(),
                 configured.owned_bytes() - configured.transient_compute_bytes())
-          << what << ": promoted back by use";
+          << what << ": promoted back by use and Promote";
+      if (floating) {
+        EXPECT_EQ((*weight->ReadStorage())->mapped,
+                  options.residency == Residency::kMapped)
+            << what;
+        EXPECT_EQ(stored(), first_stored) << what << ": promoted";
+      }
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -172,6 +173,24 @@ absl::StatusOr<NamedTensors> Model::Run(
                      outputs.status().message()));
   }
   return outputs;
+}
+
+absl::Status Model::Promote(casting::WeightTier tier,
+                            const std::function<bool()>& cancelled) {
+  std::vector<casting::Weight*> weights;
+  root().Visit([&](Module& module) {
+    for (const auto& [name, weight] : module.weights()) {
+      weights.push_back(weight.get());
+    }
+  });
+  for (casting::Weight* weight : weights) {
+    if (cancelled()) return absl::OkStatus();
+    const ForwardPass pass = EnterForward();  // Holds a Demote off.
+    if (absl::Status status = weight->Promote(tier); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Model::Demote(casting::WeightTier tier) {

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <new>
@@ -164,6 +165,16 @@ class Model {
   // it (it only frees memory). Later forwards build back, layer by layer,
   // what the weight policy configures, bitwise the same. Thread-safe.
   absl::Status Demote(casting::WeightTier tier);
+
+  // Builds back what `tier` keeps in every weight (casting::Weight::Promote),
+  // one weight at a time in the model's order, while forwards run: a forward
+  // waits only for the weight being promoted, if it needs that one, and a
+  // Demote for one weight's promotion. Stops before the next weight once
+  // `cancelled` returns true, with what it built kept (the rest is built on
+  // first use, as before). `cancelled` is asked before each weight, with
+  // nothing held. The first error ends it. Thread-safe.
+  absl::Status Promote(casting::WeightTier tier,
+                       const std::function<bool()>& cancelled);
 
   // Holds Demote off while it lives. Every forward holds one: Run does;
   // code that drives incremental_decoder() itself (the generation

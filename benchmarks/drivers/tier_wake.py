@@ -1,15 +1,17 @@
 #!/usr/bin/python3
 """Wake latency per memory tier (issue 28): how long the first request to a
 demoted model takes, against the same request on the hot model and against
-what an unloaded model pays (a load, then the request).
+what an unloaded model pays (a load, then the request). A move up returns
+once the model's promotion has started; the wake request runs beside it.
 
 One daemon per configuration of --model (a Llama-shaped bf16 checkpoint from
 gen_llama_checkpoint.py, for example --shape 1b), no budget. Per round: the
 model is loaded (RepositoryModelLoad) and answers --warmup requests; then,
 for each tier, an explicit move (RepositoryModelLoad with parameters
 {"tier": ...}), one timed request (the wake) and one more (hot again); then
-an unload, a load and one request (the reload). Requests: REST generate, 16
-prompt ids, --new-tokens new tokens, greedy. Medians over --rounds.
+an unload, a load and one request (the reload). Requests: REST generate,
+--prompt-tokens prompt ids, --new-tokens new tokens, greedy. Medians over
+--rounds.
 
 With --profile-dir, the first round's wake requests run under `perf record
 -g` attached to the daemon (Debian's linux-perf), one file per config and
@@ -37,7 +39,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from many_models_tiers import Daemon  # noqa: E402
 
 CONFIGS = {
-    "bf16 resident": """weights { residency: RESIDENCY_RESIDENT }
+    # Storage that is the file's bytes: a cool model serves from the mapping
+    # until its promotion (casting::Weight::ServesMappedWhenCool).
+    "bf16 as stored; bf16 compute": """weights {
+  casting { compute_dtype: COMPUTE_DTYPE_BF16 }
+}
+""",
+    "bf16 as stored; transient f32 compute": """weights {
+  compute_copy: COMPUTE_COPY_TRANSIENT
+  reuse_transient_buffers: true
+  casting { storage_dtype: STORAGE_DTYPE_BF16 compute_dtype: COMPUTE_DTYPE_F32 }
+}
+""",
+    # Storage converted from the file: a cool model makes it again.
+    "f32 resident (from the bf16 file)": """weights { residency: RESIDENCY_RESIDENT }
 """,
     "bf16 storage; cached f32 compute": """weights {
   casting { storage_dtype: STORAGE_DTYPE_BF16 compute_dtype: COMPUTE_DTYPE_F32 }
@@ -96,7 +111,7 @@ def run_config(args, label, weights):
                         f"--intra-op-threads={args.threads}",
                         "--allow-symlinks-outside-repository")
         generate = ("/v2/models/llama/generate", {
-            "input_ids": list(range(100, 116)),
+            "input_ids": list(range(100, 100 + args.prompt_tokens)),
             "parameters": {"max_tokens": args.new_tokens,
                            "ignore_eos": True}})
         load = "/v2/repository/models/llama/load"
@@ -139,6 +154,7 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--prompt-tokens", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)

@@ -217,6 +217,51 @@ TEST_P(PrequantizedLlamaTest, FewRowsReadTheStoredFp8WithItsScales) {
   }
 }
 
+// Memory tiers: cool, the resident fp8 storage (the file's bytes) is read
+// from the mapping with its scales until a promotion makes it resident
+// again; the logits are bitwise those of the hot model throughout, for a
+// prefill (compute copies decoded from the mapping) and for few rows (the
+// stored fp8 read in place).
+TEST_P(PrequantizedLlamaTest, ACoolModelServesItsFp8FromTheMapping) {
+  const NamedTensors few = {
+      {"input_ids", inputs_.at("input_ids").slice(0, 0, 1).slice(1, 0, 4)},
+      {"attention_mask",
+       inputs_.at("attention_mask").slice(0, 0, 1).slice(1, 0, 4)}};
+  WeightPolicyOptions resident;
+  resident.compute_copy = casting::ComputeCopyPolicy::kTransient;
+  auto model = LoadHfModel(folder_, resident);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto serving_mapped = [&] {
+    int count = 0;
+    (*model)->root().Visit([&](Module& module) {
+      for (const auto& [name, weight] : module.weights()) {
+        count += weight->serving_mapped() ? 1 : 0;
+      }
+    });
+    return count;
+  };
+  for (const NamedTensors& inputs : {inputs_, few}) {
+    auto hot = (*model)->Forward(inputs);
+    ASSERT_TRUE(hot.ok()) << hot.status();
+    const int64_t serving = FootprintOf(**model).owned_bytes();
+    ASSERT_TRUE((*model)->Demote(casting::WeightTier::kCool).ok());
+    auto cool = (*model)->Forward(inputs);
+    ASSERT_TRUE(cool.ok()) << cool.status();
+    // At least the 14 fp8 projections.
+    EXPECT_GE(serving_mapped(), 14);
+    EXPECT_LT(FootprintOf(**model).owned_bytes(), serving);
+    ASSERT_TRUE((*model)
+                    ->Promote(casting::WeightTier::kHot, [] { return false; })
+                    .ok());
+    EXPECT_EQ(serving_mapped(), 0);
+    EXPECT_EQ(FootprintOf(**model).owned_bytes(), serving);
+    auto promoted = (*model)->Forward(inputs);
+    ASSERT_TRUE(promoted.ok()) << promoted.status();
+    EXPECT_TRUE(hot->at("logits").equal(cool->at("logits")));
+    EXPECT_TRUE(hot->at("logits").equal(promoted->at("logits")));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, PrequantizedLlamaTest,
                          ::testing::Values("fp8_block", "ct_channel",
                                            "ct_tensor", "fbgemm"));

@@ -133,8 +133,10 @@ int64_t Embedding::num_embeddings() const {
 }
 
 bool Embedding::ReadsOwnWeights() const {
-  return weight("weight")->options().compute_copy ==
-         casting::ComputeCopyPolicy::kTransient;
+  const casting::Weight& table = *weight("weight");
+  return table.options().compute_copy ==
+             casting::ComputeCopyPolicy::kTransient ||
+         table.serving_mapped();
 }
 
 at::Tensor Embedding::Forward(ForwardContext& context,

@@ -79,11 +79,14 @@ class Embedding : public Module {
   static absl::StatusOr<std::unique_ptr<Embedding>> Create(
       std::string name, const WeightFactory& weights, int64_t num_embeddings,
       int64_t embedding_dim);
-  // With a transient table, decodes only the rows of `ids`
-  // (casting::Weight::GatherRows) instead of the whole table.
+  // With a transient table, or a cool one serving from its mapping
+  // (casting::Weight::ServesMappedWhenCool), decodes only the rows of `ids`
+  // (casting::Weight::GatherRows) instead of the whole table: the same
+  // values as the whole table's.
   at::Tensor Forward(ForwardContext& context, const at::Tensor& ids) const;
   int64_t num_embeddings() const;
-  // True when the table's compute copies are transient.
+  // True when the table's compute copies are transient, or while it serves
+  // from its mapping (false once promoted: decided per forward).
   bool ReadsOwnWeights() const override;
 
  private:

@@ -1,19 +1,26 @@
 // A servable's memory tier (ServedModel::tier and MoveTo), over the model it
-// runs: moves down go through models::Model::Demote, moves up only mark the
-// tier (the next forward builds back). What the batching and the generation
-// servables share.
+// runs: moves down go through models::Model::Demote; moves up mark the tier
+// and start a promotion thread (models::Model::Promote) that builds back
+// what the tier keeps, weight by weight, off the request path. Requests run
+// meanwhile: a cool model serves from its mapped pages where the weights
+// allow it (casting::Weight::ServesMappedWhenCool), and a forward waits only
+// for the weight being promoted, if it needs that one. The next move cancels
+// a promotion still running and waits for the weight it is on. What the
+// batching and the generation servables share.
 //
 // Thread-safe: moves of one model run one at a time.
 #ifndef CASTSERVE_SERVER_SERVABLES_MODEL_TIER_H_
 #define CASTSERVE_SERVER_SERVABLES_MODEL_TIER_H_
 
 #include <atomic>
+#include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "casting/memory/weight_tier.h"
 #include "models/model.h"
+#include "platform/executor.h"
 
 namespace castserve {
 
@@ -22,28 +29,72 @@ class ModelTier {
   // `model` (not owned; may be null: a servable without a model only marks
   // its tier) outlives this object.
   explicit ModelTier(models::Model* model) : model_(model) {}
+  ~ModelTier() {
+    absl::MutexLock lock(&mu_);
+    StopPromotionLocked();
+  }
+  ModelTier(const ModelTier&) = delete;
+  ModelTier& operator=(const ModelTier&) = delete;
 
   casting::WeightTier tier() const { return tier_.load(); }
 
-  // Demote waits for the forwards running now (a generation step: the
-  // sequences keep their KV blocks) and holds the next ones off only while
-  // it frees the weights' copies. On failure the tier stays.
+  // Demote cancels a promotion still running, waits for the forwards running
+  // now (a generation step: the sequences keep their KV blocks) and holds
+  // the next ones off only while it frees the weights' copies; on failure
+  // the tier stays. A move up returns once the promotion has started.
   absl::Status MoveTo(casting::WeightTier tier) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    if (model_ != nullptr &&
-        static_cast<int>(tier) > static_cast<int>(tier_.load())) {
+    StopPromotionLocked();
+    const int from = static_cast<int>(tier_.load());
+    const bool colder = static_cast<int>(tier) > from;
+    const bool warmer = static_cast<int>(tier) < from;
+    if (model_ != nullptr && colder) {
       if (absl::Status demoted = model_->Demote(tier); !demoted.ok()) {
         return demoted;
       }
     }
     tier_.store(tier);
+    if (model_ != nullptr && warmer) {
+      cancel_.store(false);
+      {
+        absl::MutexLock status_lock(&status_mu_);
+        promotion_status_ = absl::OkStatus();
+      }
+      promotion_ = platform::Executor::Default().StartThread([this, tier] {
+        absl::Status promoted =
+            model_->Promote(tier, [this] { return cancel_.load(); });
+        absl::MutexLock lock(&status_mu_);
+        promotion_status_ = std::move(promoted);
+      });
+    }
     return absl::OkStatus();
   }
 
+  // Waits for the promotion running now, if any, and returns how the last
+  // one ended (an error is met again by the forward that needs the weight:
+  // nothing is lost). For tests and benchmarks.
+  absl::Status WaitForPromotion() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (promotion_ != nullptr) promotion_->Join();
+    absl::MutexLock status_lock(&status_mu_);
+    return promotion_status_;
+  }
+
  private:
+  void StopPromotionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (promotion_ == nullptr) return;
+    cancel_.store(true);
+    promotion_->Join();
+    promotion_.reset();
+  }
+
   models::Model* const model_;
   absl::Mutex mu_;
   std::atomic<casting::WeightTier> tier_{casting::WeightTier::kHot};
+  std::unique_ptr<platform::Thread> promotion_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> cancel_{false};
+  absl::Mutex status_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::Status promotion_status_ ABSL_GUARDED_BY(status_mu_);
 };
 
 }  // namespace castserve
