@@ -183,7 +183,11 @@ absl::Status Model::Promote(casting::WeightTier tier,
       weights.push_back(weight.get());
     }
   });
-  for (casting::Weight* weight : weights) {
+  // Last to first: a forward that starts with the promotion runs first to
+  // last, so the two meet at one weight instead of the forward catching up
+  // with the promotion and then waiting for it at every weight.
+  for (auto it = weights.rbegin(); it != weights.rend(); ++it) {
+    casting::Weight* weight = *it;
     if (cancelled()) return absl::OkStatus();
     const ForwardPass pass = EnterForward();  // Holds a Demote off.
     if (absl::Status status = weight->Promote(tier); !status.ok()) {

@@ -167,7 +167,8 @@ class Model {
   absl::Status Demote(casting::WeightTier tier);
 
   // Builds back what `tier` keeps in every weight (casting::Weight::Promote),
-  // one weight at a time in the model's order, while forwards run: a forward
+  // one weight at a time from the model's last to its first (a forward
+  // running meanwhile meets it once), while forwards run: a forward
   // waits only for the weight being promoted, if it needs that one, and a
   // Demote for one weight's promotion. Stops before the next weight once
   // `cancelled` returns true, with what it built kept (the rest is built on

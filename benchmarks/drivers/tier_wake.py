@@ -42,7 +42,7 @@ CONFIGS = {
     # Storage that is the file's bytes: a cool model serves from the mapping
     # until its promotion (casting::Weight::ServesMappedWhenCool).
     "bf16 as stored; bf16 compute": """weights {
-  casting { compute_dtype: COMPUTE_DTYPE_BF16 }
+  casting { storage_dtype: STORAGE_DTYPE_BF16 compute_dtype: COMPUTE_DTYPE_BF16 }
 }
 """,
     "bf16 as stored; transient f32 compute": """weights {
