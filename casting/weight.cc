@@ -720,7 +720,10 @@ absl::StatusOr<const StorageView*> Weight::ReadStorage() {
 
 absl::StatusOr<StorageView> Weight::MakeStorageViewLocked() {
   StorageView view;
-  view.format = *storage_format();
+  // A cool weight serving mapped is read in the file's format.
+  view.format = serving_mapped_ && !prequantized()
+                    ? StorageFormat::Plain(*RowOf(entry_.dtype).element)
+                    : *storage_format();
   view.rows = num_rows();
   view.cols = view.rows == 0 ? 0 : entry_.numel() / view.rows;
   if (options_.residency == Residency::kMapped || serving_mapped_) {
@@ -806,8 +809,16 @@ bool Weight::ServesMappedWhenCool() const {
       !options_.device.is_cpu()) {
     return false;
   }
-  return prequantized() ||
-         options_.storage == StorageFormat::Plain(*RowOf(entry_.dtype).element);
+  if (prequantized()) return true;
+  const ElementType source = *RowOf(entry_.dtype).element;
+  if (options_.storage == StorageFormat::Plain(source)) return true;
+  // F32 storage widened exactly from a bf16 or f16 file and computed in f32:
+  // a storage product of the mapped elements widens them in registers to
+  // the same f32 values and sums them in the same order
+  // (models/kernels/storage_product.h), so it reads the mapping too.
+  return options_.storage == StorageFormat::Plain(ElementType::kF32) &&
+         options_.compute_dtype == ElementType::kF32 &&
+         (source == ElementType::kBF16 || source == ElementType::kF16);
 }
 
 bool Weight::serving_mapped() const {

@@ -268,9 +268,11 @@ class Weight {
   // True when this weight, demoted to kCool, serves from its mapped source
   // until it is promoted, instead of making its resident storage on first
   // use: a resident weight on the CPU whose storage is the source's bytes as
-  // they are (the checkpoint's own dtype, or a pre-quantized entry). Products
-  // that read storage then read the mapping; compute copies and gathered rows
-  // decode from it, bitwise as from the resident copy. A weight that is
+  // they are (the checkpoint's own dtype, or a pre-quantized entry), or F32
+  // storage computed in f32 from a BF16/F16 source (exact widening). Products
+  // that read storage then read the mapping (a StorageView in the file's
+  // format); compute copies and gathered rows decode from it, bitwise as
+  // from the resident copy. A weight that is
   // stored in its compute dtype still makes its storage on the request path
   // when a product needs a compute copy (more rows than a storage product
   // takes), as the resident copy doubles as that copy.

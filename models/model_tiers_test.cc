@@ -169,11 +169,14 @@ struct Checkpoint {
 };
 
 // Resident storage that is the checkpoint's own bytes: f32 as f32, bf16 as
-// bf16 computed in bf16, bf16 as bf16 computed in f32 (transient copies).
+// bf16 computed in bf16, bf16 as bf16 computed in f32 (transient copies);
+// and f32 widened from a bf16 file, computed in f32.
 std::vector<Checkpoint> ServesMappedWhenCool() {
   std::vector<Checkpoint> checkpoints;
   checkpoints.push_back({"f32", kLlama, {}});
   const std::string bf16 = Bf16Llama();
+  // F32 storage widened from the file: products read the mapped bf16.
+  checkpoints.push_back({"bf16 stored and computed as f32", bf16, {}});
   checkpoints.push_back({"bf16 computed in bf16", bf16, {}});
   checkpoints.back().options.compute_dtype = casting::ElementType::kBF16;
   casting::CastingPolicy::Options cast;
