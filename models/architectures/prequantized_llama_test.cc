@@ -86,6 +86,15 @@ class PrequantizedLlamaTest : public ::testing::TestWithParam<std::string> {
     return options;
   }
 
+  // The first 4 tokens of the first sequence: few enough rows for every
+  // product to read storage.
+  NamedTensors FewRows() const {
+    return {
+        {"input_ids", inputs_.at("input_ids").slice(0, 0, 1).slice(1, 0, 4)},
+        {"attention_mask",
+         inputs_.at("attention_mask").slice(0, 0, 1).slice(1, 0, 4)}};
+  }
+
   // The logits over real (unpadded) tokens.
   at::Tensor Real(const at::Tensor& logits) const {
     return logits.index({reference_.at("input.attention_mask").to(at::kBool)});
@@ -178,10 +187,7 @@ TEST_P(PrequantizedLlamaTest, StorageIsTheFilesBytesAndTheModelSaysSo) {
 // (models/kernels/storage_product.h) with their scales — per tensor, row or
 // block — and gives what decoding a compute copy gives.
 TEST_P(PrequantizedLlamaTest, FewRowsReadTheStoredFp8WithItsScales) {
-  const NamedTensors few = {
-      {"input_ids", inputs_.at("input_ids").slice(0, 0, 1).slice(1, 0, 4)},
-      {"attention_mask",
-       inputs_.at("attention_mask").slice(0, 0, 1).slice(1, 0, 4)}};
+  const NamedTensors few = FewRows();
   WeightPolicyOptions mapped;
   mapped.residency = casting::Residency::kMapped;
   mapped.compute_copy = casting::ComputeCopyPolicy::kTransient;
@@ -223,10 +229,7 @@ TEST_P(PrequantizedLlamaTest, FewRowsReadTheStoredFp8WithItsScales) {
 // prefill (compute copies decoded from the mapping) and for few rows (the
 // stored fp8 read in place).
 TEST_P(PrequantizedLlamaTest, ACoolModelServesItsFp8FromTheMapping) {
-  const NamedTensors few = {
-      {"input_ids", inputs_.at("input_ids").slice(0, 0, 1).slice(1, 0, 4)},
-      {"attention_mask",
-       inputs_.at("attention_mask").slice(0, 0, 1).slice(1, 0, 4)}};
+  const NamedTensors few = FewRows();
   WeightPolicyOptions resident;
   resident.compute_copy = casting::ComputeCopyPolicy::kTransient;
   auto model = LoadHfModel(folder_, resident);

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -21,6 +22,7 @@
 #include "casting/memory/weight_tier.h"
 #include "models/model.h"
 #include "platform/executor.h"
+#include "server/log.h"
 
 namespace castserve {
 
@@ -63,6 +65,12 @@ class ModelTier {
       promotion_ = platform::Executor::Default().StartThread([this, tier] {
         absl::Status promoted =
             model_->Promote(tier, [this] { return cancel_.load(); });
+        if (!promoted.ok()) {
+          // Nothing is lost: the forward that needs the weight builds it.
+          Log(LogLevel::kWarning, "memory tier promotion stopped",
+              {{"tier", std::string(casting::WeightTierName(tier))},
+               {"error", promoted.ToString()}});
+        }
         absl::MutexLock lock(&status_mu_);
         promotion_status_ = std::move(promoted);
       });
@@ -72,7 +80,7 @@ class ModelTier {
 
   // Waits for the promotion running now, if any, and returns how the last
   // one ended (an error is met again by the forward that needs the weight:
-  // nothing is lost). For tests and benchmarks.
+  // nothing is lost). For tests.
   absl::Status WaitForPromotion() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     if (promotion_ != nullptr) promotion_->Join();
