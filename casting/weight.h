@@ -226,10 +226,10 @@ class Weight {
   // or a cool weight serving mapped) or the resident storage, made first if
   // missing (kResident). Counts a storage_read; makes no compute copy. The
   // view is built by the first call and lives as long as the weight (until
-  // Demote(kCool)); later calls return it without
-  // taking the weight's lock. FailedPrecondition on a device other than the
-  // CPU or with storage_on_host, or for integer tensors passed through;
-  // DATA_LOSS as Acquire (a later call tries again).
+  // Demote(kCool)); later calls return it without taking the weight's lock.
+  // FailedPrecondition on a device other than the CPU or with storage_on_host,
+  // or for integer tensors passed through; DATA_LOSS as Acquire (a later call
+  // tries again).
   absl::StatusOr<const StorageView*> ReadStorage() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The format the elements are stored in between forwards:
@@ -272,10 +272,10 @@ class Weight {
   // storage computed in f32 from a BF16/F16 source (exact widening). Products
   // that read storage then read the mapping (a StorageView in the file's
   // format); compute copies and gathered rows decode from it, bitwise as
-  // from the resident copy. A weight that is
-  // stored in its compute dtype still makes its storage on the request path
-  // when a product needs a compute copy (more rows than a storage product
-  // takes), as the resident copy doubles as that copy.
+  // from the resident copy. A weight stored in its compute dtype still makes
+  // its storage on the request path when a product needs a compute copy
+  // (more rows than a storage product takes), as the resident copy doubles
+  // as that copy.
   bool ServesMappedWhenCool() const;
 
   // Builds back, here and now, what `tier` keeps and a demotion freed: the
