@@ -467,9 +467,9 @@ absl::StatusOr<at::Tensor> Weight::GatherRows(const at::Tensor& row_ids) {
     return table->index_select(0, device_ids);
   }
   // Rows of a cool weight serving mapped come from the source.
-  const bool resident =
+  const bool from_storage =
       options_.residency == Residency::kResident && !serving_mapped_;
-  if (resident) {
+  if (from_storage) {
     if (absl::Status status = MaterializeLocked(); !status.ok()) return status;
     if (StorageIsCompute()) return storage_.index_select(0, device_ids);
   }
@@ -479,7 +479,7 @@ absl::StatusOr<at::Tensor> Weight::GatherRows(const at::Tensor& row_ids) {
   const absl::Time start = absl::Now();
   // Only the gathered rows are read and decoded, whatever the format.
   absl::StatusOr<at::Tensor> gathered =
-      resident         ? GatherStorageRowsLocked(ToDevice(ids, StorageDevice()))
+      from_storage     ? GatherStorageRowsLocked(ToDevice(ids, StorageDevice()))
       : prequantized() ? GatherPrequantizedSourceRowsLocked(ids)
                        : GatherSourceRows(ids);
   if (!gathered.ok()) return gathered.status();
@@ -819,11 +819,6 @@ bool Weight::ServesMappedWhenCool() const {
   return options_.storage == StorageFormat::Plain(ElementType::kF32) &&
          options_.compute_dtype == ElementType::kF32 &&
          (source == ElementType::kBF16 || source == ElementType::kF16);
-}
-
-bool Weight::serving_mapped() const {
-  absl::MutexLock lock(&mu_);
-  return serving_mapped_;
 }
 
 absl::Status Weight::Promote(WeightTier tier) {

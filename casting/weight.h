@@ -286,8 +286,9 @@ class Weight {
   // resident storage, not the mapping. Never throws (as PrefetchCompute).
   absl::Status Promote(WeightTier tier) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // True while a cool weight serves from its mapped source (above).
-  bool serving_mapped() const ABSL_LOCKS_EXCLUDED(mu_);
+  // True while a cool weight serves from its mapped source (above). Takes
+  // no lock.
+  bool serving_mapped() const { return serving_mapped_.load(); }
 
   // Bytes by state, as now.
   Footprint footprint() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -410,8 +411,9 @@ class Weight {
   WeightActivity activity_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> storage_reads_{0};
   // Set by Demote(kCool) when ServesMappedWhenCool, cleared once the
-  // resident storage is made again.
-  bool serving_mapped_ ABSL_GUARDED_BY(mu_) = false;
+  // resident storage is made again; written under mu_, read by
+  // serving_mapped() without it (an embedding asks on every forward).
+  std::atomic<bool> serving_mapped_{false};
   // ReadStorage's view: built under mu_ on first use, then published;
   // dropped only by Demote(kCool).
   std::unique_ptr<StorageView> owned_storage_view_ ABSL_GUARDED_BY(mu_);

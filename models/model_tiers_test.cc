@@ -30,13 +30,19 @@ constexpr char kLlama[] = "models/testdata/llama";
 
 bool NeverCancelled() { return false; }
 
-casting::Footprint Held(Model& model) {
-  casting::Footprint held;
+std::vector<casting::Weight*> WeightsOf(Model& model) {
+  std::vector<casting::Weight*> weights;
   model.root().Visit([&](Module& module) {
     for (const auto& [name, weight] : module.weights()) {
-      held += weight->footprint();
+      weights.push_back(weight.get());
     }
   });
+  return weights;
+}
+
+casting::Footprint Held(Model& model) {
+  casting::Footprint held;
+  for (casting::Weight* weight : WeightsOf(model)) held += weight->footprint();
   return held;
 }
 
@@ -189,16 +195,6 @@ std::vector<Checkpoint> ServesMappedWhenCool() {
   return checkpoints;
 }
 
-std::vector<casting::Weight*> WeightsOf(Model& model) {
-  std::vector<casting::Weight*> weights;
-  model.root().Visit([&](Module& module) {
-    for (const auto& [name, weight] : module.weights()) {
-      weights.push_back(weight.get());
-    }
-  });
-  return weights;
-}
-
 int ServingMapped(Model& model) {
   int count = 0;
   for (casting::Weight* weight : WeightsOf(model)) {
@@ -232,8 +228,8 @@ TEST(ModelTiersTest, ACoolModelServesFromTheMappingUntilPromoted) {
     EXPECT_LT(Held(**model).owned_bytes(), serving.owned_bytes() / 10)
         << name << ": " << Held(**model).ToString();
 
-    // Cancelled halfway: the first half is resident, the rest still mapped,
-    // and the outputs the same either way.
+    // Cancelled halfway (a promotion runs last to first): the last half is
+    // resident, the rest still mapped, and the outputs the same either way.
     int asked = 0;
     ASSERT_TRUE((*model)
                     ->Promote(casting::WeightTier::kHot,

@@ -58,10 +58,7 @@ class ModelTier {
     tier_.store(tier);
     if (model_ != nullptr && warmer) {
       cancel_.store(false);
-      {
-        absl::MutexLock status_lock(&status_mu_);
-        promotion_status_ = absl::OkStatus();
-      }
+      promotion_status_ = absl::OkStatus();
       promotion_ = platform::Executor::Default().StartThread([this, tier] {
         absl::Status promoted =
             model_->Promote(tier, [this] { return cancel_.load(); });
@@ -71,7 +68,6 @@ class ModelTier {
               {{"tier", std::string(casting::WeightTierName(tier))},
                {"error", promoted.ToString()}});
         }
-        absl::MutexLock lock(&status_mu_);
         promotion_status_ = std::move(promoted);
       });
     }
@@ -84,7 +80,6 @@ class ModelTier {
   absl::Status WaitForPromotion() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     if (promotion_ != nullptr) promotion_->Join();
-    absl::MutexLock status_lock(&status_mu_);
     return promotion_status_;
   }
 
@@ -101,8 +96,9 @@ class ModelTier {
   std::atomic<casting::WeightTier> tier_{casting::WeightTier::kHot};
   std::unique_ptr<platform::Thread> promotion_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> cancel_{false};
-  absl::Mutex status_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  absl::Status promotion_status_ ABSL_GUARDED_BY(status_mu_);
+  // Written by the promotion thread, and by MoveTo and read by
+  // WaitForPromotion only while that thread is joined (under mu_).
+  absl::Status promotion_status_;
 };
 
 }  // namespace castserve

@@ -10,21 +10,12 @@
 #include "gtest/gtest.h"
 #include "models/loading/model_loader.h"
 #include "models/test_util/tensor_files.h"
+#include "server/servables/batching/batching_served_model.h"
 
 namespace castserve {
 namespace {
 
 constexpr char kLlama[] = "models/testdata/llama";
-
-casting::Footprint Held(models::Model& model) {
-  casting::Footprint held;
-  model.root().Visit([&](models::Module& module) {
-    for (const auto& [name, weight] : module.weights()) {
-      held += weight->footprint();
-    }
-  });
-  return held;
-}
 
 models::NamedTensors Inputs() {
   auto reference = models::test_util::ReadSafetensors(std::string(kLlama) +
@@ -46,7 +37,7 @@ class ModelTierTest : public ::testing::Test {
     auto hot = model_->Forward(Inputs());
     ASSERT_TRUE(hot.ok()) << hot.status();
     hot_ = *std::move(hot);
-    serving_ = Held(*model_);
+    serving_ = ModelFootprint(*model_);
     ASSERT_GT(serving_.owned_bytes(), 0);
   }
 
@@ -59,13 +50,13 @@ TEST_F(ModelTierTest, APromotionBuildsBackWhatTheTierKeeps) {
   ModelTier tier(model_.get());
   ASSERT_TRUE(tier.MoveTo(casting::WeightTier::kCool).ok());
   EXPECT_EQ(tier.tier(), casting::WeightTier::kCool);
-  EXPECT_EQ(Held(*model_).owned_bytes(), 0);
+  EXPECT_EQ(ModelFootprint(*model_).owned_bytes(), 0);
 
   ASSERT_TRUE(tier.MoveTo(casting::WeightTier::kHot).ok());
   EXPECT_EQ(tier.tier(), casting::WeightTier::kHot);
   EXPECT_TRUE(tier.WaitForPromotion().ok());
   // Built by the promotion, not by a forward.
-  EXPECT_EQ(Held(*model_).owned_bytes(), serving_.owned_bytes());
+  EXPECT_EQ(ModelFootprint(*model_).owned_bytes(), serving_.owned_bytes());
   auto promoted = model_->Forward(Inputs());
   ASSERT_TRUE(promoted.ok()) << promoted.status();
   for (const auto& [name, tensor] : hot_) {
@@ -81,7 +72,7 @@ TEST_F(ModelTierTest, AMoveDownCancelsThePromotionRunning) {
     // However far the promotion got, the move down waits for it to stop
     // and then frees everything.
     ASSERT_TRUE(tier.MoveTo(casting::WeightTier::kCool).ok());
-    EXPECT_EQ(Held(*model_).owned_bytes(), 0) << "round " << round;
+    EXPECT_EQ(ModelFootprint(*model_).owned_bytes(), 0) << "round " << round;
   }
   auto cool = model_->Forward(Inputs());
   ASSERT_TRUE(cool.ok()) << cool.status();
