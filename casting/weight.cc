@@ -212,18 +212,51 @@ int64_t Weight::num_rows() const {
   return entry_.shape.empty() ? 1 : entry_.shape[0];
 }
 
+void ReleasedMemory::Add(at::Tensor tensor) {
+  if (tensor.defined()) tensors_.push_back(std::move(tensor));
+}
+
+void ReleasedMemory::Add(std::unique_ptr<StorageView> view) {
+  if (view != nullptr) views_.push_back(std::move(view));
+}
+
+void ReleasedMemory::Add(std::shared_ptr<const void> other) {
+  if (other != nullptr) others_.push_back(std::move(other));
+}
+
+int64_t ReleasedMemory::tensor_bytes() const {
+  std::vector<const void*> seen;
+  int64_t bytes = 0;
+  const auto count = [&](const at::Tensor& tensor) {
+    if (!tensor.defined()) return;
+    const void* storage = tensor.storage().unsafeGetStorageImpl();
+    if (std::find(seen.begin(), seen.end(), storage) != seen.end()) return;
+    seen.push_back(storage);
+    bytes += static_cast<int64_t>(tensor.storage().nbytes());
+  };
+  for (const at::Tensor& tensor : tensors_) count(tensor);
+  for (const auto& view : views_) {
+    count(view->data_owner);
+    count(view->scales_owner);
+  }
+  return bytes;
+}
+
+bool Weight::PoolsBuffers() const {
+  return options_.buffer_pool != nullptr && options_.device.is_cpu() &&
+         options_.compute_copy == ComputeCopyPolicy::kTransient;
+}
+
 at::Tensor Weight::NewBuffer(at::ScalarType dtype,
                              at::IntArrayRef shape) const {
-  if (options_.buffer_pool != nullptr && options_.device.is_cpu() &&
-      options_.compute_copy == ComputeCopyPolicy::kTransient) {
+  if (PoolsBuffers()) {
     return options_.buffer_pool->Take(dtype, shape);
   }
   return EmptyOn(options_.device, dtype, shape);
 }
 
 void Weight::Recycle(at::Tensor buffer) const {
-  if (options_.buffer_pool != nullptr && options_.device.is_cpu() &&
-      options_.compute_copy == ComputeCopyPolicy::kTransient) {
+  if (PoolsBuffers()) {
     options_.buffer_pool->Give(std::move(buffer));
   }
 }
@@ -778,7 +811,9 @@ void Weight::AdviseWillNeed() const {
       .AdviseWillNeed(entry_.offset_bytes, entry_.size_bytes);
 }
 
-absl::Status Weight::Demote(WeightTier tier) {
+absl::Status Weight::Demote(WeightTier tier, ReleasedMemory* released) {
+  ReleasedMemory freed_here;  // Freed on return, after the lock.
+  if (released == nullptr) released = &freed_here;
   absl::MutexLock lock(&mu_);
   if (users_ > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -791,13 +826,19 @@ absl::Status Weight::Demote(WeightTier tier) {
   // cached one, or a transient one a prefetch made: neither is kept below
   // kHot. (A storage that doubles as the compute copy stays with it.)
   if (compute_.defined() && !compute_.is_same(storage_)) {
-    Recycle(std::move(compute_));
+    if (PoolsBuffers()) {
+      Recycle(std::move(compute_));
+    } else {
+      released->Add(std::move(compute_));
+    }
   }
   compute_.reset();
   if (tier == WeightTier::kWarm) return absl::OkStatus();
   storage_view_.store(nullptr, std::memory_order_release);
-  owned_storage_view_.reset();
-  retired_storage_view_.reset();
+  released->Add(std::move(owned_storage_view_));
+  released->Add(std::move(retired_storage_view_));
+  released->Add(std::move(storage_));
+  released->Add(std::move(scales_));
   storage_.reset();
   scales_.reset();
   serving_mapped_ = ServesMappedWhenCool();

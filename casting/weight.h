@@ -159,6 +159,30 @@ struct StorageView {
   }
 };
 
+// Memory a demotion took out of weights and modules while it held forwards
+// off, freed when this object is destroyed. Model::Demote destroys it after
+// it lets forwards in again: returning a large weight's pages to the system
+// takes far longer than taking them out (about a tenth of a second per GB).
+class ReleasedMemory {
+ public:
+  ReleasedMemory() = default;
+  ReleasedMemory(const ReleasedMemory&) = delete;
+  ReleasedMemory& operator=(const ReleasedMemory&) = delete;
+
+  void Add(at::Tensor tensor);
+  void Add(std::unique_ptr<StorageView> view);
+  void Add(std::shared_ptr<const void> other);
+
+  // Bytes of the tensors and views' owners held now (a module's own
+  // objects are not counted), each storage once.
+  int64_t tensor_bytes() const;
+
+ private:
+  std::vector<at::Tensor> tensors_;
+  std::vector<std::unique_ptr<StorageView>> views_;
+  std::vector<std::shared_ptr<const void>> others_;
+};
+
 class Weight;
 
 // One user's hold on a weight's compute copy. Movable, not copyable;
@@ -262,8 +286,11 @@ class Weight {
   // FailedPrecondition, freeing nothing, while a compute copy is held (a
   // ComputeHandle alive). The caller's contract, not checked: no StorageView
   // from ReadStorage is in use (kCool frees it), i.e. no forward runs on the
-  // weight's model.
-  absl::Status Demote(WeightTier tier) ABSL_LOCKS_EXCLUDED(mu_);
+  // weight's model. With `released`, what it frees goes there instead, to be
+  // freed when the caller destroys it (ReleasedMemory).
+  absl::Status Demote(WeightTier tier,
+                      ReleasedMemory* released = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // True when this weight, demoted to kCool, serves from its mapped source
   // until it is promoted, instead of making its resident storage on first
@@ -343,6 +370,8 @@ class Weight {
   absl::StatusOr<at::Tensor> ReadSource(at::ScalarType dtype) const;
   // A tensor on the device for a compute copy: from the buffer pool when
   // there is one (CPU only), else a new allocation. Recycle gives it back.
+  // PoolsBuffers: a pool is used (transient copies on the CPU).
+  bool PoolsBuffers() const;
   at::Tensor NewBuffer(at::ScalarType dtype, at::IntArrayRef shape) const;
   void Recycle(at::Tensor buffer) const;
   absl::StatusOr<at::Tensor> DecodeFromSource() const

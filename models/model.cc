@@ -197,13 +197,17 @@ absl::Status Model::Promote(casting::WeightTier tier,
   return absl::OkStatus();
 }
 
-absl::Status Model::Demote(casting::WeightTier tier) {
+absl::Status Model::Demote(casting::WeightTier tier,
+                           casting::ReleasedMemory* released) {
+  // Freed on return, after forwards may run again.
+  casting::ReleasedMemory freed_here;
+  if (released == nullptr) released = &freed_here;
   absl::MutexLock no_forwards(&forward_gate_);
   absl::Status status;
   root().Visit([&](Module& module) {
-    if (tier != casting::WeightTier::kHot) module.DropDerivedCopies();
+    if (tier != casting::WeightTier::kHot) module.DropDerivedCopies(*released);
     for (const auto& [name, weight] : module.weights()) {
-      if (status.ok()) status = weight->Demote(tier);
+      if (status.ok()) status = weight->Demote(tier, released);
     }
   });
   return status;

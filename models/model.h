@@ -161,10 +161,14 @@ class Model {
 
   // Memory tiers (casting/memory/weight_tier.h): frees what `tier` keeps no
   // longer in every weight of the model (casting::Weight::Demote), once the
-  // forwards running now have ended; forwards that start meanwhile wait for
-  // it (it only frees memory). Later forwards build back, layer by layer,
-  // what the weight policy configures, bitwise the same. Thread-safe.
-  absl::Status Demote(casting::WeightTier tier);
+  // forwards running now have ended. Forwards that start meanwhile wait
+  // only while it takes the memory out of the weights, not while it frees
+  // it: that happens after they are let in, before Demote returns, or, with
+  // `released`, when the caller destroys it. Later forwards build back,
+  // layer by layer, what the weight policy configures, bitwise the same.
+  // Thread-safe.
+  absl::Status Demote(casting::WeightTier tier,
+                      casting::ReleasedMemory* released = nullptr);
 
   // Builds back what `tier` keeps in every weight (casting::Weight::Promote),
   // one weight at a time from the model's last to its first (a forward

@@ -319,5 +319,31 @@ TEST(ModelTiersTest, DemotionWaitsForTheForwardsRunningNow) {
   EXPECT_EQ(Held(**model).owned_bytes(), 0);
 }
 
+// A demotion holds forwards off only while it takes the memory out of the
+// weights, not while it frees it (slow for large weights): everything it
+// took is in `released`, and a forward runs on the demoted model, with the
+// same outputs, while that memory is still held.
+TEST(ModelTiersTest, ForwardsRunBeforeADemotionHasFreedItsMemory) {
+  const NamedTensors inputs = BertInputs();
+  for (const Policy& policy : Policies()) {
+    auto model = LoadHfModel(kBert, policy.options);
+    ASSERT_TRUE(model.ok()) << policy.name << ": " << model.status();
+    auto hot = (*model)->Forward(inputs);
+    ASSERT_TRUE(hot.ok()) << policy.name << ": " << hot.status();
+    const casting::Footprint serving = Held(**model);
+    ASSERT_GT(serving.owned_bytes(), 0) << policy.name;
+
+    casting::ReleasedMemory released;
+    ASSERT_TRUE((*model)->Demote(casting::WeightTier::kCool, &released).ok());
+    EXPECT_EQ(Held(**model).owned_bytes(), 0) << policy.name;
+    EXPECT_GE(released.tensor_bytes(), serving.owned_bytes()) << policy.name;
+    auto cool = (*model)->Forward(inputs);
+    ASSERT_TRUE(cool.ok()) << policy.name << ": " << cool.status();
+    for (const auto& [name, tensor] : *hot) {
+      EXPECT_TRUE(tensor.equal(cool->at(name))) << policy.name << " " << name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace castserve::models

@@ -144,9 +144,10 @@ class Module {
   virtual const Module* BorrowsWeightsOf() const { return nullptr; }
   // Called by Model::Demote for a tier below kHot, with no forward running:
   // drops what the module derived from its weights' compute copies and keeps
-  // between forwards (a packed encoder layer's packed weights), so that the
-  // memory goes with them; its next forward derives it again.
-  virtual void DropDerivedCopies() {}
+  // between forwards (a packed encoder layer's packed weights) into
+  // `released`, so that the memory goes with them once Demote frees it; its
+  // next forward derives it again.
+  virtual void DropDerivedCopies(casting::ReleasedMemory& released) {}
   // Bytes of what the module derived and keeps (above) now, and the most it
   // keeps once it serves under the weight policy it was built with:
   // ConfiguredFootprint counts the latter as cached compute bytes (a tier

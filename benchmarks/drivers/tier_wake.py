@@ -9,7 +9,9 @@ gen_llama_checkpoint.py, for example --shape 1b), no budget. Per round: the
 model is loaded (RepositoryModelLoad) and answers --warmup requests; then,
 for each tier, an explicit move (RepositoryModelLoad with parameters
 {"tier": ...}), one timed request (the wake) and one more (hot again); then
-an unload, a load and one request (the reload). Requests: REST generate,
+a move to cool with a request sent --during-delay after it starts (it
+waits while the move holds forwards off), and back to hot; then an unload,
+a load and one request (the reload). Requests: REST generate,
 --prompt-tokens prompt ids, --new-tokens new tokens, greedy. Medians over
 --rounds.
 
@@ -33,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -116,7 +119,8 @@ def run_config(args, label, weights):
                            "ignore_eos": True}})
         load = "/v2/repository/models/llama/load"
         rows = {"hot": [], "warm": [], "cool": [], "reload": [],
-                "move_warm": [], "move_cool": [], "load": []}
+                "move_warm": [], "move_cool": [], "load": [],
+                "during_cool": [], "move_during": []}
         try:
             timed(daemon, load, {})
             for _ in range(args.warmup):
@@ -135,6 +139,17 @@ def run_config(args, label, weights):
                     else:
                         rows[tier].append(timed(daemon, *generate)[0])
                     timed(daemon, *generate)  # Hot again.
+                # A request that arrives while the model moves to cool:
+                # it waits for the move to let forwards in again.
+                move = threading.Thread(target=lambda: rows[
+                    "move_during"].append(timed(
+                        daemon, load, {"parameters": {"tier": "cool"}})[0]))
+                move.start()
+                time.sleep(args.during_delay)
+                rows["during_cool"].append(timed(daemon, *generate)[0])
+                move.join()
+                timed(daemon, load, {"parameters": {"tier": "hot"}})
+                timed(daemon, *generate)
                 timed(daemon, "/v2/repository/models/llama/unload", {})
                 rows["load"].append(timed(daemon, load, {})[0])
                 rows["reload"].append(timed(daemon, *generate)[0] +
@@ -158,6 +173,9 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--during-delay", type=float, default=0.02,
+                        help="seconds between starting a move to cool and "
+                             "the request sent during it")
     parser.add_argument("--configs", default=",".join(CONFIGS),
                         help="comma-separated keys of CONFIGS")
     parser.add_argument("--json", default=None)
@@ -168,13 +186,14 @@ def main():
                for label in args.configs.split(",")]
     print("| config | hot request s | first request after a move to warm s "
           "| to cool s | after unload: load + request s | moves warm / "
-          "cool s |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "cool s | request sent during a move to cool s (that move s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         m = r["median_s"]
         print(f"| {r['config']} | {m['hot']:.3f} | {m['warm']:.3f} | "
               f"{m['cool']:.3f} | {m['reload']:.3f} | "
-              f"{m['move_warm']:.3f} / {m['move_cool']:.3f} |")
+              f"{m['move_warm']:.3f} / {m['move_cool']:.3f} | "
+              f"{m['during_cool']:.3f} ({m['move_during']:.3f}) |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": results}, f, indent=2)

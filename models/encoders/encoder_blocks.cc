@@ -298,8 +298,9 @@ int64_t EncoderLayer::ConfiguredDerivedBytes() const {
   return bytes;
 }
 
-void EncoderLayer::DropDerivedCopies() {
+void EncoderLayer::DropDerivedCopies(casting::ReleasedMemory& released) {
   absl::MutexLock lock(&packed_mu_);
+  released.Add(std::shared_ptr<const void>(std::move(packed_)));
   packed_.reset();
   packed_bytes_.store(0);
 }

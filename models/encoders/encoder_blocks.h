@@ -117,7 +117,7 @@ class EncoderLayer : public EncoderBlock {
   int64_t packed_bytes() const { return packed_bytes_.load(); }
 
   // Drops the packed weights (Model::Demote below kHot).
-  void DropDerivedCopies() override;
+  void DropDerivedCopies(casting::ReleasedMemory& released) override;
   int64_t DerivedBytes() const override { return packed_bytes(); }
   // What the packed layer holds when the layer takes the packed path
   // (PackedBertLayer::packed_bytes: its products' f32 weights, the

@@ -182,7 +182,7 @@ void ModelManagerImpl::FinishLoad(const std::string& name,
   const ModelLifecycle::LoadOutcome outcome = models_[name].FinishLoad(
       std::move(created), status, clock_.Now(), &replaced, &replaced_bytes);
   if (replaced != nullptr) {
-    CountUntilFreedLocked(name, replaced, replaced_bytes);
+    CountUntilFreedLocked(name, replaced, replaced_bytes, kStillInUse);
   }
   NoteAccountingLocked();
   switch (outcome) {
@@ -333,7 +333,7 @@ absl::Status ModelManagerImpl::Unload(const std::string& name) {
     const int64_t draining_bytes = models_[name].served_bytes();
     draining = models_[name].StartUnload();
     if (draining != nullptr) {
-      CountUntilFreedLocked(name, draining, draining_bytes);
+      CountUntilFreedLocked(name, draining, draining_bytes, kStillInUse);
     }
     NoteAccountingLocked();
     NoteChangeLocked();
@@ -532,7 +532,7 @@ void ModelManagerImpl::MeasureModels() {
 int64_t ModelManagerImpl::AccountedBytesLocked() {
   releasing_.erase(std::remove_if(releasing_.begin(), releasing_.end(),
                                   [](const Releasing& releasing) {
-                                    return releasing.model.expired();
+                                    return releasing.owner.expired();
                                   }),
                    releasing_.end());
   int64_t bytes = 0;
@@ -568,16 +568,17 @@ std::vector<BudgetHolder> ModelManagerImpl::HoldersLocked() {
     holders.push_back({name, bytes, std::move(state)});
   }
   for (const Releasing& releasing : releasing_) {
-    holders.push_back(
-        {releasing.name, releasing.bytes, "unloaded, still in use"});
+    holders.push_back({releasing.name, releasing.bytes, releasing.state});
   }
   return holders;
 }
 
 void ModelManagerImpl::CountUntilFreedLocked(
-    const std::string& name, const std::shared_ptr<ServedModel>& model,
-    int64_t bytes) {
-  if (bytes > 0) releasing_.push_back({name, model, bytes});
+    const std::string& name, const std::shared_ptr<const void>& owner,
+    int64_t bytes, const char* state) {
+  if (bytes > 0 && owner != nullptr) {
+    releasing_.push_back({name, owner, bytes, state});
+  }
 }
 
 std::vector<std::shared_ptr<ServedModel>> ModelManagerImpl::EvictLocked(
@@ -598,7 +599,7 @@ std::vector<std::shared_ptr<ServedModel>> ModelManagerImpl::EvictLocked(
     ModelLifecycle& model = models_[victim];
     const int64_t bytes = model.served_bytes();
     evicted.push_back(model.Evict());
-    CountUntilFreedLocked(victim, evicted.back(), bytes);
+    CountUntilFreedLocked(victim, evicted.back(), bytes, kStillInUse);
   }
   if (!evicted.empty()) {
     NoteAccountingLocked();

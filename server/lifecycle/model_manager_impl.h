@@ -31,6 +31,11 @@ using Config = absl::StatusOr<inference::ModelConfig>;
 // memory at the top of every arena, and whole free pages, back to the kernel.
 inline void ReturnFreedMemoryToTheSystem() { malloc_trim(0); }
 
+// What bytes still counted after their model let go of them are (the
+// budget's messages).
+inline constexpr char kStillInUse[] = "unloaded, still in use";
+inline constexpr char kBeingFreed[] = "demoted, being freed";
+
 // How often GetReady re-checks the budget (measurements may pass the
 // reservations: activations, a projection that fell short).
 inline constexpr absl::Duration kBudgetCheckInterval = absl::Milliseconds(100);
@@ -193,11 +198,13 @@ class ModelManagerImpl final : public ModelManager {
   void NoteAccountingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Who holds the counted bytes, for messages.
   std::vector<BudgetHolder> HoldersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Counts `model` (let go by `name`'s lifecycle, counting `bytes`) until
-  // its last reference is gone.
+  // Counts `bytes` of `name` until the last reference to `owner` is gone:
+  // a model its lifecycle let go of ("unloaded, still in use"), or what a
+  // move down took out of it ("demoted, being freed"); `state` says which.
   void CountUntilFreedLocked(const std::string& name,
-                             const std::shared_ptr<ServedModel>& model,
-                             int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                             const std::shared_ptr<const void>& owner,
+                             int64_t bytes, const char* state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts idle models other than `keep`, least recently used first, when
   // together they free `bytes_to_free`. The evicted models, to be released
   // unlocked; none if they could not free that much.
@@ -233,12 +240,14 @@ class ModelManagerImpl final : public ModelManager {
   std::map<std::string, ModelLifecycle> models_ ABSL_GUARDED_BY(mu_);
   int active_loaders_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_budget_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // Models let go of (evicted, unloaded, replaced) that may still be alive:
-  // counted against the budget until their last reference is gone.
+  // Models let go of (evicted, unloaded, replaced) that may still be alive,
+  // and memory moves down took out of models and are still freeing: counted
+  // against the budget until their last reference is gone.
   struct Releasing {
     std::string name;
-    std::weak_ptr<ServedModel> model;
+    std::weak_ptr<const void> owner;
     int64_t bytes = 0;
+    const char* state = "";
   };
   std::vector<Releasing> releasing_ ABSL_GUARDED_BY(mu_);
   // Started with the first READY model that has a finite keep_alive;

@@ -74,14 +74,27 @@ ModelManagerImpl::Move ModelManagerImpl::StartMoveLocked(
 }
 
 absl::Status ModelManagerImpl::RunMove(Move move) {
-  // Bounded: Demote waits only for the forwards running now.
-  absl::Status moved = move.model->MoveTo(move.to);
+  // Bounded: Demote waits only for the forwards running now. What it took
+  // out of the weights is freed below, once the move has ended and the
+  // model's requests may run (freeing a large model's pages takes longer
+  // than taking them out); it counts against the budget until then.
+  std::shared_ptr<const void> released;
+  absl::Status moved = move.model->MoveTo(move.to, &released);
   move.model.reset();
+  {
+    absl::MutexLock lock(&mu_);
+    ModelLifecycle& model = models_[move.name];
+    const int64_t counted = model.accounted_bytes();
+    model.FinishMove(moved.ok(), move.to, clock_.Now(),
+                     std::string(move.cause) == "keep_alive");
+    CountUntilFreedLocked(move.name, released,
+                          counted - model.accounted_bytes(), kBeingFreed);
+    NoteAccountingLocked();
+    NoteChangeLocked();
+  }
+  released.reset();
   if (moved.ok()) ReturnFreedMemoryToTheSystem();
   absl::MutexLock lock(&mu_);
-  const bool by_keep_alive = std::string(move.cause) == "keep_alive";
-  models_[move.name].FinishMove(moved.ok(), move.to, clock_.Now(),
-                                by_keep_alive);
   if (moved.ok()) {
     Log(LogLevel::kInfo, "moved model to a colder memory tier",
         {{"model", move.name},

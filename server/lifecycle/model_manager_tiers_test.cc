@@ -98,6 +98,34 @@ TEST(ModelManagerTiersTest,
   EXPECT_LE(fixture.most_accounted_bytes(), 250);
 }
 
+// A move down lets the model's requests in once it has taken the memory
+// out of the weights, not after it has freed it (slow for a large model);
+// the bytes still being freed count against the budget until they are.
+TEST(ModelManagerTiersTest, ARequestDuringADemotionDoesNotWaitForItsFrees) {
+  Fixture fixture(/*budget_bytes=*/1000);
+  fixture.AddModel("a", TierConfig(100, 40, 10));
+  ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
+  fixture.factory().frees().Hold();
+  std::thread move([&] {
+    EXPECT_TRUE(fixture.manager().MoveTo("a", WeightTier::kCool).ok());
+  });
+  fixture.factory().frees().AwaitWaiting(1);
+  EXPECT_EQ(TierOf(fixture, "a"), WeightTier::kCool);
+  EXPECT_EQ(fixture.factory().held().now(), 100) << "not freed yet";
+  EXPECT_EQ(fixture.accounted_bytes(), 100) << "cool 10 + 90 being freed";
+
+  // The request runs while the frees wait; it promotes the model back to
+  // hot, its 90 bytes reserved on top of the 90 not freed yet.
+  ASSERT_TRUE(Request(fixture, "a").ok());
+  EXPECT_EQ(fixture.factory().held().now(), 190);
+  ASSERT_TRUE(AwaitTier(fixture, "a", WeightTier::kHot));
+
+  fixture.factory().frees().Release();
+  move.join();
+  EXPECT_EQ(fixture.factory().held().now(), 100);
+  EXPECT_EQ(fixture.accounted_bytes(), 100) << "the freed 90 no longer count";
+}
+
 TEST(ModelManagerTiersTest, CheaperToWakeDemotionsComeFirstThenUnloads) {
   platform::test_util::FakeClock clock;
   Fixture fixture(/*budget_bytes=*/200);

@@ -166,8 +166,16 @@ class ServedModel {
   // marks the model: its next forward builds back, layer by layer, what its
   // policy configures. The ModelManager decides the moves and accounts for
   // them; this default (a model without tiers) only succeeds.
-  virtual absl::Status MoveTo(casting::WeightTier tier) {
+  // With `released` not null, what a move down took out of the weights is
+  // freed when the last reference to `*released` goes, not before MoveTo
+  // returns: freeing a large model's pages takes longer than taking them
+  // out, and the ModelManager lets the model's requests in meanwhile.
+  virtual absl::Status MoveTo(casting::WeightTier tier,
+                              std::shared_ptr<const void>* released) {
     return absl::OkStatus();
+  }
+  absl::Status MoveTo(casting::WeightTier tier) {
+    return MoveTo(tier, nullptr);
   }
 };
 

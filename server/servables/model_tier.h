@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "casting/memory/weight_tier.h"
+#include "casting/weight.h"
 #include "models/model.h"
 #include "platform/executor.h"
 #include "server/log.h"
@@ -42,18 +43,25 @@ class ModelTier {
 
   // Demote cancels a promotion still running, waits for the forwards running
   // now (a generation step: the sequences keep their KV blocks) and holds
-  // the next ones off only while it frees the weights' copies; on failure
-  // the tier stays. A move up returns once the promotion has started.
-  absl::Status MoveTo(casting::WeightTier tier) ABSL_LOCKS_EXCLUDED(mu_) {
+  // the next ones off only while it takes the weights' copies out; on
+  // failure the tier stays. What it took out is freed before MoveTo returns
+  // or, with `released` (ServedModel::MoveTo), when the caller lets go of
+  // it. A move up returns once the promotion has started.
+  absl::Status MoveTo(casting::WeightTier tier,
+                      std::shared_ptr<const void>* released = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     StopPromotionLocked();
     const int from = static_cast<int>(tier_.load());
     const bool colder = static_cast<int>(tier) > from;
     const bool warmer = static_cast<int>(tier) < from;
     if (model_ != nullptr && colder) {
-      if (absl::Status demoted = model_->Demote(tier); !demoted.ok()) {
+      auto taken = std::make_shared<casting::ReleasedMemory>();
+      if (absl::Status demoted = model_->Demote(tier, taken.get());
+          !demoted.ok()) {
         return demoted;
       }
+      if (released != nullptr) *released = std::move(taken);
     }
     tier_.store(tier);
     if (model_ != nullptr && warmer) {

@@ -61,8 +61,10 @@ class ServedModelHandle : public ServedModel {
     return MemoryUsageOf(*body_);
   }
   casting::WeightTier tier() const final { return body_->tier(); }
-  absl::Status MoveTo(casting::WeightTier tier) final {
-    return body_->MoveTo(tier);
+  using ServedModel::MoveTo;
+  absl::Status MoveTo(casting::WeightTier tier,
+                      std::shared_ptr<const void>* released) final {
+    return body_->MoveTo(tier, released);
   }
 
  protected:

@@ -66,6 +66,7 @@ class ModelManagerFixture {
       options.on_accounted_bytes = [this](int64_t bytes) {
         absl::MutexLock lock(&accounted_mu_);
         most_accounted_bytes_ = std::max(most_accounted_bytes_, bytes);
+        accounted_bytes_ = bytes;
         ++accounting_notes_;
       };
       manager_ = *ModelManager::Create(std::move(options));
@@ -90,6 +91,11 @@ class ModelManagerFixture {
   int64_t most_accounted_bytes() {
     absl::MutexLock lock(&accounted_mu_);
     return most_accounted_bytes_;
+  }
+  // What the manager counted at its last change.
+  int64_t accounted_bytes() {
+    absl::MutexLock lock(&accounted_mu_);
+    return accounted_bytes_;
   }
   int accounting_notes() {
     absl::MutexLock lock(&accounted_mu_);
@@ -127,6 +133,7 @@ class ModelManagerFixture {
   SizedModelFactory factory_;
   absl::Mutex accounted_mu_;
   int64_t most_accounted_bytes_ ABSL_GUARDED_BY(accounted_mu_) = 0;
+  int64_t accounted_bytes_ ABSL_GUARDED_BY(accounted_mu_) = 0;
   int accounting_notes_ ABSL_GUARDED_BY(accounted_mu_) = 0;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<ModelManager> manager_;

@@ -45,13 +45,39 @@ int64_t HeldBytes::most() const {
   return most_;
 }
 
+void FreeGate::Hold() {
+  absl::MutexLock lock(&mu_);
+  held_ = true;
+}
+
+void FreeGate::Release() {
+  absl::MutexLock lock(&mu_);
+  held_ = false;
+}
+
+void FreeGate::AwaitWaiting(int count) {
+  absl::MutexLock lock(&mu_);
+  auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return waiting_ >= count;
+  };
+  mu_.Await(absl::Condition(&reached));
+}
+
+void FreeGate::Pass() {
+  absl::MutexLock lock(&mu_);
+  ++waiting_;
+  mu_.Await(absl::Condition(+[](bool* held) { return !*held; }, &held_));
+  --waiting_;
+}
+
 SizedServedModel::SizedServedModel(inference::ModelConfig config,
                                    TierBytes bytes, bool grow, HeldBytes* held,
-                                   std::atomic<int>* live)
+                                   std::atomic<int>* live, FreeGate* frees)
     : config_(std::move(config)),
       bytes_(bytes),
       held_(held),
       live_(live),
+      frees_(frees),
       grown_(!grow) {
   ++*live_;
   if (!grow) held_->Add(bytes_.hot);
@@ -74,14 +100,27 @@ void SizedServedModel::Grow() {
   held_tier_ = casting::WeightTier::kHot;
 }
 
-absl::Status SizedServedModel::MoveTo(casting::WeightTier tier) {
+absl::Status SizedServedModel::MoveTo(casting::WeightTier tier,
+                                      std::shared_ptr<const void>* released) {
   tier_ = tier;
   absl::MutexLock lock(&mu_);
   if (static_cast<int>(tier) <= static_cast<int>(held_tier_)) {
     return absl::OkStatus();  // Up: its next request grows it back.
   }
-  if (grown_) held_->Add(bytes_.at(tier) - bytes_.at(held_tier_));
+  const int64_t freed = grown_ ? bytes_.at(held_tier_) - bytes_.at(tier) : 0;
   held_tier_ = tier;
+  if (released == nullptr) {
+    held_->Add(-freed);
+    return absl::OkStatus();
+  }
+  HeldBytes* const held = held_;
+  FreeGate* const frees = frees_;
+  *released = std::shared_ptr<const void>(
+      new int64_t(freed), [held, frees](const int64_t* bytes) {
+        frees->Pass();
+        held->Add(-*bytes);
+        delete bytes;
+      });
   return absl::OkStatus();
 }
 
@@ -125,7 +164,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> SizedModelFactory::Create(
   }
   return std::make_shared<SizedServedModel>(
       config, TierBytesOf(config), config.parameters().count("grow") > 0,
-      &held_, &live_models_);
+      &held_, &live_models_, &frees_);
 }
 
 absl::StatusOr<int64_t> SizedModelFactory::ProjectedBytes(

@@ -45,6 +45,23 @@ class HeldBytes {
   int64_t most_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// Holds back the frees of moves down (SizedServedModel::MoveTo with
+// `released`) while held, as a large model's frees take time.
+class FreeGate {
+ public:
+  void Hold() ABSL_LOCKS_EXCLUDED(mu_);
+  void Release() ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns once `count` frees wait at the gate.
+  void AwaitWaiting(int count) ABSL_LOCKS_EXCLUDED(mu_);
+  // A free: returns once the gate is not held.
+  void Pass() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::Mutex mu_;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 // footprint() reports its bytes resident, tracked_bytes() half of them.
 // Infer counts as pending while it runs; a test may hold more pending
 // requests itself (set_pending).
@@ -52,7 +69,7 @@ class SizedServedModel : public ServedModel {
  public:
   // Holds `bytes` now, or from its first request when `grow`.
   SizedServedModel(inference::ModelConfig config, TierBytes bytes, bool grow,
-                   HeldBytes* held, std::atomic<int>* live);
+                   HeldBytes* held, std::atomic<int>* live, FreeGate* frees);
   ~SizedServedModel() override;
 
   const inference::ModelConfig& config() const override { return config_; }
@@ -66,7 +83,10 @@ class SizedServedModel : public ServedModel {
   casting::Footprint footprint() const override;
   int64_t tracked_bytes() const override { return held_bytes() / 2; }
   casting::WeightTier tier() const override { return tier_; }
-  absl::Status MoveTo(casting::WeightTier tier) override
+  // With `released`, the bytes a move down frees leave the factory's
+  // HeldBytes when `*released` goes, after the factory's HoldFrees lets it.
+  absl::Status MoveTo(casting::WeightTier tier,
+                      std::shared_ptr<const void>* released) override
       ABSL_LOCKS_EXCLUDED(mu_);
 
   void set_pending(int pending) { pending_ = pending; }
@@ -90,6 +110,7 @@ class SizedServedModel : public ServedModel {
   std::atomic<int> requests_{0};
   HeldBytes* const held_;
   std::atomic<int>* const live_;
+  FreeGate* const frees_;
   std::atomic<bool> grown_;
   std::atomic<int> pending_{0};
   mutable std::atomic<int> footprint_reads_{0};
@@ -118,6 +139,7 @@ class SizedModelFactory : public ServedModelFactory {
   int creates() const { return creates_; }
   int live_models() const { return live_models_; }
   const HeldBytes& held() const { return held_; }
+  FreeGate& frees() { return frees_; }
 
  private:
   absl::Mutex mu_;
@@ -126,6 +148,7 @@ class SizedModelFactory : public ServedModelFactory {
   std::atomic<int> creates_{0};
   std::atomic<int> live_models_{0};
   HeldBytes held_;
+  FreeGate frees_;
 };
 
 }  // namespace castserve::testing

@@ -124,8 +124,9 @@ class BatchingServedModel::Impl final : public ServedModel {
     return tracked_id_ ? tracked_id_->device_live_bytes(device()) : 0;
   }
   casting::WeightTier tier() const override { return tier_.tier(); }
-  absl::Status MoveTo(casting::WeightTier tier) override {
-    return tier_.MoveTo(tier);
+  absl::Status MoveTo(casting::WeightTier tier,
+                      std::shared_ptr<const void>* released) override {
+    return tier_.MoveTo(tier, released);
   }
 
  private:

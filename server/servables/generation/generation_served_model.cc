@@ -90,8 +90,9 @@ class GenerationServedModel::Impl final : public ServedModel {
   casting::WeightTier tier() const override { return tier_.tier(); }
   // Between two steps of the running sequences (each step holds a
   // ForwardPass); their KV blocks stay.
-  absl::Status MoveTo(casting::WeightTier tier) override {
-    return tier_.MoveTo(tier);
+  absl::Status MoveTo(casting::WeightTier tier,
+                      std::shared_ptr<const void>* released) override {
+    return tier_.MoveTo(tier, released);
   }
   ServedModelActivity activity() const override {
     ServedModelActivity activity;
