@@ -188,7 +188,8 @@ void Tile(const uint16_t* planes, const KernelWeight& w,
   constexpr int kVectors = WeightLoader<kW>::kVectors;
   const int64_t k = w.in_features;
   const int64_t block = ColumnBlock(w);
-  // The same place in the next tile's rows (see storage_product_simd.h).
+  // The same place in the next tile's rows, into L2 (see
+  // storage_product_simd.h).
   const int64_t next_tile = kFeatures * k * kBytes;
   float out[kRows][kFeatures] = {};
   for (int64_t c0 = 0, b = 0; c0 < k; c0 += block, ++b) {
@@ -205,7 +206,7 @@ void Tile(const uint16_t* planes, const KernelWeight& w,
 #pragma GCC unroll 8
       for (int f = 0; f < kFeatures; ++f) {
         loader.Load(rows[f] + c * kBytes, weights[f]);
-        __builtin_prefetch(rows[f] + c * kBytes + next_tile);
+        __builtin_prefetch(rows[f] + c * kBytes + next_tile, 0, 2);
       }
 #pragma GCC unroll 2
       for (int v = 0; v < kVectors; ++v) {
@@ -378,7 +379,7 @@ void WideTile(const float* x, const KernelWeight& w,
         for (int f = 0; f < kFeatures; ++f) {
           __m512bh halves[kVectors];
           loader.Load(rows[f] + c * kBytes, halves);
-          __builtin_prefetch(rows[f] + c * kBytes + next_tile);
+          __builtin_prefetch(rows[f] + c * kBytes + next_tile, 0, 2);
 #pragma GCC unroll 2
           for (int v = 0; v < kVectors; ++v) {
             const __m512i words = reinterpret_cast<__m512i>(halves[v]);
@@ -399,7 +400,7 @@ void WideTile(const float* x, const KernelWeight& w,
 #pragma GCC unroll 8
         for (int f = 0; f < kFeatures; ++f) {
           loader.Load(rows[f] + c * kBytes, halves[f]);
-          __builtin_prefetch(rows[f] + c * kBytes + next_tile);
+          __builtin_prefetch(rows[f] + c * kBytes + next_tile, 0, 2);
         }
 #pragma GCC unroll 2
         for (int v = 0; v < kVectors; ++v) {

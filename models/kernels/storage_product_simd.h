@@ -24,7 +24,12 @@
 // in the next tile's rows (the rows of a tile are consecutive, so that is
 // kFeatures rows on): with rows of a few KiB (2048 bf16 columns: one page)
 // the hardware prefetcher, which stops at page boundaries, starts each tile
-// cold. (A prefetch past the weight's end is harmless: it never faults.)
+// cold. The prefetch goes to L2, not L1 (locality hint 2: prefetcht1): a
+// tile is 16-128 KiB, so the next one prefetched into a 32-48 KiB L1
+// evicted the lines of the tile being read, which then came from L2 again;
+// decode from L1 prefetches ran at 0.55-0.85x the speed (BENCHMARKS.md,
+// "Compute from storage"). (A prefetch past the weight's end is harmless:
+// it never faults.)
 // Columns split at the scale grid's block boundaries; elements after the last
 // full vector of a block go through the scalar reference conversion.
 //
@@ -95,7 +100,7 @@ void Tile(const float* x, const KernelWeight& w, const uint8_t* const* rows,
       for (int f = 0; f < kFeatures; ++f) {
         weights[f] = V::template LoadWeight<kW>(rows[f] + c * kBytes);
         if constexpr (V::kLanes > 1) {
-          __builtin_prefetch(rows[f] + c * kBytes + next_tile);
+          __builtin_prefetch(rows[f] + c * kBytes + next_tile, 0, 2);
         }
       }
 #pragma GCC unroll 4
