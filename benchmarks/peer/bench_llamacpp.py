@@ -57,6 +57,13 @@ PAIRS = {
   reuse_transient_buffers: true
   casting { storage_dtype: STORAGE_DTYPE_BF16 compute_dtype: COMPUTE_DTYPE_F32 }
 }""", "bf16"),
+    # The same storage computed in bf16, as llama.cpp's BF16 products are
+    # (activations rounded to bf16, vdpbf16ps).
+    "bf16c": ("""weights {
+  residency: RESIDENCY_MAPPED
+  compute_copy: COMPUTE_COPY_TRANSIENT
+  casting { storage_dtype: STORAGE_DTYPE_BF16 compute_dtype: COMPUTE_DTYPE_BF16 }
+}""", "bf16"),
     "fp8": ("""weights {
   residency: RESIDENCY_RESIDENT
   materialization: MATERIALIZATION_EAGER
