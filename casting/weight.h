@@ -288,8 +288,7 @@ class Weight {
   // from ReadStorage is in use (kCool frees it), i.e. no forward runs on the
   // weight's model. With `released`, what it frees goes there instead, to be
   // freed when the caller destroys it (ReleasedMemory).
-  absl::Status Demote(WeightTier tier,
-                      ReleasedMemory* released = nullptr)
+  absl::Status Demote(WeightTier tier, ReleasedMemory* released = nullptr)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // True when this weight, demoted to kCool, serves from its mapped source

@@ -66,7 +66,8 @@ void FreeGate::AwaitWaiting(int count) {
 void FreeGate::Pass() {
   absl::MutexLock lock(&mu_);
   ++waiting_;
-  mu_.Await(absl::Condition(+[](bool* held) { return !*held; }, &held_));
+  mu_.Await(absl::Condition(
+      +[](bool* held) { return !*held; }, &held_));
   --waiting_;
 }
 
@@ -115,12 +116,12 @@ absl::Status SizedServedModel::MoveTo(casting::WeightTier tier,
   }
   HeldBytes* const held = held_;
   FreeGate* const frees = frees_;
-  *released = std::shared_ptr<const void>(
-      new int64_t(freed), [held, frees](const int64_t* bytes) {
-        frees->Pass();
-        held->Add(-*bytes);
-        delete bytes;
-      });
+  *released = std::shared_ptr<const void>(new int64_t(freed),
+                                          [held, frees](const int64_t* bytes) {
+                                            frees->Pass();
+                                            held->Add(-*bytes);
+                                            delete bytes;
+                                          });
   return absl::OkStatus();
 }
 
