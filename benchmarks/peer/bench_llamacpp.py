@@ -72,6 +72,15 @@ PAIRS = {
   reuse_transient_buffers: true
   casting { storage_dtype: STORAGE_DTYPE_F8_E4M3FN compute_dtype: COMPUTE_DTYPE_F32 scaling: SCALING_PER_ROW }
 }""", "q8_0"),
+    # The same fp8 storage computed in bf16: one vdpbf16ps per 32 weights
+    # and row, where f32 compute takes one FMA per 16.
+    "fp8c": ("""weights {
+  residency: RESIDENCY_RESIDENT
+  materialization: MATERIALIZATION_EAGER
+  compute_copy: COMPUTE_COPY_TRANSIENT
+  reuse_transient_buffers: true
+  casting { storage_dtype: STORAGE_DTYPE_F8_E4M3FN compute_dtype: COMPUTE_DTYPE_BF16 scaling: SCALING_PER_ROW }
+}""", "q8_0"),
 }
 HTTP_RE = re.compile(r"http_port=(\d+)")
 

@@ -66,10 +66,12 @@ namespace castserve::models {
 // 32, and was even (0.9-1.25x) at 64.
 inline constexpr int64_t kDefaultStorageProductMaxRows = 32;
 // Where the storage is the compute copy (bf16 stored and computed in), the
-// other path makes no copy either: with the avx512_bf16 kernels the fused
-// product was ahead of LibTorch's bf16 product on the storage or even up to
-// 8 rows and behind at 16 (same table).
-inline constexpr int64_t kStorageIsComputeMaxRows = 8;
+// other path makes no copy either: LibTorch's bf16 product on the storage.
+// In matmul_benchmark (one weight, read from L3 again and again) the fused
+// product was ahead up to 8 rows and even at 16; decoding 16 streams of the
+// Llama-1B shape (weights from memory) it made castserve 1.3x faster than
+// with this limit at 8 (BENCHMARKS.md, "Side by side with llama.cpp").
+inline constexpr int64_t kStorageIsComputeMaxRows = 32;
 // f32 stored resident and computed in f32: the avx512 kernel reads the f32
 // weight at about the core's bandwidth, where oneDNN's product took 1.4-2.6x
 // its time at 1-8 rows and was even at 16 (same table, "F32" rows).
