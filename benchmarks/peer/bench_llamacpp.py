@@ -2,7 +2,8 @@
 
 Both servers run at once, one pair at a time (castserve f32 resident against
 llama.cpp F32, castserve bf16 storage against BF16, castserve fp8 e4m3
-per-row storage against Q8_0), with the same threads and the same KV
+per-row storage against Q8_0; bf16c and fp8c: that storage computed in
+bf16), with the same threads and the same KV
 capacity in tokens (--kv-tokens: castserve's kv_cache_bytes holds that many
 f32 tokens, llama.cpp's -c that many f16 tokens over --streams slots).
 Requests go through both HTTP APIs (castserve's REST generate_stream,
