@@ -104,6 +104,10 @@ TEST(ModelTiersTest, EveryTierGivesBitwiseTheSameOutputs) {
       EXPECT_TRUE(tensor.equal(hot_again->at(name)))
           << policy.name << " " << name << ": hot twice";
     }
+    // Everything hot keeps: a forward this small reads the storage of cast
+    // products and makes no cached copy (models/kernels/storage_product.h).
+    ASSERT_TRUE(
+        (*model)->Promote(casting::WeightTier::kHot, NeverCancelled).ok());
     const casting::Footprint serving = Held(**model);
 
     ASSERT_TRUE((*model)->Demote(casting::WeightTier::kWarm).ok());

@@ -169,7 +169,7 @@ TEST_F(ComputeFromStorageTest, DecodeStepsMakeNoComputeCopies) {
   }
 }
 
-TEST_F(ComputeFromStorageTest, ReadsStorageOnlyForFewRowsWithoutAKeptCopy) {
+TEST_F(ComputeFromStorageTest, ReadsStorageOnlyForFewRows) {
   auto first_linear_weight = [](Model& model) {
     return LinearWeights(model).at(0);
   };
@@ -192,8 +192,13 @@ TEST_F(ComputeFromStorageTest, ReadsStorageOnlyForFewRowsWithoutAKeptCopy) {
   SetStorageProductMaxRows(0);
   EXPECT_FALSE(ReadsStorageFor(w, 1));
   SetStorageProductMaxRows(kDefaultStorageProductMaxRows);
-  // A cached copy is made once and then read.
-  EXPECT_FALSE(ReadsStorageFor(*first_linear_weight(*cached), 1));
+  // A cached copy is made for larger products only: fewer rows read the
+  // storage (a quarter of the f32 copy's bytes here).
+  EXPECT_TRUE(ReadsStorageFor(*first_linear_weight(*cached), 1));
+  EXPECT_TRUE(ReadsStorageFor(*first_linear_weight(*cached),
+                              kDefaultStorageProductMaxRows));
+  EXPECT_FALSE(ReadsStorageFor(*first_linear_weight(*cached),
+                               kDefaultStorageProductMaxRows + 1));
   // Resident f32 storage is the copy; the f32 kernel reads it for decode
   // sizes (faster than oneDNN's product there).
   EXPECT_TRUE(ReadsStorageFor(*first_linear_weight(*f32), 1));
@@ -201,7 +206,8 @@ TEST_F(ComputeFromStorageTest, ReadsStorageOnlyForFewRowsWithoutAKeptCopy) {
   EXPECT_FALSE(
       ReadsStorageFor(*first_linear_weight(*f32), kResidentF32MaxRows + 1));
   // bf16 storage that is the bf16 compute copy: read by the fused kernel
-  // for the fewest rows only, LibTorch's bf16 product reads it from there.
+  // up to kStorageIsComputeMaxRows, LibTorch's bf16 product reads it from
+  // there.
   EXPECT_TRUE(ReadsStorageFor(*first_linear_weight(*bf16), 1));
   EXPECT_TRUE(
       ReadsStorageFor(*first_linear_weight(*bf16), kStorageIsComputeMaxRows));

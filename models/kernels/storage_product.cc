@@ -201,9 +201,7 @@ StorageReads StorageReadsOf(const casting::Weight& weight) {
                ? StorageReads::kResidentF32
                : StorageReads::kStorageIsCompute;
   }
-  return options.compute_copy == casting::ComputeCopyPolicy::kTransient
-             ? StorageReads::kTransient
-             : StorageReads::kNever;
+  return StorageReads::kConverted;
 }
 
 bool ReadsStorageFor(const casting::Weight& weight, int64_t rows) {

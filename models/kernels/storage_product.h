@@ -10,11 +10,10 @@
 // bytes and writes nothing.
 //
 // When: on the CPU, for products with at most StorageProductMaxRows()
-// activation rows (decode steps and small batches; fewer where the storage
-// is the compute copy), and only for weights whose compute copy would be
-// transient or is the storage itself (ReadsStorageFor). Larger products
-// (prefill) keep the compute copy and LinearProduct's GEMM, which is faster
-// there: the fused kernel converts every weight once per group of 4 rows, a
+// activation rows (decode steps and small batches; fewer for resident f32),
+// whatever the compute copy policy (ReadsStorageFor): a cached compute copy
+// is then made and read only for larger products. Larger products (prefill)
+// keep the compute copy and LinearProduct's GEMM, which is faster there: the fused kernel converts every weight once per group of 4 rows, a
 // GEMM amortises one conversion over all rows. The default limit comes from
 // matmul_benchmark's "storage_product" table (BENCHMARKS.md, "Compute from
 // storage").
@@ -105,17 +104,19 @@ int64_t StorageProductMaxRows();
 // options, so a layer classifies its weight once (StorageReadsOf) and then
 // decides per product with the rows alone (ReadsStorageFor).
 enum class StorageReads {
-  kNever,             // Not on the CPU, not rank 2, or a cached copy.
-  kTransient,         // Up to StorageProductMaxRows() rows.
+  kNever,             // Not on the CPU, or not rank 2.
+  kConverted,         // Up to StorageProductMaxRows() rows.
   kStorageIsCompute,  // Up to min(that, kStorageIsComputeMaxRows) rows.
   kResidentF32,       // Up to min(that, kResidentF32MaxRows) rows.
 };
 
 // On the CPU and rank 2: F32 stored resident and computed in f32
-// (kResidentF32); any other format, resident or mapped, with a compute copy
-// that would be transient (kTransient) or is the storage itself
-// (kStorageIsCompute); else kNever (a cached copy is made once and then
-// read).
+// (kResidentF32); resident storage that is the compute copy itself
+// (kStorageIsCompute); any other format, resident or mapped, whose compute
+// copy is decoded from it, transient or cached (kConverted); else kNever.
+// Decode steps are bound by the weight bytes they read, and the storage is
+// at most the bytes of a cached copy: half of an f32 copy's for bf16, a
+// quarter for fp8 (BENCHMARKS.md, "Compute from storage").
 StorageReads StorageReadsOf(const casting::Weight& weight);
 
 // True when a product of `rows` activation rows (negative: not known yet,
@@ -125,7 +126,7 @@ inline bool ReadsStorageFor(StorageReads reads, int64_t rows) {
   switch (reads) {
     case StorageReads::kNever:
       return false;
-    case StorageReads::kTransient:
+    case StorageReads::kConverted:
       return rows <= max_rows && max_rows > 0;
     case StorageReads::kStorageIsCompute:
       return rows <= max_rows && max_rows > 0 &&

@@ -89,6 +89,11 @@ TEST(ConfiguredFootprintTest, IsKnownBeforeAnyDataAndEqualsWhatServingHolds) {
     EXPECT_EQ(HeldNow(model->root()).owned_bytes(), 0)
         << "nothing is read before the first forward";
     ASSERT_TRUE(model->Forward(Inputs()).ok());
+    // A forward this small reads the storage of cast products and makes no
+    // cached copy (models/kernels/storage_product.h); a hot model holds
+    // them all (Promote), as after a forward of more rows.
+    ASSERT_TRUE(
+        model->Promote(casting::WeightTier::kHot, [] { return false; }).ok());
     const Footprint held = HeldNow(model->root());
     EXPECT_EQ(Kept(configured), Kept(held))
         << "configured " << configured.ToString() << "\nheld "
