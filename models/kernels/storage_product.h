@@ -13,10 +13,10 @@
 // activation rows (decode steps and small batches; fewer for resident f32),
 // whatever the compute copy policy (ReadsStorageFor): a cached compute copy
 // is then made and read only for larger products. Larger products (prefill)
-// keep the compute copy and LinearProduct's GEMM, which is faster there: the fused kernel converts every weight once per group of 4 rows, a
-// GEMM amortises one conversion over all rows. The default limit comes from
-// matmul_benchmark's "storage_product" table (BENCHMARKS.md, "Compute from
-// storage").
+// keep the compute copy and LinearProduct's GEMM, which is faster there: the
+// fused kernel converts every weight once per group of 4 rows, a GEMM amortises
+// one conversion over all rows. The default limit comes from matmul_benchmark's
+// "storage_product" table (BENCHMARKS.md, "Compute from storage").
 //
 // Kernels (ProductIsa), the best the CPU runs unless one is asked for:
 //  - avx512_bf16 (AVX-512 with avx512_bf16 and avx512_vbmi), for bf16 and
