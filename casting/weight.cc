@@ -217,7 +217,9 @@ void ReleasedMemory::Add(at::Tensor tensor) {
 }
 
 void ReleasedMemory::Add(std::unique_ptr<StorageView> view) {
-  if (view != nullptr) views_.push_back(std::move(view));
+  if (view == nullptr) return;
+  Add(std::move(view->data_owner));
+  Add(std::move(view->scales_owner));
 }
 
 void ReleasedMemory::Add(std::shared_ptr<const void> other) {
@@ -228,17 +230,12 @@ int64_t ReleasedMemory::tensor_bytes() const {
   std::vector<const void*> seen;
   int64_t bytes = 0;
   const auto count = [&](const at::Tensor& tensor) {
-    if (!tensor.defined()) return;
     const void* storage = tensor.storage().unsafeGetStorageImpl();
     if (std::find(seen.begin(), seen.end(), storage) != seen.end()) return;
     seen.push_back(storage);
     bytes += static_cast<int64_t>(tensor.storage().nbytes());
   };
   for (const at::Tensor& tensor : tensors_) count(tensor);
-  for (const auto& view : views_) {
-    count(view->data_owner);
-    count(view->scales_owner);
-  }
   return bytes;
 }
 
@@ -837,10 +834,8 @@ absl::Status Weight::Demote(WeightTier tier, ReleasedMemory* released) {
   storage_view_.store(nullptr, std::memory_order_release);
   released->Add(std::move(owned_storage_view_));
   released->Add(std::move(retired_storage_view_));
-  released->Add(std::move(storage_));
+  released->Add(std::move(storage_));  // Leaves it undefined.
   released->Add(std::move(scales_));
-  storage_.reset();
-  scales_.reset();
   serving_mapped_ = ServesMappedWhenCool();
   return absl::OkStatus();
 }

@@ -170,16 +170,16 @@ class ReleasedMemory {
   ReleasedMemory& operator=(const ReleasedMemory&) = delete;
 
   void Add(at::Tensor tensor);
+  // The view's owners (the view itself is destroyed now).
   void Add(std::unique_ptr<StorageView> view);
   void Add(std::shared_ptr<const void> other);
 
-  // Bytes of the tensors and views' owners held now (a module's own
-  // objects are not counted), each storage once.
+  // Bytes of the tensors held (a module's own objects are not counted),
+  // each storage once.
   int64_t tensor_bytes() const;
 
  private:
   std::vector<at::Tensor> tensors_;
-  std::vector<std::unique_ptr<StorageView>> views_;
   std::vector<std::shared_ptr<const void>> others_;
 };
 

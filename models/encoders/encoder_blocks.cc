@@ -301,7 +301,6 @@ int64_t EncoderLayer::ConfiguredDerivedBytes() const {
 void EncoderLayer::DropDerivedCopies(casting::ReleasedMemory& released) {
   absl::MutexLock lock(&packed_mu_);
   released.Add(std::shared_ptr<const void>(std::move(packed_)));
-  packed_.reset();
   packed_bytes_.store(0);
 }
 

@@ -45,17 +45,17 @@ int64_t HeldBytes::most() const {
   return most_;
 }
 
-void FreeGate::Hold() {
+void HoldGate::Hold() {
   absl::MutexLock lock(&mu_);
   held_ = true;
 }
 
-void FreeGate::Release() {
+void HoldGate::Release() {
   absl::MutexLock lock(&mu_);
   held_ = false;
 }
 
-void FreeGate::AwaitWaiting(int count) {
+void HoldGate::AwaitWaiting(int count) {
   absl::MutexLock lock(&mu_);
   auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return waiting_ >= count;
@@ -63,17 +63,25 @@ void FreeGate::AwaitWaiting(int count) {
   mu_.Await(absl::Condition(&reached));
 }
 
-void FreeGate::Pass() {
+bool HoldGate::Pass(const models::Cancellation* cancellation) {
   absl::MutexLock lock(&mu_);
   ++waiting_;
-  mu_.Await(absl::Condition(
-      +[](bool* held) { return !*held; }, &held_));
+  bool passed = true;
+  while (!mu_.AwaitWithTimeout(absl::Condition(
+                                   +[](bool* held) { return !*held; }, &held_),
+                               absl::Milliseconds(1))) {
+    if (cancellation != nullptr && cancellation->cancelled()) {
+      passed = false;
+      break;
+    }
+  }
   --waiting_;
+  return passed;
 }
 
 SizedServedModel::SizedServedModel(inference::ModelConfig config,
                                    TierBytes bytes, bool grow, HeldBytes* held,
-                                   std::atomic<int>* live, FreeGate* frees)
+                                   std::atomic<int>* live, HoldGate* frees)
     : config_(std::move(config)),
       bytes_(bytes),
       held_(held),
@@ -115,7 +123,7 @@ absl::Status SizedServedModel::MoveTo(casting::WeightTier tier,
     return absl::OkStatus();
   }
   HeldBytes* const held = held_;
-  FreeGate* const frees = frees_;
+  HoldGate* const frees = frees_;
   *released = std::shared_ptr<const void>(new int64_t(freed),
                                           [held, frees](const int64_t* bytes) {
                                             frees->Pass();
@@ -145,19 +153,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> SizedModelFactory::Create(
     const std::string& model_directory, const inference::ModelConfig& config,
     std::shared_ptr<const models::Cancellation> cancellation) {
   ++creates_;
-  {
-    absl::MutexLock lock(&mu_);
-    ++waiting_;
-    while (!mu_.AwaitWithTimeout(
-        absl::Condition(
-            +[](bool* gated) { return !*gated; }, &gated_),
-        absl::Milliseconds(1))) {
-      if (cancellation != nullptr && cancellation->cancelled()) {
-        --waiting_;
-        return absl::CancelledError(cancellation->reason());
-      }
-    }
-    --waiting_;
+  if (!creates_gate_.Pass(cancellation.get())) {
+    return absl::CancelledError(cancellation->reason());
   }
   if (config.parameters().count("fail") > 0) {
     return absl::FailedPreconditionError(
@@ -176,24 +173,6 @@ absl::StatusOr<int64_t> SizedModelFactory::ProjectedBytes(
 absl::StatusOr<TierBytes> SizedModelFactory::ProjectedTierBytes(
     const std::string& model_directory, const inference::ModelConfig& config) {
   return TierBytesOf(config);
-}
-
-void SizedModelFactory::Gate() {
-  absl::MutexLock lock(&mu_);
-  gated_ = true;
-}
-
-void SizedModelFactory::Open() {
-  absl::MutexLock lock(&mu_);
-  gated_ = false;
-}
-
-void SizedModelFactory::AwaitWaiting(int count) {
-  absl::MutexLock lock(&mu_);
-  auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return waiting_ >= count;
-  };
-  mu_.Await(absl::Condition(&reached));
 }
 
 }  // namespace castserve::testing

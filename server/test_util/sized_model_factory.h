@@ -45,16 +45,19 @@ class HeldBytes {
   int64_t most_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Holds back the frees of moves down (SizedServedModel::MoveTo with
-// `released`) while held, as a large model's frees take time.
-class FreeGate {
+// While held, Pass blocks its callers: a factory's Creates (a slow load)
+// or a model's frees after a move down (SizedServedModel::MoveTo with
+// `released`, a large model's frees).
+class HoldGate {
  public:
   void Hold() ABSL_LOCKS_EXCLUDED(mu_);
   void Release() ABSL_LOCKS_EXCLUDED(mu_);
-  // Returns once `count` frees wait at the gate.
+  // Returns once `count` callers wait at the gate.
   void AwaitWaiting(int count) ABSL_LOCKS_EXCLUDED(mu_);
-  // A free: returns once the gate is not held.
-  void Pass() ABSL_LOCKS_EXCLUDED(mu_);
+  // True once the gate is not held; false as soon as `cancellation` (if
+  // any; polled every millisecond) is cancelled.
+  bool Pass(const models::Cancellation* cancellation = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::Mutex mu_;
@@ -69,7 +72,7 @@ class SizedServedModel : public ServedModel {
  public:
   // Holds `bytes` now, or from its first request when `grow`.
   SizedServedModel(inference::ModelConfig config, TierBytes bytes, bool grow,
-                   HeldBytes* held, std::atomic<int>* live, FreeGate* frees);
+                   HeldBytes* held, std::atomic<int>* live, HoldGate* frees);
   ~SizedServedModel() override;
 
   const inference::ModelConfig& config() const override { return config_; }
@@ -110,7 +113,7 @@ class SizedServedModel : public ServedModel {
   std::atomic<int> requests_{0};
   HeldBytes* const held_;
   std::atomic<int>* const live_;
-  FreeGate* const frees_;
+  HoldGate* const frees_;
   std::atomic<bool> grown_;
   std::atomic<int> pending_{0};
   mutable std::atomic<int> footprint_reads_{0};
@@ -132,23 +135,22 @@ class SizedModelFactory : public ServedModelFactory {
       const std::string& model_directory,
       const inference::ModelConfig& config) override;
 
-  void Gate() ABSL_LOCKS_EXCLUDED(mu_);
-  void Open() ABSL_LOCKS_EXCLUDED(mu_);
+  void Gate() { creates_gate_.Hold(); }
+  void Open() { creates_gate_.Release(); }
   // Returns once `count` Creates are blocked by the gate.
-  void AwaitWaiting(int count) ABSL_LOCKS_EXCLUDED(mu_);
+  void AwaitWaiting(int count) { creates_gate_.AwaitWaiting(count); }
   int creates() const { return creates_; }
   int live_models() const { return live_models_; }
   const HeldBytes& held() const { return held_; }
-  FreeGate& frees() { return frees_; }
+  // Its models' frees after moves down.
+  HoldGate& frees() { return frees_; }
 
  private:
-  absl::Mutex mu_;
-  bool gated_ ABSL_GUARDED_BY(mu_) = false;
-  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  HoldGate creates_gate_;
   std::atomic<int> creates_{0};
   std::atomic<int> live_models_{0};
   HeldBytes held_;
-  FreeGate frees_;
+  HoldGate frees_;
 };
 
 }  // namespace castserve::testing
