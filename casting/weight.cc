@@ -38,9 +38,6 @@ std::string CodecDTypeNames() {
   return names;
 }
 
-// Reads from the mapping are staged in chunks of about this size.
-constexpr int64_t kStagingChunkBytes = int64_t{8} << 20;
-
 // This thread's staging buffer for reads from the mapping, grown to at
 // least `bytes`: reused, so its pages are faulted in once per thread, not on
 // every decode.
@@ -609,29 +606,10 @@ at::Tensor Weight::PlaceStorage(at::Tensor host) const {
 absl::Status Weight::EncodeFromSourceByRows(ElementType source_type,
                                             at::Tensor& storage,
                                             at::Tensor& scales) const {
-  const int64_t rows = num_rows();
-  const int64_t row_elements = rows == 0 ? 0 : entry_.numel() / rows;
-  const int64_t row_source_bytes = row_elements * ElementSizeBytes(source_type);
-  const int64_t row_storage_bytes =
-      row_elements * options_.storage.element_size_bytes();
-  const int64_t chunk_rows = std::max<int64_t>(
-      1, kStagingChunkBytes / std::max<int64_t>(row_source_bytes, 1));
-  for (int64_t first = 0; first < rows; first += chunk_rows) {
-    const int64_t count = std::min(chunk_rows, rows - first);
-    absl::Span<uint8_t> staging = Staging(count * row_source_bytes);
-    absl::Status status =
-        checkpoint_->CopyRangeTo(entry_, first * row_source_bytes, staging);
-    if (status.ok()) {
-      status = Encode(
-          source_type, staging.data(), count * row_elements, count,
-          options_.storage,
-          static_cast<uint8_t*>(storage.data_ptr()) + first * row_storage_bytes,
-          scales.defined() ? scales.data_ptr<float>() + first : nullptr,
-          options_.codec);
-    }
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
+  // Straight from the mapping, row by row: no staging copy of the source.
+  return checkpoint_->EncodeTo(
+      entry_, source_type, options_.storage, storage.data_ptr(),
+      scales.defined() ? scales.data_ptr<float>() : nullptr, options_.codec);
 }
 
 absl::Status Weight::EncodeFromWholeSource(ElementType source_type,

@@ -354,8 +354,8 @@ class Weight {
   // Makes the resident storage copy (storage_, scales_).
   absl::Status MakeStorageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Encode the source into `storage` (and `scales`, sized for the format):
-  // a chunk of rows at a time through this thread's staging buffer (plain
-  // or per-row formats from an f32/f16/bf16 source), or all at once.
+  // straight from the mapping (plain or per-row formats from an f32/f16/bf16
+  // source), or from a whole-tensor copy of it.
   absl::Status EncodeFromSourceByRows(ElementType source_type,
                                       at::Tensor& storage,
                                       at::Tensor& scales) const;

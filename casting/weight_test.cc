@@ -628,6 +628,11 @@ TEST_F(WeightTest, TruncatedFileIsAnErrorForThisWeightOnly) {
   WeightOptions decoded = options;
   decoded.compute_dtype = ElementType::kBF16;
   std::unique_ptr<Weight> big_bf16 = MakeWeight("big", decoded);
+  // Encoded straight from the mapping (f32 -> fp8 per row), not copied.
+  WeightOptions encoded;
+  encoded.residency = Residency::kResident;
+  encoded.storage = {ElementType::kF8E4M3FN, Scaling::kPerRow};
+  std::unique_ptr<Weight> big_fp8 = MakeWeight("big", encoded);
   std::unique_ptr<Weight> first = MakeWeight("w_bf16", options);
   // Cut the file where the last tensor starts: its later pages vanish (a
   // read there raises SIGBUS), the first page with the others stays.
@@ -641,6 +646,12 @@ TEST_F(WeightTest, TruncatedFileIsAnErrorForThisWeightOnly) {
   ASSERT_FALSE(decoded_handle.ok());
   EXPECT_EQ(decoded_handle.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(decoded_handle.status().message()),
+              HasSubstr("tensor 'big'"));
+  absl::StatusOr<ComputeHandle> encoded_handle = big_fp8->Acquire();
+  ASSERT_FALSE(encoded_handle.ok());
+  EXPECT_EQ(encoded_handle.status().code(), absl::StatusCode::kDataLoss)
+      << encoded_handle.status();
+  EXPECT_THAT(std::string(encoded_handle.status().message()),
               HasSubstr("tensor 'big'"));
   EXPECT_TRUE(first->Acquire().ok());
 }

@@ -401,4 +401,57 @@ absl::Status DecodeGuarded(ElementType src_type, const void* src,
   return absl::OkStatus();
 }
 
+absl::Status EncodeGuarded(ElementType src_type, const void* src,
+                           int64_t num_elements, int64_t num_rows,
+                           StorageFormat format, void* dst, float* dst_scales,
+                           ReadGuard guard, const CodecOptions& options) {
+  if (format.scaling != Scaling::kNone && format.scaling != Scaling::kPerRow) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a guarded encode takes formats whose rows encode on "
+                     "their own, not ",
+                     format.ToString()));
+  }
+  if (absl::Status status = ValidateArgs(src_type, src, dst, num_elements,
+                                         num_rows, format, dst_scales);
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<const KernelTable*> table = SelectKernels(options);
+  if (!table.ok()) return table.status();
+  const int s = static_cast<int>(src_type);
+  const int d = static_cast<int>(format.element);
+  const internal::ConvertFn plain = (*table)->plain[s][d];
+  const internal::ConvertFn divide = (*table)->divide[s][d];
+  const internal::AbsMaxFn absmax = (*table)->absmax[s];
+  const bool per_row = format.scaling == Scaling::kPerRow;
+  const int64_t row_size = num_rows > 0 ? num_elements / num_rows : 0;
+  const int num_threads = NumThreads(num_elements, options);
+  std::vector<absl::Status> statuses(num_threads);
+  ParallelFor(
+      num_rows, num_threads, 1,
+      [&](int chunk, int64_t row_begin, int64_t row_end) {
+        const uint8_t* chunk_src = Offset(src, row_begin * row_size, src_type);
+        const int64_t count = (row_end - row_begin) * row_size;
+        statuses[chunk] =
+            guard(chunk_src, count * ElementSizeBytes(src_type), [&] {
+              if (!per_row) {
+                plain(chunk_src, count, 1.0f,
+                      Offset(dst, row_begin * row_size, format.element));
+                return;
+              }
+              for (int64_t row = row_begin; row < row_end; ++row) {
+                const uint8_t* row_src = Offset(src, row * row_size, src_type);
+                dst_scales[row] = ScaleForAbsMax(absmax(row_src, row_size),
+                                                 format.element);
+                divide(row_src, row_size, dst_scales[row],
+                       Offset(dst, row * row_size, format.element));
+              }
+            });
+      });
+  for (absl::Status& status : statuses) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace castserve::casting

@@ -93,6 +93,15 @@ absl::Status DecodeGuarded(ElementType src_type, const void* src,
                            void* dst, ReadGuard guard,
                            const CodecOptions& options = {});
 
+// Encode of a `src_type` source whose reads may fail, as DecodeGuarded, into
+// a format whose rows encode on their own (Scaling::kNone or kPerRow; others
+// are InvalidArgument): each thread encodes its share of whole rows, reading
+// them through `guard`. The same bytes and scales as Encode.
+absl::Status EncodeGuarded(ElementType src_type, const void* src,
+                           int64_t num_elements, int64_t num_rows,
+                           StorageFormat format, void* dst, float* dst_scales,
+                           ReadGuard guard, const CodecOptions& options = {});
+
 // The scale Encode uses for a tensor or row with the given finite absmax.
 float ScaleForAbsMax(float absmax, ElementType fp8_type);
 

@@ -528,6 +528,78 @@ TEST(CodecGuardedTest, AGuardsErrorIsReturned) {
   EXPECT_EQ(status.message(), "page vanished");
 }
 
+TEST(CodecGuardedTest, EncodesLikeEncodeWithEveryThreadsRowsGuarded) {
+  const int64_t rows = 7, n = rows * 14293;
+  CodecOptions threaded;
+  threaded.max_threads = 4;
+  threaded.min_elements_per_thread = 1000;
+  for (const StorageFormat& format : AllStorageFormats()) {
+    if (format.scaling != Scaling::kNone && format.scaling != Scaling::kPerRow)
+      continue;  // Refused: the next test.
+    for (ElementType compute : kComputeTypes) {
+      const auto src = MakeElements(compute, n, true, 9);
+      const std::string context =
+          absl::StrCat(ElementTypeName(compute), " -> ", format.ToString());
+      std::atomic<int64_t> guarded_bytes{0};
+      std::atomic<int> calls{0};
+      auto guard = [&](const void* begin, size_t size,
+                       absl::FunctionRef<void()> read) {
+        EXPECT_GE(static_cast<const uint8_t*>(begin), src.data());
+        EXPECT_LE(static_cast<const uint8_t*>(begin) + size,
+                  src.data() + src.size());
+        // Whole rows.
+        EXPECT_EQ(size % (src.size() / rows), 0u) << context;
+        guarded_bytes += size;
+        ++calls;
+        read();
+        return absl::OkStatus();
+      };
+      EncodeResult got{std::vector<uint8_t>(n * format.element_size_bytes()),
+                       std::vector<float>(rows, -1.0f)};
+      ASSERT_TRUE(EncodeGuarded(compute, src.data(), n, rows, format,
+                                got.data.data(), got.scales.data(), guard,
+                                threaded)
+                      .ok())
+          << context;
+      const EncodeResult want = EncodeWith(threaded, compute, src, format, rows);
+      ExpectSameElements(got.data, want.data, format.element, context);
+      EXPECT_EQ(got.scales, want.scales) << context;
+      EXPECT_EQ(guarded_bytes, static_cast<int64_t>(src.size())) << context;
+      EXPECT_EQ(calls, 4) << context;
+    }
+  }
+}
+
+TEST(CodecGuardedTest, AGuardedEncodeRefusesScalesAcrossRowsAndReturnsErrors) {
+  const auto src = MakeElements(ElementType::kBF16, 4096, true, 6);
+  std::vector<uint8_t> out(4096);
+  std::vector<float> scales(64);
+  auto passing = [](const void*, size_t, absl::FunctionRef<void()> read) {
+    read();
+    return absl::OkStatus();
+  };
+  for (const StorageFormat& format : AllStorageFormats()) {
+    if (format.scaling != Scaling::kPerTensor &&
+        format.scaling != Scaling::kPerBlock)
+      continue;
+    const absl::Status status =
+        EncodeGuarded(ElementType::kBF16, src.data(), 4096, 64, format,
+                      out.data(), scales.data(), passing);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
+        << format.ToString();
+    EXPECT_THAT(status.message(), HasSubstr(format.ToString()));
+  }
+  auto failing = [](const void*, size_t, absl::FunctionRef<void()>) {
+    return absl::DataLossError("page vanished");
+  };
+  const absl::Status status = EncodeGuarded(
+      ElementType::kBF16, src.data(), 4096, 64,
+      StorageFormat{ElementType::kF8E4M3FN, Scaling::kPerRow}, out.data(),
+      scales.data(), failing);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(status.message(), "page vanished");
+}
+
 // --- Scaled fp8
 // ---------------------------------------------------------------
 

@@ -168,6 +168,22 @@ absl::Status Checkpoint::DecodeTo(const TensorEntry& entry,
   return status;
 }
 
+absl::Status Checkpoint::EncodeTo(const TensorEntry& entry,
+                                  ElementType source_type, StorageFormat format,
+                                  void* dst, float* dst_scales,
+                                  const CodecOptions& options) const {
+  const int64_t num_rows = entry.shape.empty() ? 1 : entry.shape[0];
+  absl::Status status =
+      EncodeGuarded(source_type, Bytes(entry).data(), entry.numel(), num_rows,
+                    format, dst, dst_scales, ReadFromMapping, options);
+  if (absl::IsDataLoss(status)) {
+    return absl::DataLossError(absl::StrCat(file(entry.file_index).path(),
+                                            ": tensor '", entry.name,
+                                            "': ", status.message()));
+  }
+  return status;
+}
+
 void Checkpoint::ReleasePages(const TensorEntry& entry) const {
   (void)file(entry.file_index)
       .AdviseDontNeed(entry.offset_bytes, entry.size_bytes);

@@ -97,6 +97,14 @@ class Checkpoint {
                         ElementType dst_type, void* dst,
                         const CodecOptions& options) const;
 
+  // Encodes the entry (plain `source_type` on disk, rows along dim 0) straight
+  // from the mapping into `format` at `dst` and `dst_scales`, as Encode does
+  // from memory; `format`'s rows must encode on their own (EncodeGuarded).
+  // DATA_LOSS as CopyTo.
+  absl::Status EncodeTo(const TensorEntry& entry, ElementType source_type,
+                        StorageFormat format, void* dst, float* dst_scales,
+                        const CodecOptions& options) const;
+
   // Drops the pages covering the entry from this process's resident set (the
   // page cache keeps them; a later read faults them back in). For weights
   // that will not read the mapping again: a resident or cached copy exists.
