@@ -342,14 +342,14 @@ absl::StatusOr<at::Tensor> Weight::DecodeFromSource() const {
   return compute;
 }
 
-absl::StatusOr<at::Tensor> Weight::DecodeFromStorage() const {
+absl::StatusOr<at::Tensor> Weight::DecodeFromStorage(
+    const at::Tensor& storage, const at::Tensor& scales) const {
   at::Tensor compute =
       NewBuffer(TorchScalarType(options_.compute_dtype), entry_.shape);
-  const at::Tensor scales =
-      scales_.defined() ? ToDevice(scales_, options_.device) : at::Tensor();
   absl::Status status = DecodeTensor(
-      options_.storage, ToDevice(storage_, options_.device), scales, num_rows(),
-      options_.compute_dtype, compute, options_.codec);
+      options_.storage, ToDevice(storage, options_.device),
+      scales.defined() ? ToDevice(scales, options_.device) : at::Tensor(),
+      num_rows(), options_.compute_dtype, compute, options_.codec);
   if (!status.ok()) return status;
   return compute;
 }
@@ -652,9 +652,14 @@ absl::Status Weight::EnsureComputeLocked() {
   }
   const absl::Time start = absl::Now();
   absl::StatusOr<at::Tensor> compute =
-      from_source ? DecodeFromSource() : DecodeFromStorage();
+      from_source ? DecodeFromSource() : DecodeFromStorage(storage_, scales_);
   if (!compute.ok()) return compute.status();
-  compute_ = *std::move(compute);
+  InstallComputeLocked(*std::move(compute), start);
+  return absl::OkStatus();
+}
+
+void Weight::InstallComputeLocked(at::Tensor compute, absl::Time start) {
+  compute_ = std::move(compute);
   ++compute_builds_;
   if (options_.residency == Residency::kMapped &&
       options_.compute_copy == ComputeCopyPolicy::kCached) {
@@ -667,7 +672,6 @@ absl::Status Weight::EnsureComputeLocked() {
   if (options_.compute_copy == ComputeCopyPolicy::kTransient) {
     activity_.transient_compute_bytes += compute_.nbytes();
   }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<ComputeHandle> Weight::Acquire() {
@@ -838,14 +842,35 @@ bool Weight::ServesMappedWhenCool() const {
 absl::Status Weight::Promote(WeightTier tier) {
   if (tier == WeightTier::kCool) return absl::OkStatus();
   return StatusOfThrowing(absl::StrCat("promotion of ", name()), [&] {
+    at::Tensor storage, scales;
+    {
+      absl::MutexLock lock(&mu_);
+      if (absl::Status status = MaterializeLocked(); !status.ok()) {
+        return status;
+      }
+      if (tier != WeightTier::kHot ||
+          options_.compute_copy != ComputeCopyPolicy::kCached ||
+          compute_.defined()) {
+        return absl::OkStatus();
+      }
+      if (!storage_.defined() || StorageIsCompute()) {
+        return EnsureComputeLocked();  // From the mapping, or no copy to make.
+      }
+      if (absl::Status status = LoadSourceScalesLocked(); !status.ok()) {
+        return status;
+      }
+      storage = storage_;
+      scales = scales_;
+    }
+    // The cached copy is decoded outside the lock: a forward that reads this
+    // weight's storage meanwhile (a small product, rows of an embedding)
+    // does not wait for it. The caller holds demotions off; a forward that
+    // needed the copy and made it meanwhile wins.
+    const absl::Time start = absl::Now();
+    absl::StatusOr<at::Tensor> compute = DecodeFromStorage(storage, scales);
+    if (!compute.ok()) return compute.status();
     absl::MutexLock lock(&mu_);
-    if (absl::Status status = MaterializeLocked(); !status.ok()) {
-      return status;
-    }
-    if (tier == WeightTier::kHot &&
-        options_.compute_copy == ComputeCopyPolicy::kCached) {
-      return EnsureComputeLocked();
-    }
+    if (!compute_.defined()) InstallComputeLocked(*std::move(compute), start);
     return absl::OkStatus();
   });
 }

@@ -308,8 +308,11 @@ class Weight {
   // resident storage (kWarm and kHot), and a cached compute copy (kHot). What
   // a forward would otherwise build on first use, run off the request path
   // (server/servables/model_tier.h): a forward that needs this weight
-  // meanwhile waits for this weight only. From then on products read the
-  // resident storage, not the mapping. Never throws (as PrefetchCompute).
+  // meanwhile waits for its storage only; the cached copy is decoded outside
+  // the weight's lock, so reads of the storage (small products, embedding
+  // rows) go on beside it. From then on products read the resident storage,
+  // not the mapping. The caller holds demotions off. Never throws (as
+  // PrefetchCompute).
   absl::Status Promote(WeightTier tier) ABSL_LOCKS_EXCLUDED(mu_);
 
   // True while a cool weight serves from its mapped source (above). Takes
@@ -363,6 +366,9 @@ class Weight {
                                      at::Tensor& storage,
                                      at::Tensor& scales) const;
   absl::Status EnsureComputeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `compute`, built since `start`, the compute copy, and counts it.
+  void InstallComputeLocked(at::Tensor compute, absl::Time start)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The source copied into an aligned host tensor of the checkpoint's shape
   // (pinned staging for a CUDA device); `dtype` must be the entry's own
   // (safe against truncation).
@@ -375,8 +381,10 @@ class Weight {
   void Recycle(at::Tensor buffer) const;
   absl::StatusOr<at::Tensor> DecodeFromSource() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<at::Tensor> DecodeFromStorage() const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A compute copy of `storage` and `scales` (this weight's, or a snapshot
+  // of them taken under the lock).
+  absl::StatusOr<at::Tensor> DecodeFromStorage(const at::Tensor& storage,
+                                               const at::Tensor& scales) const;
   bool prequantized() const { return scales_entry_ != nullptr; }
   // Reads the pre-quantized source's scales into scales_ (f32, flat, on
   // the storage device) unless done.
