@@ -136,7 +136,7 @@ bool Embedding::ReadsOwnWeights() const {
   const casting::Weight& table = *weight("weight");
   return table.options().compute_copy ==
              casting::ComputeCopyPolicy::kTransient ||
-         table.serving_mapped();
+         table.serving_mapped() || !table.has_compute_copy();
 }
 
 at::Tensor Embedding::Forward(ForwardContext& context,

@@ -79,14 +79,19 @@ class Embedding : public Module {
   static absl::StatusOr<std::unique_ptr<Embedding>> Create(
       std::string name, const WeightFactory& weights, int64_t num_embeddings,
       int64_t embedding_dim);
-  // With a transient table, or a cool one serving from its mapping
-  // (casting::Weight::ServesMappedWhenCool), decodes only the rows of `ids`
+  // With a transient table, a cool one serving from its mapping
+  // (casting::Weight::ServesMappedWhenCool), or a cached one whose compute
+  // copy is not built yet, decodes only the rows of `ids`
   // (casting::Weight::GatherRows) instead of the whole table: the same
-  // values as the whole table's.
+  // values as the whole table's. A request never builds a cached table's
+  // whole copy (1 GiB of f32 for a 128k-token vocabulary) to read a few
+  // rows; a tied head's first product, or a promotion off the request path
+  // (casting::Weight::Promote), does.
   at::Tensor Forward(ForwardContext& context, const at::Tensor& ids) const;
   int64_t num_embeddings() const;
-  // True when the table's compute copies are transient, or while it serves
-  // from its mapping (false once promoted: decided per forward).
+  // True when the table's compute copies are transient, while it serves
+  // from its mapping, or while its cached copy is not built (decided per
+  // forward: false once a copy exists).
   bool ReadsOwnWeights() const override;
 
  private:

@@ -152,6 +152,12 @@ TEST_F(LayersTest, TransientEmbeddingGathersOnlyTheLookedUpRows) {
         "emb", Factory({{"emb.weight", table}}, whole), 64, 8);
     ASSERT_TRUE(gathering.ok() && reference.ok());
     EXPECT_TRUE((*gathering)->ReadsOwnWeights());
+    // A cached table gathers rows too until its whole copy exists, then
+    // looks them up in it.
+    casting::Weight& whole_table = *(*reference)->weight("weight");
+    EXPECT_TRUE((*reference)->ReadsOwnWeights());
+    ASSERT_TRUE(whole_table.Promote(casting::WeightTier::kHot).ok());
+    EXPECT_TRUE(whole_table.has_compute_copy());
     EXPECT_FALSE((*reference)->ReadsOwnWeights());
     ForwardContext context;
     const at::Tensor rows = (*gathering)->Forward(context, ids);
@@ -171,6 +177,37 @@ TEST_F(LayersTest, TransientEmbeddingGathersOnlyTheLookedUpRows) {
       EXPECT_EQ(weight.compute_builds(), 0);
     }
   }
+}
+
+// A request never builds a cached table's whole copy to read a few rows:
+// it gathers them (the values a lookup in the copy gives) and leaves the
+// copy to a tied head's first product or a promotion.
+TEST_F(LayersTest, CachedEmbeddingGathersRowsUntilItsCopyIsBuilt) {
+  const at::Tensor table = at::randn({64, 8}).to(at::kBFloat16);
+  const at::Tensor ids = at::tensor({5, 0, 63}, at::kLong);
+  casting::CastingPolicy::Options cast;
+  cast.storage_dtype = casting::ElementType::kBF16;
+  cast.compute_dtype = casting::ElementType::kF32;
+  WeightPolicyOptions options;
+  options.casting = *casting::CastingPolicy::Create(cast);
+  options.compute_copy = casting::ComputeCopyPolicy::kCached;
+  auto embedding = Embedding::Create(
+      "emb", Factory({{"emb.weight", table}}, options), 64, 8);
+  ASSERT_TRUE(embedding.ok());
+  casting::Weight& weight = *(*embedding)->weight("weight");
+  ForwardContext context;
+  const at::Tensor gathered = (*embedding)->Forward(context, ids);
+  EXPECT_FALSE(weight.has_compute_copy());
+  EXPECT_EQ(weight.compute_builds(), 0);
+  EXPECT_TRUE(at::equal(gathered, table.to(at::kFloat).index_select(0, ids)));
+  {
+    absl::StatusOr<casting::ComputeHandle> copy = weight.Acquire();
+    ASSERT_TRUE(copy.ok()) << copy.status();
+  }
+  EXPECT_TRUE(weight.has_compute_copy());
+  EXPECT_FALSE((*embedding)->ReadsOwnWeights());
+  EXPECT_TRUE(at::equal((*embedding)->Forward(context, ids), gathered));
+  EXPECT_EQ(weight.compute_builds(), 1);
 }
 
 TEST_F(LayersTest, LayerNormMatchesAtLayerNorm) {
