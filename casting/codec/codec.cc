@@ -441,8 +441,8 @@ absl::Status EncodeGuarded(ElementType src_type, const void* src,
               }
               for (int64_t row = row_begin; row < row_end; ++row) {
                 const uint8_t* row_src = Offset(src, row * row_size, src_type);
-                dst_scales[row] = ScaleForAbsMax(absmax(row_src, row_size),
-                                                 format.element);
+                dst_scales[row] =
+                    ScaleForAbsMax(absmax(row_src, row_size), format.element);
                 divide(row_src, row_size, dst_scales[row],
                        Offset(dst, row * row_size, format.element));
               }

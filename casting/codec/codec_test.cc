@@ -561,7 +561,8 @@ TEST(CodecGuardedTest, EncodesLikeEncodeWithEveryThreadsRowsGuarded) {
                                 threaded)
                       .ok())
           << context;
-      const EncodeResult want = EncodeWith(threaded, compute, src, format, rows);
+      const EncodeResult want =
+          EncodeWith(threaded, compute, src, format, rows);
       ExpectSameElements(got.data, want.data, format.element, context);
       EXPECT_EQ(got.scales, want.scales) << context;
       EXPECT_EQ(guarded_bytes, static_cast<int64_t>(src.size())) << context;
@@ -592,10 +593,10 @@ TEST(CodecGuardedTest, AGuardedEncodeRefusesScalesAcrossRowsAndReturnsErrors) {
   auto failing = [](const void*, size_t, absl::FunctionRef<void()>) {
     return absl::DataLossError("page vanished");
   };
-  const absl::Status status = EncodeGuarded(
-      ElementType::kBF16, src.data(), 4096, 64,
-      StorageFormat{ElementType::kF8E4M3FN, Scaling::kPerRow}, out.data(),
-      scales.data(), failing);
+  const absl::Status status =
+      EncodeGuarded(ElementType::kBF16, src.data(), 4096, 64,
+                    StorageFormat{ElementType::kF8E4M3FN, Scaling::kPerRow},
+                    out.data(), scales.data(), failing);
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(status.message(), "page vanished");
 }
