@@ -2,7 +2,9 @@
 """Issue 28's many-model workload: one request stream replayed identically
 against castserve with memory tiers, castserve with LRU unload only, and an
 explicit load/unload client loop (what a Triton user writes: load on a miss,
-unload the least recently used model while the loaded ones would not fit).
+unload the least recently used model while the loaded ones would not fit);
+and, as mode "hot", castserve with no budget, where every model stays hot
+once loaded: the latencies no memory policy can go under.
 
 The repository (under --work-dir, every model its own copy of its
 checkpoint, so no two models share page-cache pages):
@@ -28,7 +30,9 @@ Open loop: each request is sent at its time on its own thread (a pool of
 --max-in-flight), whatever the ones before it are doing.
 
 Popularity classes: "head" the first quarter of the ranks, "torso" the next
-quarter, "tail" the other half (the cold models). Each mode prints and
+quarter, "tail" the other half (the cold models); "tail after first" are the
+tail requests after their model's first one in the mode (a first request is
+a load in every mode). Each mode prints and
 writes: p50/p99/max latency per class, throughput, failures by status, and,
 from /metrics sampled every --sample-ms, the largest sum of the models'
 counted bytes (max of allocated and owned weight bytes per model; the
@@ -42,7 +46,7 @@ Usage (from the repository root, after `bazel build //server:castserve`):
       --castserve=bazel-bin/server/castserve \\
       --minilm=models/testdata/minilm/weights --llama=/tmp/llama-small \\
       [--embedders=24 --decoders=6 --budget-fraction=0.25 --rate=8 \\
-       --duration=60 --modes=tiers,lru,explicit] [--json=PATH]
+       --duration=60 --modes=tiers,lru,explicit,hot] [--json=PATH]
 """
 
 import argparse
@@ -297,7 +301,9 @@ class ExplicitController:
 
 def run_mode(mode, root, models, model_bytes, budget, events, args):
     flags = []
-    if mode == "tiers":
+    if mode == "hot":
+        flags = []  # No budget: every model stays hot once loaded.
+    elif mode == "tiers":
         flags = [f"--memory-budget-bytes={budget}"]
     elif mode == "lru":
         flags = [f"--memory-budget-bytes={budget}", "--memory-tiers=false"]
@@ -317,7 +323,7 @@ def run_mode(mode, root, models, model_bytes, budget, events, args):
                             sum(t != "hot" for t in tiers.values())))
             time.sleep(args.sample_ms / 1000)
 
-    def one(event):
+    def one(event, first):
         _, name, kind, popularity_class = event
         start = time.monotonic()
         error = controller.acquire(name, kind) if controller else None
@@ -333,17 +339,20 @@ def run_mode(mode, root, models, model_bytes, budget, events, args):
                 if controller:
                     controller.release(name)
         with lock:
-            results.append((popularity_class, time.monotonic() - start, error))
+            results.append((popularity_class, time.monotonic() - start, error,
+                            first))
 
     sampling = threading.Thread(target=sampler)
     sampling.start()
     started = time.monotonic()
+    seen = set()
     with concurrent.futures.ThreadPoolExecutor(args.max_in_flight) as pool:
         for event in events:
             delay = event[0] - (time.monotonic() - started)
             if delay > 0:
                 time.sleep(delay)
-            pool.submit(one, event)
+            pool.submit(one, event, event[1] not in seen)
+            seen.add(event[1])
     elapsed = time.monotonic() - started
     stop.set()
     sampling.join()
@@ -353,18 +362,22 @@ def run_mode(mode, root, models, model_bytes, budget, events, args):
 
     report = {"mode": mode, "flags": flags, "elapsed_s": elapsed,
               "requests": len(results),
-              "throughput_rps": sum(e is None for _, _, e in results) /
+              "throughput_rps": sum(r[2] is None for r in results) /
               elapsed}
-    for popularity_class in ("head", "torso", "tail", "all"):
-        ms = np.array([t * 1000 for c, t, e in results
-                       if e is None and popularity_class in (c, "all")])
+    # "tail_later": tail requests after their model's first in this mode
+    # (which is a load in every mode): where the residency policy shows.
+    for popularity_class in ("head", "torso", "tail", "tail_later", "all"):
+        ms = np.array([t * 1000 for c, t, e, first in results
+                       if e is None and (popularity_class in (c, "all") or
+                                         (popularity_class == "tail_later" and
+                                          c == "tail" and not first))])
         report[popularity_class] = {
             "n": int(ms.size),
             "p50_ms": float(np.percentile(ms, 50)) if ms.size else None,
             "p99_ms": float(np.percentile(ms, 99)) if ms.size else None,
             "max_ms": float(ms.max()) if ms.size else None}
     failures = {}
-    for _, _, error in results:
+    for _, _, error, _ in results:
         if error:
             entry = failures.setdefault(error.split(":")[0], [0, error])
             entry[0] += 1
@@ -458,7 +471,8 @@ def main():
                               events, args)
             result["modes"].append(report)
             print(json.dumps({k: report[k] for k in (
-                "mode", "throughput_rps", "head", "torso", "tail", "failed",
+                "mode", "throughput_rps", "head", "torso", "tail",
+                "tail_later", "failed",
                 "max_counted_bytes", "samples_over_budget",
                 "peak_rss_anon_bytes", "wake_seconds", "moves")}, indent=1),
                 flush=True)
@@ -475,15 +489,17 @@ def print_table(result):
           f"{result['budget_bytes'] / result['all_hot_bytes']:.2f} of all "
           f"{result['models']} models hot ({result['all_hot_bytes']:,})")
     print("| mode | req/s | head p50/p99 ms | torso p50/p99 ms | tail p50/p99 "
-          "ms | failed | max counted / budget | over budget | peak RssAnon MiB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "ms | tail after first p50/p99 ms | failed | max counted / budget | "
+          "over budget | peak RssAnon MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for m in result["modes"]:
         def pair(c):
             return (f"{m[c]['p50_ms']:.0f} / {m[c]['p99_ms']:.0f}"
                     if m[c]["n"] else "-")
         failed = sum(f["count"] for f in m["failed"].values())
         print(f"| {m['mode']} | {m['throughput_rps']:.2f} | {pair('head')} | "
-              f"{pair('torso')} | {pair('tail')} | {failed} of "
+              f"{pair('torso')} | {pair('tail')} | {pair('tail_later')} | "
+              f"{failed} of "
               f"{m['requests']} | "
               f"{m['max_counted_bytes'] / m['budget_bytes']:.2f} | "
               f"{m['samples_over_budget']} of {m['samples']} | "
