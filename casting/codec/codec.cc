@@ -98,10 +98,12 @@ uint8_t* Offset(void* base, int64_t index, ElementType type) {
   return static_cast<uint8_t*>(base) + index * ElementSizeBytes(type);
 }
 
-absl::Status ValidateArgs(ElementType compute_type, const void* src,
-                          const void* dst, int64_t num_elements,
-                          int64_t num_rows, StorageFormat format,
-                          const float* scales) {
+// The kernels for a conversion between `compute_type` and `format`, once its
+// arguments are checked.
+absl::StatusOr<const KernelTable*> KernelsFor(
+    ElementType compute_type, const void* src, const void* dst,
+    int64_t num_elements, int64_t num_rows, StorageFormat format,
+    const float* scales, const CodecOptions& options) {
   if (absl::Status status = format.Validate(); !status.ok()) return status;
   if (!IsComputeType(compute_type)) {
     return absl::InvalidArgumentError(
@@ -127,7 +129,7 @@ absl::Status ValidateArgs(ElementType compute_type, const void* src,
         absl::StrCat(ScalingName(format.scaling), " scaling: ", num_rows,
                      " rows do not divide ", num_elements, " elements"));
   }
-  return absl::OkStatus();
+  return SelectKernels(options);
 }
 
 // Where a conversion reads and writes, and how many threads it may use.
@@ -304,12 +306,8 @@ float ScaleForAbsMax(float absmax, ElementType fp8_type) {
 absl::Status Encode(ElementType src_type, const void* src, int64_t num_elements,
                     int64_t num_rows, StorageFormat format, void* dst,
                     float* dst_scales, const CodecOptions& options) {
-  if (absl::Status status = ValidateArgs(src_type, src, dst, num_elements,
-                                         num_rows, format, dst_scales);
-      !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<const KernelTable*> table = SelectKernels(options);
+  absl::StatusOr<const KernelTable*> table = KernelsFor(
+      src_type, src, dst, num_elements, num_rows, format, dst_scales, options);
   if (!table.ok()) return table.status();
   const int s = static_cast<int>(src_type);
   const int d = static_cast<int>(format.element);
@@ -340,12 +338,8 @@ absl::Status Decode(StorageFormat format, const void* src,
                     const float* src_scales, int64_t num_elements,
                     int64_t num_rows, ElementType dst_type, void* dst,
                     const CodecOptions& options) {
-  if (absl::Status status = ValidateArgs(dst_type, src, dst, num_elements,
-                                         num_rows, format, src_scales);
-      !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<const KernelTable*> table = SelectKernels(options);
+  absl::StatusOr<const KernelTable*> table = KernelsFor(
+      dst_type, src, dst, num_elements, num_rows, format, src_scales, options);
   if (!table.ok()) return table.status();
   const int s = static_cast<int>(format.element);
   const int d = static_cast<int>(dst_type);
@@ -375,12 +369,9 @@ absl::Status DecodeGuarded(ElementType src_type, const void* src,
                            void* dst, ReadGuard guard,
                            const CodecOptions& options) {
   const StorageFormat format = StorageFormat::Plain(src_type);
-  if (absl::Status status = ValidateArgs(dst_type, src, dst, num_elements,
-                                         /*num_rows=*/1, format, nullptr);
-      !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<const KernelTable*> table = SelectKernels(options);
+  absl::StatusOr<const KernelTable*> table =
+      KernelsFor(dst_type, src, dst, num_elements, /*num_rows=*/1, format,
+                 nullptr, options);
   if (!table.ok()) return table.status();
   const internal::ConvertFn convert =
       (*table)->plain[static_cast<int>(src_type)][static_cast<int>(dst_type)];
@@ -411,12 +402,8 @@ absl::Status EncodeGuarded(ElementType src_type, const void* src,
                      "their own, not ",
                      format.ToString()));
   }
-  if (absl::Status status = ValidateArgs(src_type, src, dst, num_elements,
-                                         num_rows, format, dst_scales);
-      !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<const KernelTable*> table = SelectKernels(options);
+  absl::StatusOr<const KernelTable*> table = KernelsFor(
+      src_type, src, dst, num_elements, num_rows, format, dst_scales, options);
   if (!table.ok()) return table.status();
   const int s = static_cast<int>(src_type);
   const int d = static_cast<int>(format.element);

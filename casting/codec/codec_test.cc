@@ -477,6 +477,37 @@ TEST(CodecThreadingTest, ThreadedMatchesSingleThreaded) {
   }
 }
 
+// A ReadGuard that runs each read after checking that it lies inside `src`
+// and covers whole units of `unit_bytes`, and counts the bytes and the calls
+// it was handed.
+class CheckingGuard {
+ public:
+  CheckingGuard(const std::vector<uint8_t>& src, size_t unit_bytes,
+                std::string context)
+      : src_(src), unit_bytes_(unit_bytes), context_(std::move(context)) {}
+
+  absl::Status operator()(const void* begin, size_t size,
+                          absl::FunctionRef<void()> read) const {
+    const uint8_t* first = static_cast<const uint8_t*>(begin);
+    EXPECT_GE(first, src_.data()) << context_;
+    EXPECT_LE(first + size, src_.data() + src_.size()) << context_;
+    EXPECT_EQ(size % unit_bytes_, 0u) << context_;
+    bytes_ += static_cast<int64_t>(size);
+    ++calls_;
+    read();
+    return absl::OkStatus();
+  }
+  int64_t bytes() const { return bytes_; }
+  int calls() const { return calls_; }
+
+ private:
+  const std::vector<uint8_t>& src_;
+  const size_t unit_bytes_;
+  const std::string context_;
+  mutable std::atomic<int64_t> bytes_{0};
+  mutable std::atomic<int> calls_{0};
+};
+
 TEST(CodecGuardedTest, DecodesLikeDecodeWithEveryThreadsShareGuarded) {
   const int64_t n = 5 * 14293;
   CodecOptions threaded;
@@ -487,31 +518,19 @@ TEST(CodecGuardedTest, DecodesLikeDecodeWithEveryThreadsShareGuarded) {
         ElementType::kF8E4M3FN, ElementType::kF8E5M2}) {
     for (ElementType compute : kComputeTypes) {
       const auto src = MakeElements(source, n, false, 5);
-      std::atomic<int64_t> guarded_bytes{0};
-      std::atomic<int> calls{0};
-      auto guard = [&](const void* begin, size_t size,
-                       absl::FunctionRef<void()> read) {
-        // Every byte read lies inside the range handed to the guard.
-        EXPECT_GE(static_cast<const uint8_t*>(begin), src.data());
-        EXPECT_LE(static_cast<const uint8_t*>(begin) + size,
-                  src.data() + src.size());
-        guarded_bytes += size;
-        ++calls;
-        read();
-        return absl::OkStatus();
-      };
+      const std::string context = absl::StrCat(ElementTypeName(source), " -> ",
+                                               ElementTypeName(compute));
+      CheckingGuard guard(src, 1, context);
       std::vector<uint8_t> got(n * ElementSizeBytes(compute));
       ASSERT_TRUE(DecodeGuarded(source, src.data(), n, compute, got.data(),
                                 guard, threaded)
                       .ok());
-      const std::string context = absl::StrCat(ElementTypeName(source), " -> ",
-                                               ElementTypeName(compute));
       ExpectSameElements(got,
                          DecodeWith(threaded, StorageFormat::Plain(source), src,
                                     {}, 1, compute),
                          compute, context);
-      EXPECT_EQ(guarded_bytes, static_cast<int64_t>(src.size())) << context;
-      EXPECT_EQ(calls, 4) << context;
+      EXPECT_EQ(guard.bytes(), static_cast<int64_t>(src.size())) << context;
+      EXPECT_EQ(guard.calls(), 4) << context;
     }
   }
 }
@@ -540,20 +559,7 @@ TEST(CodecGuardedTest, EncodesLikeEncodeWithEveryThreadsRowsGuarded) {
       const auto src = MakeElements(compute, n, true, 9);
       const std::string context =
           absl::StrCat(ElementTypeName(compute), " -> ", format.ToString());
-      std::atomic<int64_t> guarded_bytes{0};
-      std::atomic<int> calls{0};
-      auto guard = [&](const void* begin, size_t size,
-                       absl::FunctionRef<void()> read) {
-        EXPECT_GE(static_cast<const uint8_t*>(begin), src.data());
-        EXPECT_LE(static_cast<const uint8_t*>(begin) + size,
-                  src.data() + src.size());
-        // Whole rows.
-        EXPECT_EQ(size % (src.size() / rows), 0u) << context;
-        guarded_bytes += size;
-        ++calls;
-        read();
-        return absl::OkStatus();
-      };
+      CheckingGuard guard(src, src.size() / rows, context);  // Whole rows.
       EncodeResult got{std::vector<uint8_t>(n * format.element_size_bytes()),
                        std::vector<float>(rows, -1.0f)};
       ASSERT_TRUE(EncodeGuarded(compute, src.data(), n, rows, format,
@@ -565,8 +571,8 @@ TEST(CodecGuardedTest, EncodesLikeEncodeWithEveryThreadsRowsGuarded) {
           EncodeWith(threaded, compute, src, format, rows);
       ExpectSameElements(got.data, want.data, format.element, context);
       EXPECT_EQ(got.scales, want.scales) << context;
-      EXPECT_EQ(guarded_bytes, static_cast<int64_t>(src.size())) << context;
-      EXPECT_EQ(calls, 4) << context;
+      EXPECT_EQ(guard.bytes(), static_cast<int64_t>(src.size())) << context;
+      EXPECT_EQ(guard.calls(), 4) << context;
     }
   }
 }
