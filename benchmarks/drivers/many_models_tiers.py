@@ -91,6 +91,26 @@ SAMPLE = re.compile(r'^(castserve_model_allocated_bytes|'
                     r'castserve_wake_seconds_(?:bucket|sum|count)|'
                     r'castserve_tier_moves_total)\{([^}]*)\} (\S+)$')
 TIER_NAMES = {0: "hot", 1: "warm", 2: "cool"}
+# The daemon's own timings of a request: enqueue to completion, the queue,
+# the forward (sums and counts per model).
+DURATION = re.compile(r'^castserve_(request|queue|compute)_duration_seconds_'
+                      r'(sum|count)\{[^}]*model="([^"]*)"[^}]*\} (\S+)$')
+
+
+def daemon_durations(text, class_of):
+    """Mean ms per popularity class of the daemon's request, queue and
+    compute durations (models unloaded meanwhile are not counted)."""
+    totals = {}
+    for line in text.splitlines():
+        match = DURATION.match(line)
+        if not match or match.group(3) not in class_of:
+            continue
+        part, stat, model, value = match.groups()
+        key = (class_of[model], part)
+        entry = totals.setdefault(key, {"sum": 0.0, "count": 0.0})
+        entry[stat] += float(value)
+    return {f"{c}_{part}_mean_ms": 1000 * e["sum"] / e["count"]
+            for (c, part), e in sorted(totals.items()) if e["count"]}
 
 
 def write_repository(root, minilm, llama, embedders, decoders):
@@ -356,7 +376,10 @@ def run_mode(mode, root, models, model_bytes, budget, events, args):
     elapsed = time.monotonic() - started
     stop.set()
     sampling.join()
-    _, _, wake, moves = parse_metrics(daemon.metrics())
+    final_metrics = daemon.metrics()
+    _, _, wake, moves = parse_metrics(final_metrics)
+    durations = daemon_durations(final_metrics,
+                                 {e[1]: e[3] for e in events})
     log = daemon.output()
     daemon.close()
 
@@ -373,6 +396,7 @@ def run_mode(mode, root, models, model_bytes, budget, events, args):
                                           c == "tail" and not first))])
         report[popularity_class] = {
             "n": int(ms.size),
+            "mean_ms": float(ms.mean()) if ms.size else None,
             "p50_ms": float(np.percentile(ms, 50)) if ms.size else None,
             "p99_ms": float(np.percentile(ms, 99)) if ms.size else None,
             "max_ms": float(ms.max()) if ms.size else None}
@@ -397,6 +421,7 @@ def run_mode(mode, root, models, model_bytes, budget, events, args):
                                 "buckets": w["buckets"]}
                          for tier, w in wake.items()},
         "moves": moves,
+        "daemon_durations": durations,
         "loads": log.count('msg="loading model"'),
         "evictions": log.count("evicted model"),
     })
@@ -474,7 +499,8 @@ def main():
                 "mode", "throughput_rps", "head", "torso", "tail",
                 "tail_later", "failed",
                 "max_counted_bytes", "samples_over_budget",
-                "peak_rss_anon_bytes", "wake_seconds", "moves")}, indent=1),
+                "peak_rss_anon_bytes", "wake_seconds", "moves",
+                "daemon_durations")}, indent=1),
                 flush=True)
     finally:
         shutil.rmtree(root)
