@@ -319,16 +319,20 @@ class ExplicitController:
             self.lock.notify_all()
 
 
+def mode_flags(mode, budget):
+    """castserve's flags in `mode`; "explicit" keeps to the budget itself, and
+    "hot" has none (every model stays hot once loaded)."""
+    return {"tiers": [f"--memory-budget-bytes={budget}"],
+            "lru": [f"--memory-budget-bytes={budget}", "--memory-tiers=false"],
+            "explicit": ["--memory-tiers=false"],
+            "hot": []}[mode]
+
+
+MODES = ("tiers", "lru", "explicit", "hot")
+
+
 def run_mode(mode, root, models, model_bytes, budget, events, args):
-    flags = []
-    if mode == "hot":
-        flags = []  # No budget: every model stays hot once loaded.
-    elif mode == "tiers":
-        flags = [f"--memory-budget-bytes={budget}"]
-    elif mode == "lru":
-        flags = [f"--memory-budget-bytes={budget}", "--memory-tiers=false"]
-    elif mode == "explicit":
-        flags = ["--memory-tiers=false"]
+    flags = mode_flags(mode, budget)
     daemon = Daemon(args.castserve, root, *flags)
     controller = (ExplicitController(daemon, model_bytes, budget)
                   if mode == "explicit" else None)
@@ -476,6 +480,10 @@ def main():
     if args.decoders and not args.llama:
         parser.error("--decoders needs --llama (a gen_llama_checkpoint.py "
                      "folder)")
+    unknown = [m for m in args.modes.split(",") if m not in MODES]
+    if unknown:
+        parser.error(f"--modes: unknown {', '.join(unknown)} (expected a "
+                     f"comma-separated list of {', '.join(MODES)})")
 
     root = tempfile.mkdtemp(prefix="castserve-tiers-", dir=args.work_dir)
     try:

@@ -143,6 +143,12 @@ absl::Span<const uint8_t> Checkpoint::Bytes(const TensorEntry& entry) const {
   return absl::MakeConstSpan(base + entry.offset_bytes, entry.size_bytes);
 }
 
+absl::Status Checkpoint::DataLossIn(const TensorEntry& entry,
+                                    absl::string_view message) const {
+  return absl::DataLossError(absl::StrCat(
+      file(entry.file_index).path(), ": tensor '", entry.name, "': ", message));
+}
+
 absl::Status Checkpoint::CopyTo(const TensorEntry& entry,
                                 absl::Span<uint8_t> dst) const {
   if (dst.size() < entry.size_bytes) {
@@ -161,9 +167,7 @@ absl::Status Checkpoint::DecodeTo(const TensorEntry& entry,
       DecodeGuarded(source_type, Bytes(entry).data(), entry.numel(), dst_type,
                     dst, ReadFromMapping, options);
   if (absl::IsDataLoss(status)) {
-    return absl::DataLossError(absl::StrCat(file(entry.file_index).path(),
-                                            ": tensor '", entry.name,
-                                            "': ", status.message()));
+    return DataLossIn(entry, status.message());
   }
   return status;
 }
@@ -177,9 +181,7 @@ absl::Status Checkpoint::EncodeTo(const TensorEntry& entry,
       EncodeGuarded(source_type, Bytes(entry).data(), entry.numel(), num_rows,
                     format, dst, dst_scales, ReadFromMapping, options);
   if (absl::IsDataLoss(status)) {
-    return absl::DataLossError(absl::StrCat(file(entry.file_index).path(),
-                                            ": tensor '", entry.name,
-                                            "': ", status.message()));
+    return DataLossIn(entry, status.message());
   }
   return status;
 }
@@ -199,9 +201,7 @@ absl::Status Checkpoint::CopyRangeTo(const TensorEntry& entry, uint64_t offset,
   absl::Span<const uint8_t> src = Bytes(entry).subspan(offset, dst.size());
   absl::Status status = CopyFromMapping(dst.data(), src.data(), src.size());
   if (!status.ok()) {
-    return absl::DataLossError(absl::StrCat(file(entry.file_index).path(),
-                                            ": tensor '", entry.name,
-                                            "': ", status.message()));
+    return DataLossIn(entry, status.message());
   }
   return absl::OkStatus();
 }

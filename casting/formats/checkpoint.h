@@ -120,6 +120,10 @@ class Checkpoint {
   Checkpoint() = default;
   // Fills index_by_name_ and checks the invariants listed above.
   absl::Status IndexAndValidate(const CheckpointOptions& options);
+  // DATA_LOSS naming the file and `entry`: a guarded read of it failed with
+  // `message`.
+  absl::Status DataLossIn(const TensorEntry& entry,
+                          absl::string_view message) const;
 
   std::vector<std::unique_ptr<platform::MappedFile>> files_;
   std::vector<TensorEntry> tensors_;
