@@ -13,7 +13,10 @@ a move to cool with a request sent --during-delay after it starts (it
 waits while the move holds forwards off), and back to hot; then an unload,
 a load and one request (the reload). Requests: REST generate,
 --prompt-tokens prompt ids, --new-tokens new tokens, greedy. Medians over
---rounds.
+--rounds. A second table gives the promotions the daemon timed (each one
+that built the model back to hot off the request path, from its log), by
+the tier they started from: what the memory budget's choice of demotions
+weighs (tier_policy.h, WakeRates).
 
 With --profile-dir, the first round's wake requests run under `perf record
 -g` attached to the daemon (Debian's linux-perf), one file per config and
@@ -155,12 +158,44 @@ def run_config(args, label, weights):
                 rows["reload"].append(timed(daemon, *generate)[0] +
                                       rows["load"][-1])
                 timed(daemon, *generate)
+            # A promotion is timed only if it ends before the next move
+            # (which cancels it), and logged at the model's next wake: wake
+            # from cool, then from warm, each promotion given time to end.
+            for tier in ("cool", "warm", "cool"):
+                timed(daemon, load, {"parameters": {"tier": tier}})
+                timed(daemon, *generate)
+                time.sleep(args.promotion_wait)
+            promotions = timed_promotions(daemon.output())
         finally:
             daemon.close()
     finally:
         shutil.rmtree(root)
     medians = {key: statistics.median(values) for key, values in rows.items()}
-    return {"config": label, "median_s": medians, "runs_s": rows}
+    return {"config": label, "median_s": medians, "runs_s": rows,
+            "promotions": promotions}
+
+
+def timed_promotions(log):
+    """The daemon's timed promotions (its "memory tier promotion timed" log
+    lines: each promotion that ran to its end off the request path), by the
+    tier they started from: [(seconds, bytes built back)]."""
+    found = {}
+    for line in log.splitlines():
+        if 'msg="memory tier promotion timed"' not in line:
+            continue
+        fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+        found.setdefault(fields["from"], []).append(
+            (float(fields["seconds"]), int(fields["bytes"])))
+    return found
+
+
+def promotion_cell(promotions):
+    """Median seconds and GB/s of promotions, or "-"."""
+    if not promotions:
+        return "-"
+    seconds = statistics.median(s for s, _ in promotions)
+    rate = statistics.median(b / s / 1e9 for s, b in promotions if s > 0)
+    return f"{seconds:.3f} ({rate:.1f})"
 
 
 def main():
@@ -178,6 +213,8 @@ def main():
                              "the request sent during it")
     parser.add_argument("--configs", default=",".join(CONFIGS),
                         help="comma-separated keys of CONFIGS")
+    parser.add_argument("--promotion-wait", type=float, default=5,
+                        help="seconds a promotion is given to end")
     parser.add_argument("--json", default=None)
     parser.add_argument("--profile-dir", default=None)
     args = parser.parse_args()
@@ -194,6 +231,13 @@ def main():
               f"{m['cool']:.3f} | {m['reload']:.3f} | "
               f"{m['move_warm']:.3f} / {m['move_cool']:.3f} | "
               f"{m['during_cool']:.3f} ({m['move_during']:.3f}) |")
+    print()
+    print("| config | promotion from warm s (GB/s) | from cool s (GB/s) |")
+    print("|---|---:|---:|")
+    for r in results:
+        p = r["promotions"]
+        print(f"| {r['config']} | {promotion_cell(p.get('warm'))} | "
+              f"{promotion_cell(p.get('cool'))} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": results}, f, indent=2)

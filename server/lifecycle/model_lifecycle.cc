@@ -116,6 +116,7 @@ ModelLifecycle::LoadOutcome ModelLifecycle::FinishLoad(
     tier_settings_ = load_tier_settings_;
     last_moved_ = absl::InfinitePast();
     demotion_failed_ = false;
+    promotions_noted_ = 0;
     failure_code_ = absl::StatusCode::kOk;
     state_ = ModelState::kReady;
     reason_.clear();
@@ -192,6 +193,16 @@ void ModelLifecycle::FinishPromotion(bool promoted, casting::WeightTier tier) {
   tier_ = tier;
   reserved_bytes_ = tier_bytes_.at(tier);
   last_moved_ = absl::InfinitePast();
+}
+
+std::optional<ServedModel::PromotionTiming>
+ModelLifecycle::NoteLastPromotion() {
+  if (served_ == nullptr) return std::nullopt;
+  const ServedModel::PromotionTiming last = served_->last_promotion();
+  if (last.count == promotions_noted_) return std::nullopt;
+  promotions_noted_ = last.count;
+  wake_rates_.Note(tier_bytes_, last.from, last.to, last.took);
+  return last;
 }
 
 bool ModelLifecycle::Evictable() const {

@@ -178,6 +178,13 @@ class ModelLifecycle {
   void FinishPromotion(bool promoted,
                        casting::WeightTier tier = casting::WeightTier::kHot);
 
+  // How fast the model wakes, from its timed promotions; kept across
+  // reloads (the same checkpoint and config wake alike).
+  const WakeRates& wake_rates() const { return wake_rates_; }
+  // Notes the READY model's last promotion (ServedModel::last_promotion) in
+  // wake_rates() unless it was noted already; returns it when it is new.
+  std::optional<ServedModel::PromotionTiming> NoteLastPromotion();
+
   // READY, not busy, no request in flight, not moving or promoting, not
   // pinned.
   bool Evictable() const;
@@ -218,6 +225,9 @@ class ModelLifecycle {
   // replaced (pressure would otherwise pick it again and again).
   bool demotion_failed_ = false;
   int64_t promotion_reserved_bytes_ = 0;
+  WakeRates wake_rates_;
+  // served_'s promotions noted so far (PromotionTiming::count).
+  int64_t promotions_noted_ = 0;
   absl::Time last_moved_ = absl::InfinitePast();
 };
 

@@ -276,6 +276,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ModelManagerImpl::WaitUntilReady(
     if (ready != nullptr) {
       model.MarkUsed(clock_.Now());
       if (model.tier() != casting::WeightTier::kHot) {
+        NoteWakeRateLocked(name, model);
         model.StartPromotion();
         *promotion = Promotion{ready, model.tier(), casting::WeightTier::kHot,
                                "request"};

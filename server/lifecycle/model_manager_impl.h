@@ -159,6 +159,11 @@ class ModelManagerImpl final : public ModelManager {
   std::optional<Move> StartPressureMoveLocked(const std::string& keep,
                                               int64_t bytes_to_free)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes the READY `model`'s last promotion, if it was not noted yet, in
+  // its wake rates and all_wake_rates_, and logs it. Before each pressure
+  // decision (for every model) and each promotion (for that one).
+  void NoteWakeRateLocked(const std::string& name, ModelLifecycle& model)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reserves the bytes back up to `promotion.to` for `name` (as a load's
   // reservation, until `deadline`), then marks the model there.
   absl::Status Promote(const std::string& name, Promotion promotion,
@@ -238,6 +243,9 @@ class ModelManagerImpl final : public ModelManager {
   // How many changes were signalled.
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, ModelLifecycle> models_ ABSL_GUARDED_BY(mu_);
+  // Every model's timed promotions: a model not promoted yet is expected to
+  // wake at their rates (ExpectedWakeRate).
+  WakeRates all_wake_rates_ ABSL_GUARDED_BY(mu_);
   int active_loaders_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_budget_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Models let go of (evicted, unloaded, replaced) that may still be alive,

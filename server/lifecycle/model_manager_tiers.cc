@@ -116,21 +116,43 @@ std::optional<ModelManagerImpl::Move> ModelManagerImpl::StartPressureMoveLocked(
     const std::string& keep, int64_t bytes_to_free) {
   if (!memory_tiers_) return std::nullopt;
   std::vector<TierCandidate> candidates;
-  for (const auto& [name, model] : models_) {
+  for (auto& [name, model] : models_) {
     if (model.ready() == nullptr) continue;
+    NoteWakeRateLocked(name, model);
     TierCandidate candidate{name,
                             model.last_used(),
                             model.tier_settings().priority,
                             model.Movable(),
                             model.tier(),
                             model.NextDemotion()};
+    if (candidate.next.has_value()) {
+      candidate.next_wake_rate = ExpectedWakeRate(
+          model.wake_rates(), all_wake_rates_, *candidate.next);
+    }
     candidate.freeable_bytes = model.FreeableBytes();
     candidates.push_back(std::move(candidate));
   }
   if (FreeableBytes(candidates, keep) < bytes_to_free) return std::nullopt;
-  const std::optional<std::string> victim = PickDemotion(candidates, keep);
+  const std::optional<std::string> victim =
+      PickDemotion(candidates, keep, clock_.Now());
   if (!victim.has_value()) return std::nullopt;
   return StartMoveLocked(*victim, *models_[*victim].NextDemotion(), "pressure");
+}
+
+void ModelManagerImpl::NoteWakeRateLocked(const std::string& name,
+                                          ModelLifecycle& model) {
+  const std::optional<ServedModel::PromotionTiming> woke =
+      model.NoteLastPromotion();
+  if (!woke.has_value()) return;
+  all_wake_rates_.Note(model.tier_bytes(), woke->from, woke->to, woke->took);
+  const int64_t built =
+      model.tier_bytes().at(woke->to) - model.tier_bytes().at(woke->from);
+  Log(LogLevel::kInfo, "memory tier promotion timed",
+      {{"model", name},
+       {"from", std::string(casting::WeightTierName(woke->from))},
+       {"to", std::string(casting::WeightTierName(woke->to))},
+       {"seconds", absl::StrCat(absl::ToDoubleSeconds(woke->took))},
+       {"bytes", absl::StrCat(built)}});
 }
 
 absl::Status ModelManagerImpl::Promote(const std::string& name,

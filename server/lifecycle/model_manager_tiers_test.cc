@@ -182,6 +182,39 @@ TEST(ModelManagerTiersTest, LowerPriorityIsDemotedFirst) {
   EXPECT_EQ(TierOf(fixture, "casual"), WeightTier::kWarm);
 }
 
+// Each model's promotions are timed; pressure weighs how fast a model
+// wakes against how long it has been idle (tier_policy.h, PickDemotion).
+TEST(ModelManagerTiersTest, PressureDemotesWhatWakesFastestForItsIdleTime) {
+  platform::test_util::FakeClock clock;
+  Fixture fixture(/*budget_bytes=*/250);
+  fixture.set_clock(&clock);
+  const std::string slow_wake =
+      "parameters { key: \"promotion_ms\" value { string_value: \"1000\" } }";
+  const std::string fast_wake =
+      "parameters { key: \"promotion_ms\" value { string_value: \"10\" } }";
+  fixture.AddModel("slow", TierConfig(100, 40, 10, slow_wake));
+  fixture.AddModel("fast", TierConfig(100, 40, 10, fast_wake));
+  fixture.AddModel("new", TierConfig(100, 40, 10));
+  for (const char* name : {"slow", "fast"}) {
+    ASSERT_TRUE(fixture.manager().Load(name, std::nullopt).ok());
+    ASSERT_TRUE(fixture.manager().MoveTo(name, WeightTier::kCool).ok());
+  }
+  // Each wakes once: 90 bytes built back in 1 s and in 10 ms.
+  ASSERT_TRUE(Request(fixture, "slow").ok());
+  clock.Advance(absl::Seconds(1));
+  ASSERT_TRUE(Request(fixture, "fast").ok());
+  clock.Advance(absl::Seconds(1));
+  ASSERT_EQ(TierOf(fixture, "slow"), WeightTier::kHot);
+  ASSERT_EQ(TierOf(fixture, "fast"), WeightTier::kHot);
+
+  // 200 held, "new" needs 100: slow is the least recently used (idle 2 s
+  // against 1 s), but fast wakes 100x as fast, so fast is demoted.
+  ASSERT_TRUE(fixture.manager().Load("new", std::nullopt).ok());
+  EXPECT_EQ(TierOf(fixture, "fast"), WeightTier::kWarm);
+  EXPECT_EQ(TierOf(fixture, "slow"), WeightTier::kHot);
+  EXPECT_LE(fixture.most_accounted_bytes(), 250);
+}
+
 TEST(ModelManagerTiersTest, PinnedModelIsNeitherDemotedBelowItsPinNorUnloaded) {
   Fixture fixture(/*budget_bytes=*/150);
   fixture.set_max_wait_for_memory(absl::Milliseconds(50));

@@ -177,6 +177,17 @@ class ServedModel {
   absl::Status MoveTo(casting::WeightTier tier) {
     return MoveTo(tier, nullptr);
   }
+  // The model's last promotion that ran to its end (a move up: building back
+  // what `to` keeps from `from`), and how long building back took; `count`
+  // goes up by one with each. The ModelManager learns from it how fast the
+  // model wakes (tier_policy.h, WakeRates). This default: none yet.
+  struct PromotionTiming {
+    casting::WeightTier from = casting::WeightTier::kHot;
+    casting::WeightTier to = casting::WeightTier::kHot;
+    absl::Duration took;
+    int64_t count = 0;
+  };
+  virtual PromotionTiming last_promotion() const { return {}; }
 };
 
 }  // namespace castserve

@@ -1,5 +1,6 @@
 #include "server/lifecycle/tier_policy.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -90,11 +91,50 @@ TierSettings TierSettingsOf(const inference::ModelConfig& config,
   return settings;
 }
 
+void WakeRates::Note(const TierBytes& bytes, WeightTier from, WeightTier to,
+                     absl::Duration took) {
+  const int64_t built = bytes.at(to) - bytes.at(from);
+  if (built <= 0 || took <= absl::ZeroDuration()) return;
+  const double rate = built / absl::ToDoubleSeconds(took);
+  std::optional<double>& average = rates_[static_cast<int>(from)];
+  average = average.has_value() ? (*average + rate) / 2 : rate;
+}
+
+std::optional<double> WakeRates::BytesPerSecond(WeightTier from) const {
+  return rates_[static_cast<int>(from)];
+}
+
+std::optional<double> WakeRates::AnyBytesPerSecond() const {
+  for (WeightTier tier : kTiers) {
+    if (rates_[static_cast<int>(tier)].has_value()) {
+      return rates_[static_cast<int>(tier)];
+    }
+  }
+  return std::nullopt;
+}
+
+double ExpectedWakeRate(const WakeRates& model, const WakeRates& all,
+                        WeightTier tier) {
+  if (std::optional<double> rate = model.BytesPerSecond(tier)) return *rate;
+  if (std::optional<double> rate = model.AnyBytesPerSecond()) return *rate;
+  if (std::optional<double> rate = all.BytesPerSecond(tier)) return *rate;
+  // Before any promotion was timed: what matters then is warm before cool
+  // (the values are of the order promotions take on a CPU; castserve logs
+  // each one it times).
+  constexpr double kGigabyte = 1e9;
+  return tier == WeightTier::kCool ? 2 * kGigabyte : 4 * kGigabyte;
+}
+
 std::optional<std::string> PickDemotion(
-    const std::vector<TierCandidate>& candidates, const std::string& keep) {
+    const std::vector<TierCandidate>& candidates, const std::string& keep,
+    absl::Time now) {
   const TierCandidate* best = nullptr;
-  auto order = [](const TierCandidate& c) {
-    return std::make_tuple(static_cast<int>(c.tier), c.priority, c.last_used);
+  // Smaller is demoted first. An idle time of at least a millisecond keeps
+  // a model just used comparable; never used is the longest idle.
+  auto order = [now](const TierCandidate& c) {
+    const double idle =
+        std::max(absl::ToDoubleSeconds(now - c.last_used), 1e-3);
+    return std::make_tuple(c.priority, -c.next_wake_rate * idle, c.last_used);
   };
   for (const TierCandidate& candidate : candidates) {
     if (!candidate.movable || !candidate.next || candidate.name == keep) {

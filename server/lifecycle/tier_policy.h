@@ -74,6 +74,35 @@ absl::Status ValidateMemoryTiers(const inference::ModelConfig& config);
 TierSettings TierSettingsOf(const inference::ModelConfig& config,
                             absl::Duration default_keep_alive);
 
+// How fast promotions have built back what demotions dropped, in bytes per
+// second, by the tier a promotion started from: a promotion from `from` up
+// to `to` that took `took` built back bytes.at(to) - bytes.at(from). Each
+// rate is a moving average (the last promotion weighs half). Not
+// thread-safe: the ModelManager keeps one per model and one for all models
+// under its lock.
+class WakeRates {
+ public:
+  // Ignores a promotion that built nothing back or took no time.
+  void Note(const TierBytes& bytes, casting::WeightTier from,
+            casting::WeightTier to, absl::Duration took);
+  // nullopt until a promotion from `from` was noted.
+  std::optional<double> BytesPerSecond(casting::WeightTier from) const;
+  // From the warmest tier a promotion started from; nullopt before any.
+  std::optional<double> AnyBytesPerSecond() const;
+
+ private:
+  std::optional<double> rates_[3];
+};
+
+// Bytes per second at which a model demoted to `tier` is expected to wake:
+// its own promotions from `tier`, else its promotions from another tier (a
+// model that built back fast from one tier does from the other), else every
+// model's from `tier`, else a prior: warm wakes twice as fast as cool (a
+// warm model rebuilds compute copies from resident storage, a cool one its
+// storage from the checkpoint first).
+double ExpectedWakeRate(const WakeRates& model, const WakeRates& all,
+                        casting::WeightTier tier);
+
 // A model as the pressure path sees it.
 struct TierCandidate {
   std::string name;
@@ -87,16 +116,23 @@ struct TierCandidate {
   // what that frees.
   std::optional<casting::WeightTier> next;
   int64_t next_freed_bytes = 0;
+  // The bytes per second at which it would wake from `next`
+  // (ExpectedWakeRate).
+  double next_wake_rate = 1;
   // Every demotion down to its floor, and, when unpinned, the unload after
   // them: what the candidate could free in all.
   int64_t freeable_bytes = 0;
 };
 
-// The demotion to take next among `candidates` other than `keep`: the
-// cheapest to wake first (hot -> warm before warm -> cool), then the lower
-// priority, then the least recently used. nullopt when none is left.
+// The demotion to take next among `candidates` other than `keep`: the lower
+// priority first; among equal priorities the one whose freed bytes are
+// cheapest to wake back, weighed by how long it has been idle: the largest
+// next_wake_rate x (now - last_used), so a model idle twice as long as
+// another goes first unless the other wakes more than twice as fast; then
+// the least recently used. nullopt when none is left.
 std::optional<std::string> PickDemotion(
-    const std::vector<TierCandidate>& candidates, const std::string& keep);
+    const std::vector<TierCandidate>& candidates, const std::string& keep,
+    absl::Time now);
 
 // What the movable `candidates` other than `keep` could free in all, by
 // demotions and unloads.

@@ -73,36 +73,87 @@ TEST(TierPolicyTest, KeepAliveIsADurationOrTheServerDefault) {
   }
 }
 
-TEST(TierPolicyTest, CheapestToWakeThenLowerPriorityThenLeastRecentlyUsed) {
-  const absl::Time t0 = absl::FromUnixSeconds(100);
-  auto candidate = [&](std::string name, WeightTier tier, int priority,
-                       int age_seconds) {
+TEST(TierPolicyTest, LowerPriorityThenCheapestToWakeForItsIdleTimeThenLRU) {
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  auto candidate = [&](std::string name, int priority, int idle_seconds,
+                       double wake_rate) {
     TierCandidate c;
     c.name = std::move(name);
-    c.tier = tier;
     c.priority = priority;
-    c.last_used = t0 - absl::Seconds(age_seconds);
+    c.last_used = now - absl::Seconds(idle_seconds);
     c.movable = true;
-    c.next = WeightTier::kCool;
+    c.next = WeightTier::kWarm;
+    c.next_wake_rate = wake_rate;
     c.freeable_bytes = 10;
     return c;
   };
   std::vector<TierCandidate> candidates = {
-      candidate("warm_old", WeightTier::kWarm, 0, 100),
-      candidate("hot_new", WeightTier::kHot, 0, 1),
-      candidate("hot_old", WeightTier::kHot, 0, 50),
-      candidate("hot_important", WeightTier::kHot, 5, 99),
+      candidate("idle_slow", 0, 100, 1),    // 100
+      candidate("recent_fast", 0, 10, 20),  // 200: wakes 20x as fast
+      candidate("recent_slow", 0, 10, 1),   // 10
+      candidate("important", 5, 900, 100),  // a higher priority
   };
-  EXPECT_EQ(PickDemotion(candidates, ""), "hot_old");
-  EXPECT_EQ(PickDemotion(candidates, "hot_old"), "hot_new");
-  candidates[1].priority = -1;
-  EXPECT_EQ(PickDemotion(candidates, ""), "hot_new");
-  for (TierCandidate& c : candidates) {
-    if (c.tier == WeightTier::kHot) c.movable = false;
-  }
-  EXPECT_EQ(PickDemotion(candidates, ""), "warm_old");
-  EXPECT_EQ(FreeableBytes(candidates, ""), 10);
-  EXPECT_EQ(FreeableBytes(candidates, "warm_old"), 0);
+  EXPECT_EQ(PickDemotion(candidates, "", now), "recent_fast");
+  EXPECT_EQ(PickDemotion(candidates, "recent_fast", now), "idle_slow");
+  // Idle 10x as long, waking 20x slower: still after recent_fast; idle
+  // 25x as long, before it.
+  candidates[0].last_used = now - absl::Seconds(250);
+  EXPECT_EQ(PickDemotion(candidates, "", now), "idle_slow");
+
+  candidates[2].priority = -1;
+  EXPECT_EQ(PickDemotion(candidates, "", now), "recent_slow")
+      << "a lower priority goes first, however it wakes";
+
+  // Equal products: the least recently used.
+  candidates = {candidate("newer", 0, 10, 4), candidate("older", 0, 20, 2)};
+  EXPECT_EQ(PickDemotion(candidates, "", now), "older");
+
+  // Never used is the longest idle; not movable, or nothing left to demote:
+  // not a candidate.
+  candidates = {candidate("used", 0, 10, 1000), candidate("never", 0, 0, 1),
+                candidate("busy", 0, 500, 1000),
+                candidate("at_floor", 0, 500, 1000)};
+  candidates[1].last_used = absl::InfinitePast();
+  candidates[2].movable = false;
+  candidates[3].next.reset();
+  EXPECT_EQ(PickDemotion(candidates, "", now), "never");
+  EXPECT_EQ(PickDemotion(candidates, "never", now), "used");
+  EXPECT_EQ(FreeableBytes(candidates, ""), 30);
+  EXPECT_EQ(FreeableBytes(candidates, "used"), 20);
+  EXPECT_EQ(PickDemotion({}, "", now), std::nullopt);
+}
+
+TEST(TierPolicyTest, WakeRatesAverageTimedPromotionsByTheTierTheyLeft) {
+  const TierBytes bytes{1000, 400, 100};
+  WakeRates rates;
+  EXPECT_EQ(rates.BytesPerSecond(WeightTier::kCool), std::nullopt);
+  EXPECT_EQ(rates.AnyBytesPerSecond(), std::nullopt);
+  // 900 bytes built back in 1 s, then in 0.1 s: the last weighs half.
+  rates.Note(bytes, WeightTier::kCool, WeightTier::kHot, absl::Seconds(1));
+  EXPECT_DOUBLE_EQ(*rates.BytesPerSecond(WeightTier::kCool), 900);
+  rates.Note(bytes, WeightTier::kCool, WeightTier::kHot,
+             absl::Milliseconds(100));
+  EXPECT_DOUBLE_EQ(*rates.BytesPerSecond(WeightTier::kCool), 4950);
+  EXPECT_EQ(rates.BytesPerSecond(WeightTier::kWarm), std::nullopt);
+  // Nothing built back, or no time taken: not a measurement.
+  rates.Note(bytes, WeightTier::kWarm, WeightTier::kWarm, absl::Seconds(1));
+  rates.Note(bytes, WeightTier::kWarm, WeightTier::kHot, absl::ZeroDuration());
+  EXPECT_EQ(rates.BytesPerSecond(WeightTier::kWarm), std::nullopt);
+  rates.Note(bytes, WeightTier::kWarm, WeightTier::kHot, absl::Seconds(2));
+  EXPECT_DOUBLE_EQ(*rates.BytesPerSecond(WeightTier::kWarm), 300);
+
+  // The model's own rate for the tier, else its rate from another tier,
+  // else every model's for the tier, else the prior (warm before cool).
+  WakeRates all;
+  WakeRates none;
+  EXPECT_DOUBLE_EQ(ExpectedWakeRate(rates, all, WeightTier::kWarm), 300);
+  WakeRates cool_only;
+  cool_only.Note(bytes, WeightTier::kCool, WeightTier::kHot, absl::Seconds(3));
+  EXPECT_DOUBLE_EQ(ExpectedWakeRate(cool_only, all, WeightTier::kWarm), 300);
+  all.Note(bytes, WeightTier::kWarm, WeightTier::kHot, absl::Seconds(6));
+  EXPECT_DOUBLE_EQ(ExpectedWakeRate(none, all, WeightTier::kWarm), 100);
+  EXPECT_GT(ExpectedWakeRate(none, none, WeightTier::kWarm),
+            ExpectedWakeRate(none, none, WeightTier::kCool));
 }
 
 }  // namespace

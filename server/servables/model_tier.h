@@ -5,8 +5,9 @@
 // meanwhile: a cool model serves from its mapped pages where the weights
 // allow it (casting::Weight::ServesMappedWhenCool), and a forward waits only
 // for the weight being promoted, if it needs that one. The next move cancels
-// a promotion still running and waits for the weight it is on. What the
-// batching and the generation servables share.
+// a promotion still running and waits for the weight it is on. A promotion
+// that runs to its end is timed (last_promotion). What the batching and the
+// generation servables share.
 //
 // Thread-safe: moves of one model run one at a time.
 #ifndef CASTSERVE_SERVER_SERVABLES_MODEL_TIER_H_
@@ -19,10 +20,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "casting/memory/weight_tier.h"
 #include "casting/weight.h"
 #include "models/model.h"
 #include "platform/executor.h"
+#include "server/lifecycle/served_model.h"
 #include "server/log.h"
 
 namespace castserve {
@@ -52,9 +56,9 @@ class ModelTier {
       ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     StopPromotionLocked();
-    const int from = static_cast<int>(tier_.load());
-    const bool colder = static_cast<int>(tier) > from;
-    const bool warmer = static_cast<int>(tier) < from;
+    const casting::WeightTier from = tier_.load();
+    const bool colder = static_cast<int>(tier) > static_cast<int>(from);
+    const bool warmer = static_cast<int>(tier) < static_cast<int>(from);
     if (model_ != nullptr && colder) {
       auto taken = std::make_shared<casting::ReleasedMemory>();
       if (absl::Status demoted = model_->Demote(tier, taken.get());
@@ -67,19 +71,32 @@ class ModelTier {
     if (model_ != nullptr && warmer) {
       cancel_.store(false);
       promotion_status_ = absl::OkStatus();
-      promotion_ = platform::Executor::Default().StartThread([this, tier] {
-        absl::Status promoted =
-            model_->Promote(tier, [this] { return cancel_.load(); });
-        if (!promoted.ok()) {
-          // Nothing is lost: the forward that needs the weight builds it.
-          Log(LogLevel::kWarning, "memory tier promotion stopped",
-              {{"tier", std::string(casting::WeightTierName(tier))},
-               {"error", promoted.ToString()}});
-        }
-        promotion_status_ = std::move(promoted);
-      });
+      promotion_ =
+          platform::Executor::Default().StartThread([this, from, tier] {
+            const absl::Time start = absl::Now();
+            absl::Status promoted =
+                model_->Promote(tier, [this] { return cancel_.load(); });
+            if (promoted.ok() && !cancel_.load()) {
+              absl::MutexLock timing_lock(&timing_mu_);
+              timing_ = {from, tier, absl::Now() - start, timing_.count + 1};
+            }
+            if (!promoted.ok()) {
+              // Nothing is lost: the forward that needs the weight builds it.
+              Log(LogLevel::kWarning, "memory tier promotion stopped",
+                  {{"tier", std::string(casting::WeightTierName(tier))},
+                   {"error", promoted.ToString()}});
+            }
+            promotion_status_ = std::move(promoted);
+          });
     }
     return absl::OkStatus();
+  }
+
+  // The last promotion that built everything back (not cancelled).
+  ServedModel::PromotionTiming last_promotion() const
+      ABSL_LOCKS_EXCLUDED(timing_mu_) {
+    absl::MutexLock lock(&timing_mu_);
+    return timing_;
   }
 
   // Waits for the promotion running now, if any, and returns how the last
@@ -107,6 +124,9 @@ class ModelTier {
   // Written by the promotion thread, and by MoveTo and read by
   // WaitForPromotion only while that thread is joined (under mu_).
   absl::Status promotion_status_;
+  // Never held with mu_ wanted: the ModelManager reads it under its own lock.
+  mutable absl::Mutex timing_mu_;
+  ServedModel::PromotionTiming timing_ ABSL_GUARDED_BY(timing_mu_);
 };
 
 }  // namespace castserve

@@ -48,13 +48,20 @@ class ModelTierTest : public ::testing::Test {
 
 TEST_F(ModelTierTest, APromotionBuildsBackWhatTheTierKeeps) {
   ModelTier tier(model_.get());
+  EXPECT_EQ(tier.last_promotion().count, 0);
   ASSERT_TRUE(tier.MoveTo(casting::WeightTier::kCool).ok());
   EXPECT_EQ(tier.tier(), casting::WeightTier::kCool);
   EXPECT_EQ(ModelFootprint(*model_).owned_bytes(), 0);
+  EXPECT_EQ(tier.last_promotion().count, 0) << "a move down is not timed";
 
   ASSERT_TRUE(tier.MoveTo(casting::WeightTier::kHot).ok());
   EXPECT_EQ(tier.tier(), casting::WeightTier::kHot);
   EXPECT_TRUE(tier.WaitForPromotion().ok());
+  const ServedModel::PromotionTiming timing = tier.last_promotion();
+  EXPECT_EQ(timing.count, 1);
+  EXPECT_EQ(timing.from, casting::WeightTier::kCool);
+  EXPECT_EQ(timing.to, casting::WeightTier::kHot);
+  EXPECT_GT(timing.took, absl::ZeroDuration());
   // Built by the promotion, not by a forward.
   EXPECT_EQ(ModelFootprint(*model_).owned_bytes(), serving_.owned_bytes());
   auto promoted = model_->Forward(Inputs());

@@ -66,6 +66,9 @@ class ServedModelHandle : public ServedModel {
                       std::shared_ptr<const void>* released) final {
     return body_->MoveTo(tier, released);
   }
+  PromotionTiming last_promotion() const final {
+    return body_->last_promotion();
+  }
 
  protected:
   // `body` is not null.

@@ -111,8 +111,14 @@ void SizedServedModel::Grow() {
 
 absl::Status SizedServedModel::MoveTo(casting::WeightTier tier,
                                       std::shared_ptr<const void>* released) {
-  tier_ = tier;
+  const casting::WeightTier from = tier_.exchange(tier);
   absl::MutexLock lock(&mu_);
+  if (static_cast<int>(tier) < static_cast<int>(from) &&
+      config_.parameters().count("promotion_ms") > 0) {
+    promotion_ = {from, tier,
+                  absl::Milliseconds(BytesOf(config_, "promotion_ms", 0)),
+                  promotion_.count + 1};
+  }
   if (static_cast<int>(tier) <= static_cast<int>(held_tier_)) {
     return absl::OkStatus();  // Up: its next request grows it back.
   }

@@ -7,7 +7,9 @@
 //            (a lazily loaded model that fills up on first use);
 //   "fail":  present: Create fails FAILED_PRECONDITION with the value;
 //   "warm_bytes", "cool_bytes": what it holds warm and cool (default: its
-//            "bytes", a tier that frees nothing), its ProjectedTierBytes.
+//            "bytes", a tier that frees nothing), its ProjectedTierBytes;
+//   "promotion_ms": present: each move up reports a promotion that took
+//            this long (last_promotion).
 // A model moved down (MoveTo) holds its tier's bytes at once; moved up it
 // is only marked, and holds "bytes" again from its next request, as a real
 // model builds back on its next forward.
@@ -91,6 +93,10 @@ class SizedServedModel : public ServedModel {
   absl::Status MoveTo(casting::WeightTier tier,
                       std::shared_ptr<const void>* released) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  PromotionTiming last_promotion() const override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return promotion_;
+  }
 
   void set_pending(int pending) { pending_ = pending; }
   int64_t held_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -109,6 +115,7 @@ class SizedServedModel : public ServedModel {
   // The tier whose bytes it holds (hot until moved down).
   casting::WeightTier held_tier_ ABSL_GUARDED_BY(mu_) =
       casting::WeightTier::kHot;
+  PromotionTiming promotion_ ABSL_GUARDED_BY(mu_);
   std::atomic<casting::WeightTier> tier_{casting::WeightTier::kHot};
   std::atomic<int> requests_{0};
   HeldBytes* const held_;

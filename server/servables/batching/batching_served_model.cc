@@ -128,6 +128,9 @@ class BatchingServedModel::Impl final : public ServedModel {
                       std::shared_ptr<const void>* released) override {
     return tier_.MoveTo(tier, released);
   }
+  PromotionTiming last_promotion() const override {
+    return tier_.last_promotion();
+  }
 
  private:
   // Writes the response (InferenceRequest::write_response), counts the

@@ -8,6 +8,8 @@
 #include <map>
 #include <string>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "casting/casting_policy.h"
 #include "casting/device/device_probe.h"
 #include "casting/memory/tracking_allocator.h"
@@ -176,6 +178,16 @@ TEST(HfServedModelFactoryTest,
           << name << " after " << casting::WeightTierName(tier);
     }
   }
+  // The last promotion (from cool) is not cancelled by a next move: the
+  // servable reports its timing once it ends (the ModelManager's wake rates).
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while ((*model)->last_promotion().count == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const ServedModel::PromotionTiming woke = (*model)->last_promotion();
+  EXPECT_GE(woke.count, 1);
+  EXPECT_EQ(woke.to, casting::WeightTier::kHot);
+  EXPECT_GT(woke.took, absl::ZeroDuration());
 
   // f32 resident, no casting: the storage is the compute copy; warm frees
   // only the packed encoder layers' copies (Module::DropDerivedCopies),

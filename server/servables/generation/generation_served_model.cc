@@ -94,6 +94,9 @@ class GenerationServedModel::Impl final : public ServedModel {
                       std::shared_ptr<const void>* released) override {
     return tier_.MoveTo(tier, released);
   }
+  PromotionTiming last_promotion() const override {
+    return tier_.last_promotion();
+  }
   ServedModelActivity activity() const override {
     ServedModelActivity activity;
     if (model_) activity = ModelActivity(*model_, tracked_id_.get());
