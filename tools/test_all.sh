@@ -32,7 +32,15 @@ fi
 # for //tests:perf_analyzer_integration_test.
 PERF_ANALYZER="$(./tools/fetch_perf_analyzer.sh | tail -1)"
 
-bazel build //...
+# Builds everything and runs every test, before the CUDA build below: that
+# one links the daemon and the GPU tests against libtorch_cuda in the same
+# output tree, so running these after it would link them all again.
+bazel test --test_env=TRITON_PYTHON="$PWD/.venv/bin/python" \
+  --test_env=DEPLOY_PYTHON="$PWD/.venv/bin/python" \
+  --test_env=KUBECTL="$PWD/.venv/deploy-tools/usr/bin/kubectl" \
+  --test_env=HADOLINT="$PWD/.venv/bin/hadolint" \
+  --test_env=PERF_ANALYZER="$PERF_ANALYZER" \
+  //...
 
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   # The kernels, the daemon and the GPU test targets compile and link against
@@ -50,13 +58,6 @@ elif [[ "${CI:-}" == "true" ]]; then
 else
   echo "test_all: SKIPPED the CUDA compile check (no /usr/local/cuda/bin/nvcc)"
 fi
-
-bazel test --test_env=TRITON_PYTHON="$PWD/.venv/bin/python" \
-  --test_env=DEPLOY_PYTHON="$PWD/.venv/bin/python" \
-  --test_env=KUBECTL="$PWD/.venv/deploy-tools/usr/bin/kubectl" \
-  --test_env=HADOLINT="$PWD/.venv/bin/hadolint" \
-  --test_env=PERF_ANALYZER="$PERF_ANALYZER" \
-  //...
 
 # The shutdown under load under AddressSanitizer and UBSan (several minutes
 # the first time, on two cores; seconds once built). TSan is not run here:

@@ -56,6 +56,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,20 @@ def write_repository(root, minilm, llama, embedders, decoders):
                     'load_policy: LOAD_POLICY_FIRST_REQUEST\n'
                     'instance_group { kind: KIND_CPU count: 1 }\n' + weights)
     return [(name, kind) for name, kind, _, _ in models]
+
+
+def timed_promotions(log):
+    """The daemon's timed promotions (its "memory tier promotion timed" log
+    lines: each promotion that ran to its end off the request path), by the
+    tier they started from: [(seconds, bytes built back)]."""
+    found = {}
+    for line in log.splitlines():
+        if 'msg="memory tier promotion timed"' not in line:
+            continue
+        fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+        found.setdefault(fields["from"], []).append(
+            (float(fields["seconds"]), int(fields["bytes"])))
+    return found
 
 
 class Daemon:
@@ -426,6 +441,13 @@ def run_mode(mode, root, models, model_bytes, budget, events, args):
                          for tier, w in wake.items()},
         "moves": moves,
         "daemon_durations": durations,
+        # Promotions that built a model back to hot off the request path,
+        # as the daemon timed them for its choice of demotions.
+        "timed_promotions": {
+            tier: {"count": len(found),
+                   "median_gb_per_s": statistics.median(
+                       b / s / 1e9 for s, b in found if s > 0)}
+            for tier, found in timed_promotions(log).items()},
         "loads": log.count('msg="loading model"'),
         "evictions": log.count("evicted model"),
     })
@@ -508,7 +530,7 @@ def main():
                 "tail_later", "failed",
                 "max_counted_bytes", "samples_over_budget",
                 "peak_rss_anon_bytes", "wake_seconds", "moves",
-                "daemon_durations")}, indent=1),
+                "timed_promotions", "daemon_durations")}, indent=1),
                 flush=True)
     finally:
         shutil.rmtree(root)

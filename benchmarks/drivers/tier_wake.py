@@ -42,7 +42,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from many_models_tiers import Daemon  # noqa: E402
+from many_models_tiers import Daemon, timed_promotions  # noqa: E402
 
 CONFIGS = {
     # Storage that is the file's bytes: a cool model serves from the mapping
@@ -173,20 +173,6 @@ def run_config(args, label, weights):
     medians = {key: statistics.median(values) for key, values in rows.items()}
     return {"config": label, "median_s": medians, "runs_s": rows,
             "promotions": promotions}
-
-
-def timed_promotions(log):
-    """The daemon's timed promotions (its "memory tier promotion timed" log
-    lines: each promotion that ran to its end off the request path), by the
-    tier they started from: [(seconds, bytes built back)]."""
-    found = {}
-    for line in log.splitlines():
-        if 'msg="memory tier promotion timed"' not in line:
-            continue
-        fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
-        found.setdefault(fields["from"], []).append(
-            (float(fields["seconds"]), int(fields["bytes"])))
-    return found
 
 
 def promotion_cell(promotions):
