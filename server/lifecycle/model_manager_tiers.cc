@@ -119,11 +119,8 @@ std::optional<ModelManagerImpl::Move> ModelManagerImpl::StartPressureMoveLocked(
   for (auto& [name, model] : models_) {
     if (model.ready() == nullptr) continue;
     NoteWakeRateLocked(name, model);
-    TierCandidate candidate{name,
-                            model.last_used(),
-                            model.tier_settings().priority,
-                            model.Movable(),
-                            model.tier(),
+    TierCandidate candidate{name, model.last_used(),
+                            model.tier_settings().priority, model.Movable(),
                             model.NextDemotion()};
     if (candidate.next.has_value()) {
       candidate.next_wake_rate = ExpectedWakeRate(

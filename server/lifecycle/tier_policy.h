@@ -111,11 +111,8 @@ struct TierCandidate {
   // READY, idle, no move or load running, no reference held outside the
   // manager.
   bool movable = false;
-  casting::WeightTier tier = casting::WeightTier::kHot;
-  // Where its next demotion goes (nullopt: none left above its floor), and
-  // what that frees.
+  // Where its next demotion goes (nullopt: none left above its floor).
   std::optional<casting::WeightTier> next;
-  int64_t next_freed_bytes = 0;
   // The bytes per second at which it would wake from `next`
   // (ExpectedWakeRate).
   double next_wake_rate = 1;
