@@ -189,6 +189,7 @@ TEST(ServingMetricsTest, ExportsTiersTheirMovesAndWakeTimes) {
   lifecycle.RecordTierMove("b", casting::WeightTier::kHot,
                            casting::WeightTier::kWarm, "keep_alive");
   lifecycle.RecordWake(casting::WeightTier::kCool, absl::Milliseconds(30));
+  lifecycle.SetWakeRate("a", casting::WeightTier::kCool, 2.5e9);
   ServingMetricsOptions options;
   options.model_states = [] {
     return std::vector<ModelStateSample>{{"a", "1", "READY"},
@@ -216,6 +217,15 @@ TEST(ServingMetricsTest, ExportsTiersTheirMovesAndWakeTimes) {
   ASSERT_NE(wake, nullptr);
   EXPECT_EQ(wake->histogram.sample_count, 1u);
   EXPECT_NEAR(wake->histogram.sample_sum, 0.03, 1e-9);
+  const ClientMetric* rate =
+      Find(families, "castserve_wake_rate_bytes_per_second",
+           {{"model", "a"}, {"from", "cool"}});
+  ASSERT_NE(rate, nullptr);
+  EXPECT_EQ(rate->gauge.value, 2.5e9);
+  EXPECT_EQ(
+      Find(families, "castserve_wake_rate_bytes_per_second", {{"model", "b"}}),
+      nullptr)
+      << "b never woke";
 }
 
 TEST(ServingMetricsTest, KnowsEveryStateTheManagerReports) {

@@ -61,6 +61,7 @@ METRIC_FAMILIES = {
     "castserve_model_tier": "gauge",
     "castserve_tier_moves_total": "counter",
     "castserve_wake_seconds": "histogram",
+    "castserve_wake_rate_bytes_per_second": "gauge",
     # Lazy work.
     "castserve_model_materializations_total": "counter",
     "castserve_model_materialized_bytes_total": "counter",

@@ -142,6 +142,10 @@ void ModelManagerImpl::NoteWakeRateLocked(const std::string& name,
       model.NoteLastPromotion();
   if (!woke.has_value()) return;
   all_wake_rates_.Note(model.tier_bytes(), woke->from, woke->to, woke->took);
+  if (std::optional<double> rate =
+          model.wake_rates().BytesPerSecond(woke->from)) {
+    LifecycleMetrics::Global().SetWakeRate(name, woke->from, *rate);
+  }
   const int64_t built =
       model.tier_bytes().at(woke->to) - model.tier_bytes().at(woke->from);
   Log(LogLevel::kInfo, "memory tier promotion timed",

@@ -213,6 +213,10 @@ TEST(ModelManagerTiersTest, PressureDemotesWhatWakesFastestForItsIdleTime) {
   EXPECT_EQ(TierOf(fixture, "fast"), WeightTier::kWarm);
   EXPECT_EQ(TierOf(fixture, "slow"), WeightTier::kHot);
   EXPECT_LE(fixture.most_accounted_bytes(), 250);
+  // The rates it went by, as /metrics exports them.
+  auto snapshot = LifecycleMetrics::Global().snapshot();
+  EXPECT_DOUBLE_EQ(snapshot["fast"].wake_rates["cool"], 9000);
+  EXPECT_DOUBLE_EQ(snapshot["slow"].wake_rates["cool"], 90);
 }
 
 TEST(ModelManagerTiersTest, PinnedModelIsNeitherDemotedBelowItsPinNorUnloaded) {

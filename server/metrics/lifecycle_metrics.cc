@@ -59,6 +59,14 @@ void LifecycleMetrics::RecordWake(casting::WeightTier tier,
   it->second.Observe(absl::ToDoubleSeconds(duration));
 }
 
+void LifecycleMetrics::SetWakeRate(const std::string& model,
+                                   casting::WeightTier from,
+                                   double bytes_per_second) {
+  absl::MutexLock lock(&mu_);
+  entries_[model].wake_rates[std::string(casting::WeightTierName(from))] =
+      bytes_per_second;
+}
+
 std::map<std::string, BucketCounts> LifecycleMetrics::wake_seconds() const {
   absl::MutexLock lock(&mu_);
   return wake_seconds_;

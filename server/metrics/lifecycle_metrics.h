@@ -36,6 +36,10 @@ class LifecycleMetrics {
   // A request found its model in `tier` (below hot) and waited `duration`
   // for it to be ready to run.
   void RecordWake(casting::WeightTier tier, absl::Duration duration);
+  // The model's promotions from `from` build it back at `bytes_per_second`
+  // (the ModelManager's WakeRates, after each timed promotion).
+  void SetWakeRate(const std::string& model, casting::WeightTier from,
+                   double bytes_per_second);
 
   struct Entry {
     double last_load_seconds = 0;
@@ -46,6 +50,8 @@ class LifecycleMetrics {
     // (from, to, cause) -> moves.
     std::map<std::tuple<std::string, std::string, std::string>, uint64_t>
         tier_moves;
+    // The tier promotions started from ("warm", "cool") -> bytes per second.
+    std::map<std::string, double> wake_rates;
   };
   std::map<std::string, Entry> snapshot() const;
   // By the tier the request found ("warm", "cool"), in seconds.

@@ -284,8 +284,8 @@ struct ModelFamilies {
   }
 };
 
-// castserve_model_tier (READY models only), castserve_tier_moves_total and
-// castserve_wake_seconds.
+// castserve_model_tier (READY models only), castserve_tier_moves_total,
+// castserve_wake_seconds and castserve_wake_rate_bytes_per_second.
 void CollectTiers(const LifecycleMetrics& lifecycle,
                   const std::set<std::string>& ready,
                   std::vector<MetricFamily>& out) {
@@ -298,8 +298,17 @@ void CollectTiers(const LifecycleMetrics& lifecycle,
              "Moves of the model between memory tiers, by cause (pressure, "
              "keep_alive, api, request: a promotion).",
              MetricType::Counter);
+  MetricFamily wake_rate = Family(
+      "castserve_wake_rate_bytes_per_second",
+      "Bytes per second at which the model's promotions from a tier built it "
+      "back to hot (a moving average); under pressure the memory budget "
+      "demotes first what wakes fastest for its idle time.",
+      MetricType::Gauge);
   for (const auto& [model, entry] : lifecycle.snapshot()) {
     if (ready.count(model) > 0) AddValue(tier, {{"model", model}}, entry.tier);
+    for (const auto& [from, rate] : entry.wake_rates) {
+      AddValue(wake_rate, {{"model", model}, {"from", from}}, rate);
+    }
     for (const auto& [key, count] : entry.tier_moves) {
       const auto& [from, to, cause] = key;
       AddValue(moves,
@@ -318,6 +327,7 @@ void CollectTiers(const LifecycleMetrics& lifecycle,
   out.push_back(std::move(tier));
   out.push_back(std::move(moves));
   out.push_back(std::move(wake));
+  out.push_back(std::move(wake_rate));
 }
 
 }  // namespace
