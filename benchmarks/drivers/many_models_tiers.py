@@ -136,18 +136,31 @@ def write_repository(root, minilm, llama, embedders, decoders):
     return [(name, kind) for name, kind, _, _ in models]
 
 
-def timed_promotions(log):
+def timed_promotions(log, group=lambda fields: fields["from"]):
     """The daemon's timed promotions (its "memory tier promotion timed" log
-    lines: each promotion that ran to its end off the request path), by the
-    tier they started from: [(seconds, bytes built back)]."""
+    lines: each promotion that ran to its end off the request path), by
+    `group` of the line's fields (the tier they started from):
+    [(seconds, bytes built back)]."""
     found = {}
     for line in log.splitlines():
         if 'msg="memory tier promotion timed"' not in line:
             continue
         fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
-        found.setdefault(fields["from"], []).append(
+        found.setdefault(group(fields), []).append(
             (float(fields["seconds"]), int(fields["bytes"])))
     return found
+
+
+def promotion_summary(found):
+    """{group: count, median and range of GB/s} of timed_promotions."""
+    summary = {}
+    for key, promotions in found.items():
+        rates = [b / s / 1e9 for s, b in promotions if s > 0]
+        summary[key] = {"count": len(promotions),
+                        "median_gb_per_s": statistics.median(rates),
+                        "min_gb_per_s": min(rates),
+                        "max_gb_per_s": max(rates)}
+    return summary
 
 
 class Daemon:
@@ -347,6 +360,7 @@ MODES = ("tiers", "lru", "explicit", "hot")
 
 
 def run_mode(mode, root, models, model_bytes, budget, events, args):
+    kinds = dict(models)
     flags = mode_flags(mode, budget)
     daemon = Daemon(args.castserve, root, *flags)
     controller = (ExplicitController(daemon, model_bytes, budget)
@@ -443,11 +457,11 @@ def run_mode(mode, root, models, model_bytes, budget, events, args):
         "daemon_durations": durations,
         # Promotions that built a model back to hot off the request path,
         # as the daemon timed them for its choice of demotions.
-        "timed_promotions": {
-            tier: {"count": len(found),
-                   "median_gb_per_s": statistics.median(
-                       b / s / 1e9 for s, b in found if s > 0)}
-            for tier, found in timed_promotions(log).items()},
+        "timed_promotions": promotion_summary(timed_promotions(log)),
+        # The same by the models' kinds: how far their wake rates differ.
+        "timed_promotions_by_kind": promotion_summary(timed_promotions(
+            log, lambda fields: f"{kinds[fields['model']]} from "
+                                f"{fields['from']}")),
         "loads": log.count('msg="loading model"'),
         "evictions": log.count("evicted model"),
     })
@@ -530,7 +544,8 @@ def main():
                 "tail_later", "failed",
                 "max_counted_bytes", "samples_over_budget",
                 "peak_rss_anon_bytes", "wake_seconds", "moves",
-                "timed_promotions", "daemon_durations")}, indent=1),
+                "timed_promotions", "timed_promotions_by_kind",
+                "daemon_durations")}, indent=1),
                 flush=True)
     finally:
         shutil.rmtree(root)
