@@ -51,6 +51,7 @@ Usage (from the repository root, after `bazel build //server:castserve`):
 
 import argparse
 import concurrent.futures
+import datetime
 import http.client
 import json
 import os
@@ -148,6 +149,59 @@ def timed_promotions(log, group=lambda fields: fields["from"]):
         fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
         found.setdefault(group(fields), []).append(
             (float(fields["seconds"]), int(fields["bytes"])))
+    return found
+
+
+def log_events(log):
+    """[(unix time, msg, fields)] of the daemon's log lines with a model."""
+    events = []
+    for line in log.splitlines():
+        fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+        if "ts" not in fields or "model" not in fields:
+            continue
+        when = datetime.datetime.strptime(
+            fields["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+                tzinfo=datetime.timezone.utc).timestamp()
+        events.append((when, fields.get("msg", "").strip('"'), fields))
+    return events
+
+
+def slowest_tail(timeline, log, kinds, count=5):
+    """Where the slowest tail requests' time went, from the daemon's log: for
+    each, the state its model was in when it arrived (the model's last
+    lifecycle event before: loading, READY, demoted to a tier, evicted), and
+    what the daemon did for any model while it ran (loads started, moves
+    down, evictions)."""
+    events = log_events(log)
+    tail = sorted((r for r in timeline if r[3] == "tail" and r[5] is None),
+                  key=lambda r: r[1] - r[0], reverse=True)[:count]
+    found = []
+    for start, end, name, _, first, _ in tail:
+        state = "never loaded"
+        for when, msg, fields in events:
+            if when > start:
+                break
+            if fields["model"] != name:
+                continue
+            if msg == "loading model":
+                state = "loading"
+            elif msg == "model ready":
+                state = "hot"
+            elif msg == "moved model to a colder memory tier":
+                state = fields.get("to", "?")
+            elif msg.startswith("evicted model"):
+                state = "evicted"
+        during = [(msg, fields["model"]) for when, msg, fields in events
+                  if start <= when <= end]
+        found.append({
+            "ms": 1000 * (end - start), "model": name, "kind": kinds[name],
+            "first_request": first, "found": state,
+            "loads_during": sum(m == "loading model" for m, _ in during),
+            "own_load_during": ("loading model", name) in during,
+            "moves_down_during": sum(
+                m == "moved model to a colder memory tier" for m, _ in during),
+            "evictions_during": sum(m.startswith("evicted model")
+                                    for m, _ in during)})
     return found
 
 
@@ -376,8 +430,11 @@ def run_mode(mode, root, models, model_bytes, budget, events, args):
                             sum(t != "hot" for t in tiers.values())))
             time.sleep(args.sample_ms / 1000)
 
+    timeline = []  # (wall start, wall end, name, class, first, error)
+
     def one(event, first):
         _, name, kind, popularity_class = event
+        wall_start = time.time()
         start = time.monotonic()
         error = controller.acquire(name, kind) if controller else None
         status = 0
@@ -394,6 +451,8 @@ def run_mode(mode, root, models, model_bytes, budget, events, args):
         with lock:
             results.append((popularity_class, time.monotonic() - start, error,
                             first))
+            timeline.append((wall_start, time.time(), name, popularity_class,
+                             first, error))
 
     sampling = threading.Thread(target=sampler)
     sampling.start()
@@ -462,6 +521,7 @@ def run_mode(mode, root, models, model_bytes, budget, events, args):
         "timed_promotions_by_kind": promotion_summary(timed_promotions(
             log, lambda fields: f"{kinds[fields['model']]} from "
                                 f"{fields['from']}")),
+        "slowest_tail": slowest_tail(timeline, log, kinds),
         "loads": log.count('msg="loading model"'),
         "evictions": log.count("evicted model"),
     })
@@ -545,7 +605,7 @@ def main():
                 "max_counted_bytes", "samples_over_budget",
                 "peak_rss_anon_bytes", "wake_seconds", "moves",
                 "timed_promotions", "timed_promotions_by_kind",
-                "daemon_durations")}, indent=1),
+                "slowest_tail", "daemon_durations")}, indent=1),
                 flush=True)
     finally:
         shutil.rmtree(root)
