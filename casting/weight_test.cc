@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -413,6 +414,46 @@ TEST_F(WeightTest, ConcurrentUsersShareOneDecodedCopy) {
   EXPECT_EQ(weight->footprint().transient_compute_bytes(), 0);
 }
 
+// Promote decodes a cached compute copy outside the weight's lock: users
+// that acquire the weight meanwhile get the same values, and the weight
+// ends with one cached copy, whichever thread built it.
+TEST_F(WeightTest, UsersDuringAPromotionGetTheSameCopyValues) {
+  WeightOptions options;
+  options.storage = StorageFormat::Plain(ElementType::kBF16);
+  options.compute_dtype = ElementType::kF32;
+  options.compute_copy = ComputeCopyPolicy::kCached;
+  std::unique_ptr<Weight> weight = MakeWeight("w_f32", options);
+  at::Tensor reference;
+  {
+    absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    reference = handle->tensor().clone();
+  }
+  const Footprint hot = weight->footprint();
+  ASSERT_GT(hot.cached_compute_bytes(), 0);
+
+  constexpr int kRounds = 30;
+  constexpr int kUsers = 3;
+  for (int round = 0; round < kRounds; ++round) {
+    ASSERT_TRUE(
+        weight->Demote(round % 2 == 0 ? WeightTier::kWarm : WeightTier::kCool)
+            .ok());
+    std::atomic<int> mismatches{0};
+    std::vector<std::thread> users;
+    for (int i = 0; i < kUsers; ++i) {
+      users.emplace_back([&] {
+        absl::StatusOr<ComputeHandle> handle = weight->Acquire();
+        if (!handle.ok() || !handle->tensor().equal(reference)) ++mismatches;
+      });
+    }
+    const absl::Status promoted = weight->Promote(WeightTier::kHot);
+    for (std::thread& user : users) user.join();
+    ASSERT_TRUE(promoted.ok()) << promoted;
+    EXPECT_EQ(mismatches.load(), 0) << "round " << round;
+    EXPECT_EQ(weight->footprint(), hot) << "round " << round;
+  }
+}
+
 TEST_F(WeightTest, PerRowScalingKeepsTinyRowsThatAPlainCastFlushes) {
   WeightOptions scaled;
   scaled.storage = {ElementType::kF8E4M3FN, Scaling::kPerRow};
@@ -420,8 +461,9 @@ TEST_F(WeightTest, PerRowScalingKeepsTinyRowsThatAPlainCastFlushes) {
   plain.storage = {ElementType::kF8E4M3FN, Scaling::kNone};
   at::Tensor expected = SourceAsFloat(*checkpoint_, "w_f32");
 
-  absl::StatusOr<ComputeHandle> with_scales =
-      MakeWeight("w_f32", scaled)->Acquire();
+  // A handle must not outlive its weight.
+  std::unique_ptr<Weight> scaled_weight = MakeWeight("w_f32", scaled);
+  absl::StatusOr<ComputeHandle> with_scales = scaled_weight->Acquire();
   ASSERT_TRUE(with_scales.ok());
   // Row 0 holds values ~1e-6: far below fp8's smallest subnormal (2^-9).
   EXPECT_TRUE(at::allclose(with_scales->tensor()[0], expected[0], 0.0625, 0));
