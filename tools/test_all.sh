@@ -59,10 +59,12 @@ else
   echo "test_all: SKIPPED the CUDA compile check (no /usr/local/cuda/bin/nvcc)"
 fi
 
-# The shutdown under load under AddressSanitizer and UBSan (several minutes
-# the first time, on two cores; seconds once built). TSan is not run here:
-# see tools/run_sanitizers.sh.
-TARGETS=//server:server_shutdown_test ./tools/run_sanitizers.sh asan
+# The shutdown under load, and the weights' promotions beside their users,
+# under AddressSanitizer and UBSan (several minutes the first time, on two
+# cores; seconds once built). TSan is not run here: see
+# tools/run_sanitizers.sh.
+TARGETS="//server:server_shutdown_test //casting:weight_test" \
+  ./tools/run_sanitizers.sh asan
 
 # Every libFuzzer target for 20 s, all at once; a finding fails the run.
 # About two minutes on two free cores, most of it building the targets
