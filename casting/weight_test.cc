@@ -110,6 +110,14 @@ class WeightTest : public ::testing::Test {
     return weight.ok() ? *std::move(weight) : nullptr;
   }
 
+  // A copy of the weight's compute values, its handle released again
+  // (undefined when Acquire fails, which it reports).
+  static at::Tensor ComputeValues(Weight& weight) {
+    absl::StatusOr<ComputeHandle> handle = weight.Acquire();
+    EXPECT_TRUE(handle.ok()) << handle.status();
+    return handle.ok() ? handle->tensor().clone() : at::Tensor();
+  }
+
   std::string path_;
   std::shared_ptr<const Checkpoint> checkpoint_;
 };
@@ -423,12 +431,8 @@ TEST_F(WeightTest, UsersDuringAPromotionGetTheSameCopyValues) {
   options.compute_dtype = ElementType::kF32;
   options.compute_copy = ComputeCopyPolicy::kCached;
   std::unique_ptr<Weight> weight = MakeWeight("w_f32", options);
-  at::Tensor reference;
-  {
-    absl::StatusOr<ComputeHandle> handle = weight->Acquire();
-    ASSERT_TRUE(handle.ok()) << handle.status();
-    reference = handle->tensor().clone();
-  }
+  const at::Tensor reference = ComputeValues(*weight);
+  ASSERT_TRUE(reference.defined());
   const Footprint hot = weight->footprint();
   ASSERT_GT(hot.cached_compute_bytes(), 0);
 
@@ -643,12 +647,8 @@ TEST_F(WeightTest, GatherRowsFromScaledStorageEqualsTheWholeDecode) {
     options.storage = StorageFormat{ElementType::kF8E4M3FN, scaling};
     options.compute_copy = ComputeCopyPolicy::kTransient;
     std::unique_ptr<Weight> weight = MakeWeight("w_f32", options);
-    at::Tensor whole;
-    {
-      absl::StatusOr<ComputeHandle> handle = weight->Acquire();
-      ASSERT_TRUE(handle.ok()) << handle.status();
-      whole = handle->tensor().clone();
-    }
+    const at::Tensor whole = ComputeValues(*weight);
+    ASSERT_TRUE(whole.defined());
     ASSERT_FALSE(weight->has_compute_copy());
     const at::Tensor ids = at::tensor({2, 0, 2}, at::kLong);
     absl::StatusOr<at::Tensor> rows = weight->GatherRows(ids);
