@@ -143,12 +143,10 @@ def timed_promotions(log, group=lambda fields: fields["from"]):
     `group` of the line's fields (the tier they started from):
     [(seconds, bytes built back)]."""
     found = {}
-    for line in log.splitlines():
-        if 'msg="memory tier promotion timed"' not in line:
-            continue
-        fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
-        found.setdefault(group(fields), []).append(
-            (float(fields["seconds"]), int(fields["bytes"])))
+    for _, msg, fields in log_events(log):
+        if msg == "memory tier promotion timed":
+            found.setdefault(group(fields), []).append(
+                (float(fields["seconds"]), int(fields["bytes"])))
     return found
 
 
@@ -206,11 +204,15 @@ def slowest_tail(timeline, log, kinds, count=5):
 
 
 def promotion_summary(found):
-    """{group: count, median and range of GB/s} of timed_promotions."""
+    """{group: count, median seconds, median and range of GB/s} of
+    timed_promotions (groups whose promotions all took no time left out)."""
     summary = {}
     for key, promotions in found.items():
         rates = [b / s / 1e9 for s, b in promotions if s > 0]
+        if not rates:
+            continue
         summary[key] = {"count": len(promotions),
+                        "median_s": statistics.median(s for s, _ in promotions),
                         "median_gb_per_s": statistics.median(rates),
                         "min_gb_per_s": min(rates),
                         "max_gb_per_s": max(rates)}

@@ -42,7 +42,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from many_models_tiers import Daemon, timed_promotions  # noqa: E402
+from many_models_tiers import (  # noqa: E402
+    Daemon, promotion_summary, timed_promotions)
 
 CONFIGS = {
     # Storage that is the file's bytes: a cool model serves from the mapping
@@ -175,13 +176,11 @@ def run_config(args, label, weights):
             "promotions": promotions}
 
 
-def promotion_cell(promotions):
-    """Median seconds and GB/s of promotions, or "-"."""
-    if not promotions:
+def promotion_cell(summary):
+    """Median seconds and GB/s of a promotion_summary entry, or "-"."""
+    if not summary:
         return "-"
-    seconds = statistics.median(s for s, _ in promotions)
-    rate = statistics.median(b / s / 1e9 for s, b in promotions if s > 0)
-    return f"{seconds:.3f} ({rate:.1f})"
+    return f"{summary['median_s']:.3f} ({summary['median_gb_per_s']:.1f})"
 
 
 def main():
@@ -221,7 +220,7 @@ def main():
     print("| config | promotion from warm s (GB/s) | from cool s (GB/s) |")
     print("|---|---:|---:|")
     for r in results:
-        p = r["promotions"]
+        p = promotion_summary(r["promotions"])
         print(f"| {r['config']} | {promotion_cell(p.get('warm'))} | "
               f"{promotion_cell(p.get('cool'))} |")
     if args.json:

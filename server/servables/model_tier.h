@@ -76,15 +76,14 @@ class ModelTier {
             const absl::Time start = absl::Now();
             absl::Status promoted =
                 model_->Promote(tier, [this] { return cancel_.load(); });
-            if (promoted.ok() && !cancel_.load()) {
-              absl::MutexLock timing_lock(&timing_mu_);
-              timing_ = {from, tier, absl::Now() - start, timing_.count + 1};
-            }
             if (!promoted.ok()) {
               // Nothing is lost: the forward that needs the weight builds it.
               Log(LogLevel::kWarning, "memory tier promotion stopped",
                   {{"tier", std::string(casting::WeightTierName(tier))},
                    {"error", promoted.ToString()}});
+            } else if (!cancel_.load()) {
+              absl::MutexLock timing_lock(&timing_mu_);
+              timing_ = {from, tier, absl::Now() - start, timing_.count + 1};
             }
             promotion_status_ = std::move(promoted);
           });

@@ -9,8 +9,9 @@
 namespace castserve::testing {
 namespace {
 
-int64_t BytesOf(const inference::ModelConfig& config, const std::string& key,
-                int64_t otherwise) {
+// The config's integer string parameter `key`, or `otherwise`.
+int64_t IntegerParameter(const inference::ModelConfig& config,
+                         const std::string& key, int64_t otherwise) {
   const auto bytes = config.parameters().find(key);
   return bytes == config.parameters().end()
              ? otherwise
@@ -18,13 +19,13 @@ int64_t BytesOf(const inference::ModelConfig& config, const std::string& key,
 }
 
 int64_t BytesOf(const inference::ModelConfig& config) {
-  return BytesOf(config, "bytes", 100);
+  return IntegerParameter(config, "bytes", 100);
 }
 
 TierBytes TierBytesOf(const inference::ModelConfig& config) {
   const int64_t hot = BytesOf(config);
-  const int64_t warm = BytesOf(config, "warm_bytes", hot);
-  return {hot, warm, BytesOf(config, "cool_bytes", warm)};
+  const int64_t warm = IntegerParameter(config, "warm_bytes", hot);
+  return {hot, warm, IntegerParameter(config, "cool_bytes", warm)};
 }
 
 }  // namespace
@@ -115,9 +116,10 @@ absl::Status SizedServedModel::MoveTo(casting::WeightTier tier,
   absl::MutexLock lock(&mu_);
   if (static_cast<int>(tier) < static_cast<int>(from) &&
       config_.parameters().count("promotion_ms") > 0) {
-    promotion_ = {from, tier,
-                  absl::Milliseconds(BytesOf(config_, "promotion_ms", 0)),
-                  promotion_.count + 1};
+    promotion_ = {
+        from, tier,
+        absl::Milliseconds(IntegerParameter(config_, "promotion_ms", 0)),
+        promotion_.count + 1};
   }
   if (static_cast<int>(tier) <= static_cast<int>(held_tier_)) {
     return absl::OkStatus();  // Up: its next request grows it back.
