@@ -71,9 +71,12 @@ class ModelTier {
     if (model_ != nullptr && warmer) {
       cancel_.store(false);
       promotion_status_ = absl::OkStatus();
+      // Timed from the move up, not from when the thread runs: the wake
+      // request's forward builds weights from now on too, and a promotion
+      // started late would find them built and time almost nothing.
+      const absl::Time start = absl::Now();
       promotion_ =
-          platform::Executor::Default().StartThread([this, from, tier] {
-            const absl::Time start = absl::Now();
+          platform::Executor::Default().StartThread([this, from, tier, start] {
             absl::Status promoted =
                 model_->Promote(tier, [this] { return cancel_.load(); });
             if (!promoted.ok()) {
