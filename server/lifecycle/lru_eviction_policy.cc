@@ -44,7 +44,9 @@ std::vector<std::string> LruEvictionPolicy::PickVictims(
     int64_t bytes_to_free) const {
   std::vector<const EvictionCandidate*> idle;
   for (const EvictionCandidate& candidate : candidates) {
-    if (candidate.evictable && candidate.name != keep) {
+    // Unloading a model that counts nothing (a cool one) would free nothing
+    // the budget counts; its next request would pay a load.
+    if (candidate.evictable && candidate.name != keep && candidate.bytes > 0) {
       idle.push_back(&candidate);
     }
   }

@@ -1,5 +1,6 @@
 // Which models to unload to stay within a memory budget: the least recently
-// used idle ones, and only when unloading them makes room. The policy only
+// used idle ones that count bytes against it (never one that counts none, a
+// cool model's), and only when unloading them makes room. The policy only
 // decides and words the refusals; the ModelManager accounts (reservations and
 // ServedModel::measured_bytes), evicts and waits. Immutable; thread-safe.
 #ifndef CASTSERVE_SERVER_LIFECYCLE_LRU_EVICTION_POLICY_H_

@@ -55,6 +55,21 @@ TEST(LruEvictionPolicyTest, PicksTheLeastRecentlyUsedEvictableModelsUntilRoom) {
   EXPECT_EQ(policy.PickVictims(candidates, "x", 0), Victims());
 }
 
+TEST(LruEvictionPolicyTest, NeverUnloadsAModelThatCountsNothing) {
+  // A cool model (weights left in mapped pages) counts no bytes: unloading
+  // it frees nothing the budget counts, and its next request pays a load.
+  LruEvictionPolicy policy(100);
+  const std::vector<EvictionCandidate> candidates = {
+      {"cool", kT0, true, 0},
+      {"hot", kT0 + absl::Seconds(1), true, 40},
+      {"also_cool", kT0 + absl::Seconds(2), true, 0},
+      {"warm", kT0 + absl::Seconds(3), true, 20},
+  };
+  EXPECT_EQ(policy.PickVictims(candidates, "x", 30), Victims({"hot"}));
+  EXPECT_EQ(policy.PickVictims(candidates, "x", 50), Victims({"hot", "warm"}));
+  EXPECT_EQ(policy.PickVictims(candidates, "x", 61), Victims());
+}
+
 TEST(LruEvictionPolicyTest, EvictsNothingWhenEvictingAllIdleWouldNotSuffice) {
   LruEvictionPolicy policy(100);
   const std::vector<EvictionCandidate> candidates = {

@@ -164,6 +164,38 @@ TEST(ModelManagerTiersTest, CheaperToWakeDemotionsComeFirstThenUnloads) {
   EXPECT_GE(unloaded, 1);
 }
 
+// A cool model that counts nothing against the budget stays loaded when
+// pressure unloads: unloading it would free nothing, and its next request
+// would pay a load instead of a wake.
+TEST(ModelManagerTiersTest, PressureNeverUnloadsAModelThatCountsNothing) {
+  platform::test_util::FakeClock clock;
+  Fixture fixture(/*budget_bytes=*/200);
+  fixture.set_clock(&clock);
+  fixture.AddModel("cool", TierConfig(100, 40, 0));
+  for (const char* name : {"b", "c", "d"}) {
+    fixture.AddModel(name, TierConfig(100, 100, 100));
+  }
+  ASSERT_TRUE(fixture.manager().Load("cool", std::nullopt).ok());
+  ASSERT_TRUE(fixture.manager().MoveTo("cool", WeightTier::kCool).ok());
+  clock.Advance(absl::Seconds(1));
+  ASSERT_TRUE(fixture.manager().Load("b", std::nullopt).ok());
+  clock.Advance(absl::Seconds(1));
+  ASSERT_TRUE(fixture.manager().Load("c", std::nullopt).ok());
+  clock.Advance(absl::Seconds(1));
+
+  // 200 held by b and c, nothing left to demote: d's load unloads the least
+  // recently used model that holds bytes, b, not the older cool one.
+  ASSERT_TRUE(fixture.manager().Load("d", std::nullopt).ok());
+  EXPECT_EQ(fixture.StateOf("b"), ModelState::kUnavailable);
+  EXPECT_EQ(fixture.StateOf("cool"), ModelState::kReady);
+  EXPECT_EQ(TierOf(fixture, "cool"), WeightTier::kCool);
+  EXPECT_EQ(fixture.StateOf("c"), ModelState::kReady);
+  EXPECT_LE(fixture.most_accounted_bytes(), 200);
+
+  ASSERT_TRUE(Request(fixture, "cool").ok()) << "woken, not loaded again";
+  EXPECT_EQ(fixture.factory().creates(), 4);
+}
+
 TEST(ModelManagerTiersTest, LowerPriorityIsDemotedFirst) {
   platform::test_util::FakeClock clock;
   Fixture fixture(/*budget_bytes=*/250);
