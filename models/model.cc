@@ -176,7 +176,12 @@ absl::StatusOr<NamedTensors> Model::Run(
 }
 
 absl::Status Model::Promote(casting::WeightTier tier,
-                            const std::function<bool()>& cancelled) {
+                            const std::function<bool()>& cancelled,
+                            int64_t* built_bytes) {
+  const auto held = [](const casting::Weight& weight) {
+    const casting::Footprint footprint = weight.footprint();
+    return footprint.total_resident_bytes() + footprint.cached_compute_bytes();
+  };
   std::vector<casting::Weight*> weights;
   root().Visit([&](Module& module) {
     for (const auto& [name, weight] : module.weights()) {
@@ -190,8 +195,12 @@ absl::Status Model::Promote(casting::WeightTier tier,
     casting::Weight* weight = *it;
     if (cancelled()) return absl::OkStatus();
     const ForwardPass pass = EnterForward();  // Holds a Demote off.
+    const int64_t before = built_bytes != nullptr ? held(*weight) : 0;
     if (absl::Status status = weight->Promote(tier); !status.ok()) {
       return status;
+    }
+    if (built_bytes != nullptr) {
+      *built_bytes += std::max<int64_t>(held(*weight) - before, 0);
     }
   }
   return absl::OkStatus();

@@ -177,9 +177,14 @@ class Model {
   // Demote for one weight's promotion. Stops before the next weight once
   // `cancelled` returns true, with what it built kept (the rest is built on
   // first use, as before). `cancelled` is asked before each weight, with
-  // nothing held. The first error ends it. Thread-safe.
+  // nothing held. The first error ends it. With `built_bytes`, adds what the
+  // promotion itself built to it: resident storage and cached copies a
+  // weight did not hold before its promotion (not what forwards built
+  // meanwhile, nor modules' derived copies, which forwards build).
+  // Thread-safe.
   absl::Status Promote(casting::WeightTier tier,
-                       const std::function<bool()>& cancelled);
+                       const std::function<bool()>& cancelled,
+                       int64_t* built_bytes = nullptr);
 
   // Holds Demote off while it lives. Every forward holds one: Run does;
   // code that drives incremental_decoder() itself (the generation

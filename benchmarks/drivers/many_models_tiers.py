@@ -164,36 +164,58 @@ def log_events(log):
     return events
 
 
+def state_at(events, name, when):
+    """The state model `name` was in at `when`, from the daemon's log events
+    (its last lifecycle event before): "never loaded", "loading", "hot",
+    "warm", "cool" or "evicted"."""
+    state = "never loaded"
+    for at, msg, fields in events:
+        if at > when:
+            break
+        if fields["model"] != name:
+            continue
+        if msg == "loading model":
+            state = "loading"
+        elif msg == "model ready":
+            state = "hot"
+        elif msg in ("moved model to a colder memory tier",
+                     "moved model to a warmer memory tier"):
+            state = fields.get("to", "?")
+        elif msg.startswith("evicted model"):
+            state = "evicted"
+    return state
+
+
+def latency_by_found_state(timeline, log):
+    """{class: {state the model was in when the request arrived: count, p50
+    and p99 ms}}: how much of a class's latency is wakes and loads."""
+    events = log_events(log)
+    found = {}
+    for start, end, name, popularity_class, _, error in timeline:
+        if error is None:
+            found.setdefault(popularity_class, {}).setdefault(
+                state_at(events, name, start), []).append(1000 * (end - start))
+    return {c: {state: {"n": len(ms), "p50_ms": float(np.percentile(ms, 50)),
+                        "p99_ms": float(np.percentile(ms, 99))}
+                for state, ms in sorted(states.items())}
+            for c, states in found.items()}
+
+
 def slowest_tail(timeline, log, kinds, count=5):
     """Where the slowest tail requests' time went, from the daemon's log: for
-    each, the state its model was in when it arrived (the model's last
-    lifecycle event before: loading, READY, demoted to a tier, evicted), and
-    what the daemon did for any model while it ran (loads started, moves
-    down, evictions)."""
+    each, the state its model was in when it arrived (state_at), and what
+    the daemon did for any model while it ran (loads started, moves down,
+    evictions)."""
     events = log_events(log)
     tail = sorted((r for r in timeline if r[3] == "tail" and r[5] is None),
                   key=lambda r: r[1] - r[0], reverse=True)[:count]
     found = []
     for start, end, name, _, first, _ in tail:
-        state = "never loaded"
-        for when, msg, fields in events:
-            if when > start:
-                break
-            if fields["model"] != name:
-                continue
-            if msg == "loading model":
-                state = "loading"
-            elif msg == "model ready":
-                state = "hot"
-            elif msg == "moved model to a colder memory tier":
-                state = fields.get("to", "?")
-            elif msg.startswith("evicted model"):
-                state = "evicted"
         during = [(msg, fields["model"]) for when, msg, fields in events
                   if start <= when <= end]
         found.append({
             "ms": 1000 * (end - start), "model": name, "kind": kinds[name],
-            "first_request": first, "found": state,
+            "first_request": first, "found": state_at(events, name, start),
             "loads_during": sum(m == "loading model" for m, _ in during),
             "own_load_during": ("loading model", name) in during,
             "moves_down_during": sum(
@@ -524,6 +546,7 @@ def run_mode(mode, root, models, model_bytes, budget, events, args):
             log, lambda fields: f"{kinds[fields['model']]} from "
                                 f"{fields['from']}")),
         "slowest_tail": slowest_tail(timeline, log, kinds),
+        "latency_by_found_state": latency_by_found_state(timeline, log),
         "loads": log.count('msg="loading model"'),
         "evictions": log.count("evicted model"),
     })
@@ -607,7 +630,8 @@ def main():
                 "max_counted_bytes", "samples_over_budget",
                 "peak_rss_anon_bytes", "wake_seconds", "moves",
                 "timed_promotions", "timed_promotions_by_kind",
-                "slowest_tail", "daemon_durations")}, indent=1),
+                "slowest_tail", "latency_by_found_state",
+                "daemon_durations")}, indent=1),
                 flush=True)
     finally:
         shutil.rmtree(root)

@@ -201,7 +201,7 @@ ModelLifecycle::NoteLastPromotion() {
   const ServedModel::PromotionTiming last = served_->last_promotion();
   if (last.count == promotions_noted_) return std::nullopt;
   promotions_noted_ = last.count;
-  wake_rates_.Note(tier_bytes_, last.from, last.to, last.took);
+  wake_rates_.Note(last.bytes, last.from, last.took);
   return last;
 }
 

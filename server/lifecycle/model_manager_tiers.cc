@@ -141,19 +141,17 @@ void ModelManagerImpl::NoteWakeRateLocked(const std::string& name,
   const std::optional<ServedModel::PromotionTiming> woke =
       model.NoteLastPromotion();
   if (!woke.has_value()) return;
-  all_wake_rates_.Note(model.tier_bytes(), woke->from, woke->to, woke->took);
+  all_wake_rates_.Note(woke->bytes, woke->from, woke->took);
   if (std::optional<double> rate =
           model.wake_rates().BytesPerSecond(woke->from)) {
     LifecycleMetrics::Global().SetWakeRate(name, woke->from, *rate);
   }
-  const int64_t built =
-      model.tier_bytes().at(woke->to) - model.tier_bytes().at(woke->from);
   Log(LogLevel::kInfo, "memory tier promotion timed",
       {{"model", name},
        {"from", std::string(casting::WeightTierName(woke->from))},
        {"to", std::string(casting::WeightTierName(woke->to))},
        {"seconds", absl::StrCat(absl::ToDoubleSeconds(woke->took))},
-       {"bytes", absl::StrCat(built)}});
+       {"bytes", absl::StrCat(woke->bytes)}});
 }
 
 absl::Status ModelManagerImpl::Promote(const std::string& name,
@@ -176,6 +174,11 @@ absl::Status ModelManagerImpl::Promote(const std::string& name,
   absl::MutexLock lock(&mu_);
   models_[name].FinishPromotion(reserved.ok(), promotion.to);
   if (reserved.ok()) {
+    Log(LogLevel::kInfo, "moved model to a warmer memory tier",
+        {{"model", name},
+         {"from", std::string(casting::WeightTierName(promotion.from))},
+         {"to", std::string(casting::WeightTierName(promotion.to))},
+         {"cause", promotion.cause}});
     LifecycleMetrics::Global().RecordTierMove(name, promotion.from,
                                               promotion.to, promotion.cause);
   }

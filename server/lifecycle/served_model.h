@@ -185,6 +185,9 @@ class ServedModel {
     casting::WeightTier from = casting::WeightTier::kHot;
     casting::WeightTier to = casting::WeightTier::kHot;
     absl::Duration took;
+    // What the promotion built itself (models::Model::Promote): not what
+    // the wake request's forward built beside it.
+    int64_t bytes = 0;
     int64_t count = 0;
   };
   virtual PromotionTiming last_promotion() const { return {}; }

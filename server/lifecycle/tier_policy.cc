@@ -91,11 +91,10 @@ TierSettings TierSettingsOf(const inference::ModelConfig& config,
   return settings;
 }
 
-void WakeRates::Note(const TierBytes& bytes, WeightTier from, WeightTier to,
+void WakeRates::Note(int64_t built_bytes, WeightTier from,
                      absl::Duration took) {
-  const int64_t built = bytes.at(to) - bytes.at(from);
-  if (built <= 0 || took <= absl::ZeroDuration()) return;
-  const double rate = built / absl::ToDoubleSeconds(took);
+  if (built_bytes <= 0 || took <= absl::ZeroDuration()) return;
+  const double rate = built_bytes / absl::ToDoubleSeconds(took);
   std::optional<double>& average = rates_[static_cast<int>(from)];
   average = average.has_value() ? (*average + rate) / 2 : rate;
 }

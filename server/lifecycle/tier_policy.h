@@ -82,9 +82,10 @@ TierSettings TierSettingsOf(const inference::ModelConfig& config,
 // under its lock.
 class WakeRates {
  public:
-  // Ignores a promotion that built nothing back or took no time.
-  void Note(const TierBytes& bytes, casting::WeightTier from,
-            casting::WeightTier to, absl::Duration took);
+  // A promotion from `from` that built `built_bytes` back in `took`;
+  // ignores one that built nothing or took no time.
+  void Note(int64_t built_bytes, casting::WeightTier from,
+            absl::Duration took);
   // nullopt until a promotion from `from` was noted.
   std::optional<double> BytesPerSecond(casting::WeightTier from) const;
   // From the warmest tier a promotion started from; nullopt before any.

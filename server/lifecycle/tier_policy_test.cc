@@ -124,22 +124,20 @@ TEST(TierPolicyTest, LowerPriorityThenCheapestToWakeForItsIdleTimeThenLRU) {
 }
 
 TEST(TierPolicyTest, WakeRatesAverageTimedPromotionsByTheTierTheyLeft) {
-  const TierBytes bytes{1000, 400, 100};
   WakeRates rates;
   EXPECT_EQ(rates.BytesPerSecond(WeightTier::kCool), std::nullopt);
   EXPECT_EQ(rates.AnyBytesPerSecond(), std::nullopt);
   // 900 bytes built back in 1 s, then in 0.1 s: the last weighs half.
-  rates.Note(bytes, WeightTier::kCool, WeightTier::kHot, absl::Seconds(1));
+  rates.Note(900, WeightTier::kCool, absl::Seconds(1));
   EXPECT_DOUBLE_EQ(*rates.BytesPerSecond(WeightTier::kCool), 900);
-  rates.Note(bytes, WeightTier::kCool, WeightTier::kHot,
-             absl::Milliseconds(100));
+  rates.Note(900, WeightTier::kCool, absl::Milliseconds(100));
   EXPECT_DOUBLE_EQ(*rates.BytesPerSecond(WeightTier::kCool), 4950);
   EXPECT_EQ(rates.BytesPerSecond(WeightTier::kWarm), std::nullopt);
   // Nothing built back, or no time taken: not a measurement.
-  rates.Note(bytes, WeightTier::kWarm, WeightTier::kWarm, absl::Seconds(1));
-  rates.Note(bytes, WeightTier::kWarm, WeightTier::kHot, absl::ZeroDuration());
+  rates.Note(0, WeightTier::kWarm, absl::Seconds(1));
+  rates.Note(600, WeightTier::kWarm, absl::ZeroDuration());
   EXPECT_EQ(rates.BytesPerSecond(WeightTier::kWarm), std::nullopt);
-  rates.Note(bytes, WeightTier::kWarm, WeightTier::kHot, absl::Seconds(2));
+  rates.Note(600, WeightTier::kWarm, absl::Seconds(2));
   EXPECT_DOUBLE_EQ(*rates.BytesPerSecond(WeightTier::kWarm), 300);
 
   // The model's own rate for the tier, else its rate from another tier,
@@ -148,9 +146,9 @@ TEST(TierPolicyTest, WakeRatesAverageTimedPromotionsByTheTierTheyLeft) {
   WakeRates none;
   EXPECT_DOUBLE_EQ(ExpectedWakeRate(rates, all, WeightTier::kWarm), 300);
   WakeRates cool_only;
-  cool_only.Note(bytes, WeightTier::kCool, WeightTier::kHot, absl::Seconds(3));
+  cool_only.Note(900, WeightTier::kCool, absl::Seconds(3));
   EXPECT_DOUBLE_EQ(ExpectedWakeRate(cool_only, all, WeightTier::kWarm), 300);
-  all.Note(bytes, WeightTier::kWarm, WeightTier::kHot, absl::Seconds(6));
+  all.Note(600, WeightTier::kWarm, absl::Seconds(6));
   EXPECT_DOUBLE_EQ(ExpectedWakeRate(none, all, WeightTier::kWarm), 100);
   EXPECT_GT(ExpectedWakeRate(none, none, WeightTier::kWarm),
             ExpectedWakeRate(none, none, WeightTier::kCool));

@@ -77,8 +77,9 @@ class ModelTier {
       const absl::Time start = absl::Now();
       promotion_ =
           platform::Executor::Default().StartThread([this, from, tier, start] {
-            absl::Status promoted =
-                model_->Promote(tier, [this] { return cancel_.load(); });
+            int64_t built = 0;
+            absl::Status promoted = model_->Promote(
+                tier, [this] { return cancel_.load(); }, &built);
             if (!promoted.ok()) {
               // Nothing is lost: the forward that needs the weight builds it.
               Log(LogLevel::kWarning, "memory tier promotion stopped",
@@ -86,7 +87,8 @@ class ModelTier {
                    {"error", promoted.ToString()}});
             } else if (!cancel_.load()) {
               absl::MutexLock timing_lock(&timing_mu_);
-              timing_ = {from, tier, absl::Now() - start, timing_.count + 1};
+              timing_ = {from, tier, absl::Now() - start, built,
+                         timing_.count + 1};
             }
             promotion_status_ = std::move(promoted);
           });

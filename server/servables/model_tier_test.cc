@@ -62,8 +62,9 @@ TEST_F(ModelTierTest, APromotionBuildsBackWhatTheTierKeeps) {
   EXPECT_EQ(timing.from, casting::WeightTier::kCool);
   EXPECT_EQ(timing.to, casting::WeightTier::kHot);
   EXPECT_GT(timing.took, absl::ZeroDuration());
-  // Built by the promotion, not by a forward.
+  // Built by the promotion, not by a forward, and credited to it.
   EXPECT_EQ(ModelFootprint(*model_).owned_bytes(), serving_.owned_bytes());
+  EXPECT_EQ(timing.bytes, serving_.owned_bytes());
   auto promoted = model_->Forward(Inputs());
   ASSERT_TRUE(promoted.ok()) << promoted.status();
   for (const auto& [name, tensor] : hot_) {

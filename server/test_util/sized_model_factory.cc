@@ -119,7 +119,7 @@ absl::Status SizedServedModel::MoveTo(casting::WeightTier tier,
     promotion_ = {
         from, tier,
         absl::Milliseconds(IntegerParameter(config_, "promotion_ms", 0)),
-        promotion_.count + 1};
+        bytes_.at(tier) - bytes_.at(from), promotion_.count + 1};
   }
   if (static_cast<int>(tier) <= static_cast<int>(held_tier_)) {
     return absl::OkStatus();  // Up: its next request grows it back.

@@ -188,6 +188,9 @@ TEST(HfServedModelFactoryTest,
   EXPECT_GE(woke.count, 1);
   EXPECT_EQ(woke.to, casting::WeightTier::kHot);
   EXPECT_GT(woke.took, absl::ZeroDuration());
+  // Credited with what it built itself: at most the tiers' difference
+  // (the request's forward may have built some of it first).
+  EXPECT_LE(woke.bytes, tiers->hot - tiers->at(woke.from));
 
   // f32 resident, no casting: the storage is the compute copy; warm frees
   // only the packed encoder layers' copies (Module::DropDerivedCopies),
