@@ -75,8 +75,8 @@ TierSettings TierSettingsOf(const inference::ModelConfig& config,
                             absl::Duration default_keep_alive);
 
 // How fast promotions have built back what demotions dropped, in bytes per
-// second, by the tier a promotion started from: a promotion from `from` up
-// to `to` that took `took` built back bytes.at(to) - bytes.at(from). Each
+// second, by the tier a promotion started from: the bytes a promotion built
+// itself (ServedModel::PromotionTiming::bytes) over the time it took. Each
 // rate is a moving average (the last promotion weighs half). Not
 // thread-safe: the ModelManager keeps one per model and one for all models
 // under its lock.
@@ -84,8 +84,7 @@ class WakeRates {
  public:
   // A promotion from `from` that built `built_bytes` back in `took`;
   // ignores one that built nothing or took no time.
-  void Note(int64_t built_bytes, casting::WeightTier from,
-            absl::Duration took);
+  void Note(int64_t built_bytes, casting::WeightTier from, absl::Duration took);
   // nullopt until a promotion from `from` was noted.
   std::optional<double> BytesPerSecond(casting::WeightTier from) const;
   // From the warmest tier a promotion started from; nullopt before any.

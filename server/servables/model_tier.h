@@ -75,23 +75,22 @@ class ModelTier {
       // request's forward builds weights from now on too, and a promotion
       // started late would find them built and time almost nothing.
       const absl::Time start = absl::Now();
-      promotion_ =
-          platform::Executor::Default().StartThread([this, from, tier, start] {
-            int64_t built = 0;
-            absl::Status promoted = model_->Promote(
-                tier, [this] { return cancel_.load(); }, &built);
-            if (!promoted.ok()) {
-              // Nothing is lost: the forward that needs the weight builds it.
-              Log(LogLevel::kWarning, "memory tier promotion stopped",
-                  {{"tier", std::string(casting::WeightTierName(tier))},
-                   {"error", promoted.ToString()}});
-            } else if (!cancel_.load()) {
-              absl::MutexLock timing_lock(&timing_mu_);
-              timing_ = {from, tier, absl::Now() - start, built,
-                         timing_.count + 1};
-            }
-            promotion_status_ = std::move(promoted);
-          });
+      promotion_ = platform::Executor::Default().StartThread([this, from, tier,
+                                                              start] {
+        int64_t built = 0;
+        absl::Status promoted = model_->Promote(
+            tier, [this] { return cancel_.load(); }, &built);
+        if (!promoted.ok()) {
+          // Nothing is lost: the forward that needs the weight builds it.
+          Log(LogLevel::kWarning, "memory tier promotion stopped",
+              {{"tier", std::string(casting::WeightTierName(tier))},
+               {"error", promoted.ToString()}});
+        } else if (!cancel_.load()) {
+          absl::MutexLock timing_lock(&timing_mu_);
+          timing_ = {from, tier, absl::Now() - start, built, timing_.count + 1};
+        }
+        promotion_status_ = std::move(promoted);
+      });
     }
     return absl::OkStatus();
   }
