@@ -805,6 +805,9 @@ absl::Status Weight::Demote(WeightTier tier, ReleasedMemory* released) {
   // cached one, or a transient one a prefetch made: neither is kept below
   // kHot. (A storage that doubles as the compute copy stays with it.)
   if (compute_.defined() && !compute_.is_same(storage_)) {
+    if (options_.compute_copy == ComputeCopyPolicy::kCached) {
+      cached_copy_dropped_ = true;
+    }
     if (PoolsBuffers()) {
       Recycle(std::move(compute_));
     } else {
@@ -850,9 +853,10 @@ absl::Status Weight::Promote(WeightTier tier) {
       }
       if (tier != WeightTier::kHot ||
           options_.compute_copy != ComputeCopyPolicy::kCached ||
-          compute_.defined()) {
+          !cached_copy_dropped_ || compute_.defined()) {
         return absl::OkStatus();
       }
+      cached_copy_dropped_ = false;
       if (!storage_.defined() || StorageIsCompute()) {
         return EnsureComputeLocked();  // From the mapping, or no copy to make.
       }

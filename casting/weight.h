@@ -305,8 +305,10 @@ class Weight {
   bool ServesMappedWhenCool() const;
 
   // Builds back, here and now, what `tier` keeps and a demotion freed: the
-  // resident storage (kWarm and kHot), and a cached compute copy (kHot). What
-  // a forward would otherwise build on first use, run off the request path
+  // resident storage (kWarm and kHot), and a cached compute copy (kHot) if a
+  // demotion dropped one (not one no forward made: products of few rows read
+  // the storage, and the first larger one makes the copy, as after a load).
+  // What a forward would otherwise build on first use, run off the request path
   // (server/servables/model_tier.h): a forward that needs this weight
   // meanwhile waits for its storage only; the cached copy is decoded outside
   // the weight's lock, so reads of the storage (small products, embedding
@@ -450,6 +452,10 @@ class Weight {
   // resident storage is made again; written under mu_, read by
   // serving_mapped() without it (an embedding asks on every forward).
   std::atomic<bool> serving_mapped_{false};
+  // Set by a Demote that dropped a cached compute copy: Promote(kHot) builds
+  // one back only then. A copy no forward made (products of few rows read
+  // the storage) is not made by a promotion either.
+  bool cached_copy_dropped_ ABSL_GUARDED_BY(mu_) = false;
   // ReadStorage's view: built under mu_ on first use, then published;
   // dropped only by Demote(kCool).
   std::unique_ptr<StorageView> owned_storage_view_ ABSL_GUARDED_BY(mu_);

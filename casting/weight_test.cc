@@ -458,6 +458,39 @@ TEST_F(WeightTest, UsersDuringAPromotionGetTheSameCopyValues) {
   }
 }
 
+// A promotion builds back what the demotion dropped: a cached copy no user
+// made (products of few rows read the storage) is not made by it either.
+TEST_F(WeightTest, PromotionMakesACachedCopyOnlyWhereADemotionDroppedOne) {
+  WeightOptions options;
+  options.storage = StorageFormat::Plain(ElementType::kBF16);
+  options.compute_dtype = ElementType::kF32;
+  options.compute_copy = ComputeCopyPolicy::kCached;
+  std::unique_ptr<Weight> weight = MakeWeight("w_f32", options);
+  ASSERT_TRUE(weight->ReadStorage().ok());
+  const int64_t storage_bytes = weight->footprint().total_resident_bytes();
+  ASSERT_GT(storage_bytes, 0);
+  ASSERT_EQ(weight->footprint().cached_compute_bytes(), 0);
+
+  ASSERT_TRUE(weight->Demote(WeightTier::kCool).ok());
+  ASSERT_TRUE(weight->Promote(WeightTier::kHot).ok());
+  EXPECT_EQ(weight->footprint().total_resident_bytes(), storage_bytes);
+  EXPECT_EQ(weight->footprint().cached_compute_bytes(), 0)
+      << "no user had made the copy";
+
+  // Once a user made it, a demotion drops it and a promotion builds it back.
+  const at::Tensor reference = ComputeValues(*weight);
+  const int64_t copy_bytes = weight->footprint().cached_compute_bytes();
+  ASSERT_GT(copy_bytes, 0);
+  for (const WeightTier tier : {WeightTier::kWarm, WeightTier::kCool}) {
+    ASSERT_TRUE(weight->Demote(tier).ok());
+    EXPECT_EQ(weight->footprint().cached_compute_bytes(), 0);
+    ASSERT_TRUE(weight->Promote(WeightTier::kHot).ok());
+    EXPECT_EQ(weight->footprint().cached_compute_bytes(), copy_bytes)
+        << WeightTierName(tier);
+    EXPECT_TRUE(ComputeValues(*weight).equal(reference));
+  }
+}
+
 TEST_F(WeightTest, PerRowScalingKeepsTinyRowsThatAPlainCastFlushes) {
   WeightOptions scaled;
   scaled.storage = {ElementType::kF8E4M3FN, Scaling::kPerRow};
