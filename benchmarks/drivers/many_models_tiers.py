@@ -38,7 +38,10 @@ from /metrics sampled every --sample-ms, the largest sum of the models'
 counted bytes (max of allocated and owned weight bytes per model; the
 budget's own measure) against the budget, the samples over it, the peak
 RssAnon of the daemon, and for the tiers mode the wake latency histogram
-(castserve_wake_seconds) and the moves (castserve_tier_moves_total).
+(castserve_wake_seconds) and the moves (castserve_tier_moves_total). From
+the daemon's log: latency per class by the state each request found its
+model in (hot, warm, cool, unloaded, ...), the timed promotions, and where
+the slowest tail requests' time went.
 
 Usage (from the repository root, after `bazel build //server:castserve`):
   python3 benchmarks/drivers/gen_llama_checkpoint.py --shape small --out /tmp/llama-small
