@@ -104,8 +104,9 @@ TEST(ModelTiersTest, EveryTierGivesBitwiseTheSameOutputs) {
       EXPECT_TRUE(tensor.equal(hot_again->at(name)))
           << policy.name << " " << name << ": hot twice";
     }
-    // Everything hot keeps: a forward this small reads the storage of cast
-    // products and makes no cached copy (models/kernels/storage_product.h).
+    // What hot keeps after this forward: one this small reads the storage of
+    // cast products and makes no cached copy
+    // (models/kernels/storage_product.h), so a promotion makes none either.
     ASSERT_TRUE(
         (*model)->Promote(casting::WeightTier::kHot, NeverCancelled).ok());
     const casting::Footprint serving = Held(**model);

@@ -156,7 +156,7 @@ TEST_F(LayersTest, TransientEmbeddingGathersOnlyTheLookedUpRows) {
     // looks them up in it.
     casting::Weight& whole_table = *(*reference)->weight("weight");
     EXPECT_TRUE((*reference)->ReadsOwnWeights());
-    ASSERT_TRUE(whole_table.Promote(casting::WeightTier::kHot).ok());
+    ASSERT_TRUE(whole_table.Acquire().ok());  // The copy stays, cached.
     EXPECT_TRUE(whole_table.has_compute_copy());
     EXPECT_FALSE((*reference)->ReadsOwnWeights());
     ForwardContext context;
