@@ -110,6 +110,15 @@ class WeightTest : public ::testing::Test {
     return weight.ok() ? *std::move(weight) : nullptr;
   }
 
+  // "w_f32" stored in bf16, computed in f32 through a cached copy.
+  std::unique_ptr<Weight> MakeCachedF32FromBf16Weight() {
+    WeightOptions options;
+    options.storage = StorageFormat::Plain(ElementType::kBF16);
+    options.compute_dtype = ElementType::kF32;
+    options.compute_copy = ComputeCopyPolicy::kCached;
+    return MakeWeight("w_f32", options);
+  }
+
   // A copy of the weight's compute values, its handle released again
   // (undefined when Acquire fails, which it reports).
   static at::Tensor ComputeValues(Weight& weight) {
@@ -426,11 +435,7 @@ TEST_F(WeightTest, ConcurrentUsersShareOneDecodedCopy) {
 // that acquire the weight meanwhile get the same values, and the weight
 // ends with one cached copy, whichever thread built it.
 TEST_F(WeightTest, UsersDuringAPromotionGetTheSameCopyValues) {
-  WeightOptions options;
-  options.storage = StorageFormat::Plain(ElementType::kBF16);
-  options.compute_dtype = ElementType::kF32;
-  options.compute_copy = ComputeCopyPolicy::kCached;
-  std::unique_ptr<Weight> weight = MakeWeight("w_f32", options);
+  std::unique_ptr<Weight> weight = MakeCachedF32FromBf16Weight();
   const at::Tensor reference = ComputeValues(*weight);
   ASSERT_TRUE(reference.defined());
   const Footprint hot = weight->footprint();
@@ -461,11 +466,7 @@ TEST_F(WeightTest, UsersDuringAPromotionGetTheSameCopyValues) {
 // A promotion builds back what the demotion dropped: a cached copy no user
 // made (products of few rows read the storage) is not made by it either.
 TEST_F(WeightTest, PromotionMakesACachedCopyOnlyWhereADemotionDroppedOne) {
-  WeightOptions options;
-  options.storage = StorageFormat::Plain(ElementType::kBF16);
-  options.compute_dtype = ElementType::kF32;
-  options.compute_copy = ComputeCopyPolicy::kCached;
-  std::unique_ptr<Weight> weight = MakeWeight("w_f32", options);
+  std::unique_ptr<Weight> weight = MakeCachedF32FromBf16Weight();
   ASSERT_TRUE(weight->ReadStorage().ok());
   const int64_t storage_bytes = weight->footprint().total_resident_bytes();
   ASSERT_GT(storage_bytes, 0);
