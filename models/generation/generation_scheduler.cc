@@ -156,12 +156,35 @@ void GenerationScheduler::Stop() {
   }
 }
 
+void GenerationScheduler::ReleaseUnheldBlocks() {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  const int64_t ticket = ++releases_asked_;
+  auto released = [this, ticket]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stopping_ || releases_done_ >= ticket;
+  };
+  mu_.Await(absl::Condition(&released));
+}
+
+void GenerationScheduler::ReleaseIfAsked() {
+  int64_t asked;
+  {
+    absl::MutexLock lock(&mu_);
+    asked = releases_asked_;
+    if (asked == releases_done_) return;
+  }
+  pool_->ReleaseUnheld();
+  absl::MutexLock lock(&mu_);
+  releases_done_ = asked;
+}
+
 SchedulerStats GenerationScheduler::stats() const {
   absl::MutexLock lock(&mu_);
   SchedulerStats stats;
   stats.pool_capacity_bytes = pool_->capacity_bytes();
   stats.kv_bytes_in_use = pool_->in_use_bytes();
   stats.kv_bytes_peak = pool_->peak_bytes();
+  stats.kv_bytes_allocated = pool_->allocated_bytes();
   stats.prefix_cache_hit_tokens =
       prefix_hit_tokens_.load(std::memory_order_relaxed);
   stats.prefix_cache_miss_tokens =
@@ -176,6 +199,7 @@ void GenerationScheduler::StepLoop() {
   // The pool's blocks and every step's transients count for the model.
   casting::ScopedModelTag tag(options_.model_tag);
   while (WaitForWork()) {
+    ReleaseIfAsked();
     ReapExpired();
     GrowRunning();
     Admit();
@@ -186,7 +210,8 @@ void GenerationScheduler::StepLoop() {
 
 bool GenerationScheduler::WaitForWork() {
   auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return stopping_ || !waiting_.empty() || running_count_ > 0;
+    return stopping_ || !waiting_.empty() || running_count_ > 0 ||
+           releases_asked_ > releases_done_;
   };
   absl::MutexLock lock(&mu_, absl::Condition(&ready));
   return !stopping_;

@@ -96,6 +96,8 @@ struct SchedulerStats {
   int64_t pool_capacity_bytes = 0;  // Whole blocks of pool_bytes.
   int64_t kv_bytes_in_use = 0;      // Blocks held by sequences.
   int64_t kv_bytes_peak = 0;        // Highest kv_bytes_in_use since Create.
+  // Blocks allocated now: held, free in the pool or cached.
+  int64_t kv_bytes_allocated = 0;
   // Prefix caching, since Create: of the tokens of joining sequences, those
   // whose keys and values came from cached blocks (hits) and those
   // computed (misses); 0 with prefix caching off.
@@ -155,6 +157,12 @@ class GenerationScheduler {
   // asserted, INTERNAL otherwise); request.on_done runs exactly once.
   void Submit(SequenceRequest request);
 
+  // Frees the pool's blocks no sequence holds (KvBlockPool::ReleaseUnheld:
+  // free and cached ones) between two steps, on the step thread, and
+  // returns once they are freed, or at once after Stop. The running
+  // sequences keep their blocks; later ones allocate blocks again.
+  void ReleaseUnheldBlocks() ABSL_LOCKS_EXCLUDED(mu_);
+
   // Ends every waiting and running sequence with UNAVAILABLE, refuses new
   // ones, and joins the step thread. Idempotent.
   void Stop();
@@ -171,8 +179,11 @@ class GenerationScheduler {
 
   // The step thread: steps while there are sequences, until Stop.
   void StepLoop();
-  // Blocks until a sequence waits or runs (true) or Stop (false).
+  // Blocks until a sequence waits or runs or a release is asked for (true),
+  // or Stop (false).
   bool WaitForWork() ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs the releases asked for since the last one, if any.
+  void ReleaseIfAsked() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the waiting and running sequences whose deadline passed or which
   // are cancelled.
   void ReapExpired() ABSL_LOCKS_EXCLUDED(mu_);
@@ -214,6 +225,9 @@ class GenerationScheduler {
   // Waiting sequences taken out of waiting_ while ReapExpired polls them
   // (outside mu_): they still count as waiting.
   int64_t reaping_ ABSL_GUARDED_BY(mu_) = 0;
+  // ReleaseUnheldBlocks calls, and those the step thread has run.
+  int64_t releases_asked_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t releases_done_ ABSL_GUARDED_BY(mu_) = 0;
 
   // The step thread's: in the order they joined (newest last).
   std::vector<SequencePtr> running_;

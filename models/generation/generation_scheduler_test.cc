@@ -690,6 +690,56 @@ TEST_F(SchedulerTest, CachedBlocksAreEvictedForLiveSequences) {
   EXPECT_EQ(scheduler->stats().kv_bytes_peak, 6 * BlockBytes(*model_, 4));
 }
 
+TEST_F(SchedulerTest, ReleasingUnheldBlocksKeepsRunningSequencesAndOutputs) {
+  auto scheduler = MakeScheduler(*model_, SmallBlocks(*model_, 64));
+  ASSERT_NE(scheduler, nullptr);
+  const int64_t block = BlockBytes(*model_, 4);
+  const std::vector<int64_t> prompt = Synthetic(14, 5);
+  const std::vector<int64_t> expected = Alone(*model_, prompt, 12);
+  EXPECT_EQ(Generated(*model_, *scheduler, prompt, 12), expected);
+  ASSERT_GT(scheduler->stats().prefix_cache_bytes, 0);
+
+  // Asked for between the steps of a running sequence: the cached blocks
+  // go, the sequence's own stay, and its tokens are still the reference's.
+  const std::vector<int64_t> long_expected = Alone(*model_, prompt, 100);
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  absl::Notification first_tokens;
+  SequenceRequest endless = Request(*model_, prompt, 100);
+  endless.is_cancelled = [cancel] {
+    absl::SleepFor(absl::Milliseconds(1));
+    return cancel->load();
+  };
+  endless.on_token = [&first_tokens, seen = 0](int64_t) mutable {
+    if (++seen == 2) first_tokens.Notify();
+    return true;
+  };
+  OutcomePtr running = Submit(*scheduler, std::move(endless));
+  ASSERT_TRUE(first_tokens.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  scheduler->ReleaseUnheldBlocks();
+  const SchedulerStats during = scheduler->stats();
+  EXPECT_GT(during.kv_bytes_in_use, 0);
+  EXPECT_EQ(during.kv_bytes_allocated, during.kv_bytes_in_use);
+  EXPECT_EQ(during.prefix_cache_bytes, 0);
+  cancel->store(true);
+  ASSERT_TRUE(running->Wait());
+  EXPECT_EQ(running->result.status().code(), absl::StatusCode::kCancelled);
+  ASSERT_GE(running->streamed.size(), 2u);
+  ASSERT_LE(running->streamed.size(), long_expected.size());
+  EXPECT_EQ(
+      running->streamed,
+      std::vector<int64_t>(long_expected.begin(),
+                           long_expected.begin() + running->streamed.size()));
+
+  // Idle: nothing stays allocated, and the next sequences allocate again.
+  scheduler->ReleaseUnheldBlocks();
+  EXPECT_EQ(scheduler->stats().kv_bytes_allocated, 0);
+  EXPECT_EQ(Generated(*model_, *scheduler, prompt, 12), expected);
+  EXPECT_GE(scheduler->stats().kv_bytes_allocated, 4 * block);
+  ExpectIdle(*scheduler);
+  scheduler->Stop();
+  scheduler->ReleaseUnheldBlocks();  // Returns at once after Stop.
+}
+
 TEST_F(SchedulerTest, PrefixCachingOffReusesNothing) {
   SchedulerOptions options = SmallBlocks(*model_, 64);
   options.prefix_caching = false;

@@ -63,26 +63,57 @@ absl::StatusOr<int64_t> KvBlockPool::Take() {
   if (!free_.empty()) {
     index = free_.back();
     free_.pop_back();
-  } else if (static_cast<int64_t>(blocks_.size()) < capacity_blocks_) {
-    absl::Status allocated = CatchExceptions([&]() -> absl::Status {
-      blocks_.push_back(at::empty(
-          {shape_.layers, 2, shape_.kv_heads, block_tokens_, shape_.head_dim},
-          shape_.options));
-      return absl::OkStatus();
-    });
-    if (!allocated.ok()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot allocate a KV block: ", allocated.message()));
+  } else if (!released_.empty() ||
+             static_cast<int64_t>(blocks_.size()) < capacity_blocks_) {
+    // A slot ReleaseUnheld freed first, else a new one.
+    index = released_.empty() ? static_cast<int64_t>(blocks_.size())
+                              : released_.back();
+    if (absl::Status allocated = Allocate(index); !allocated.ok()) {
+      return allocated;
     }
-    states_.emplace_back();
-    index = static_cast<int64_t>(blocks_.size()) - 1;
-    allocated_blocks_.fetch_add(1, std::memory_order_relaxed);
+    if (!released_.empty()) released_.pop_back();
   } else {
     index = Evict();
     TORCH_INTERNAL_ASSERT(index >= 0, "KV pool: no block free, new or cached");
   }
   AddHolder(index);
   return index;
+}
+
+absl::Status KvBlockPool::Allocate(int64_t index) {
+  at::Tensor block;
+  absl::Status allocated = CatchExceptions([&]() -> absl::Status {
+    block = at::empty(
+        {shape_.layers, 2, shape_.kv_heads, block_tokens_, shape_.head_dim},
+        shape_.options);
+    return absl::OkStatus();
+  });
+  if (!allocated.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate a KV block: ", allocated.message()));
+  }
+  if (index == static_cast<int64_t>(blocks_.size())) {
+    blocks_.push_back(std::move(block));
+    states_.emplace_back();
+  } else {
+    blocks_[index] = std::move(block);
+  }
+  allocated_blocks_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+int64_t KvBlockPool::ReleaseUnheld() {
+  for (int64_t block = Evict(); block >= 0; block = Evict()) {
+    free_.push_back(block);
+  }
+  const int64_t freed = static_cast<int64_t>(free_.size());
+  for (int64_t block : free_) {
+    blocks_[block].reset();
+    released_.push_back(block);
+  }
+  free_.clear();
+  allocated_blocks_.fetch_sub(freed, std::memory_order_relaxed);
+  return freed * block_bytes_;
 }
 
 void KvBlockPool::AddHolder(int64_t block) {

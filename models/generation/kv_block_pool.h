@@ -5,8 +5,10 @@
 // it is needed, on the thread that takes it, so that a casting
 // ScopedModelTag on that thread attributes it to the model (CPU tracking
 // allocator, device ledger); a block given back stays allocated in the pool
-// for the next sequence. in_use_bytes() counts the blocks sequences hold
-// (a block shared by several sequences once).
+// for the next sequence until ReleaseUnheld frees every block no sequence
+// holds (a model demoted to its cool tier keeps no KV memory it does not
+// use). in_use_bytes() counts the blocks sequences hold (a block shared by
+// several sequences once).
 //
 // Automatic prefix caching (with `prefix_caching`): a sequence publishes its
 // full blocks, each keyed by its token ids and the prefix before it (the
@@ -99,6 +101,11 @@ class KvBlockPool {
   // one, else the least recently released cached one (evicted).
   // RESOURCE_EXHAUSTED when every block is held or the allocation fails.
   absl::StatusOr<int64_t> Take();
+  // Frees the memory of every block no sequence holds: the free ones and
+  // the cached ones (unpublished first: their prefixes are computed again).
+  // The blocks sequences hold stay as they are; the capacity too (a block
+  // freed is allocated again when next taken). Returns the bytes freed.
+  int64_t ReleaseUnheld();
   // Drops one hold of `block` (from Take or Share). Without holders it goes
   // back to the pool: cached (most recently released) if published, else
   // free.
@@ -161,13 +168,18 @@ class KvBlockPool {
   void AddHolder(int64_t block);
   // The oldest cached block, unpublished; -1 when none is cached.
   int64_t Evict();
+  // Allocates block `index`'s memory: a slot ReleaseUnheld freed, or the
+  // next new one (index == blocks_.size()).
+  absl::Status Allocate(int64_t index);
 
   const bool prefix_caching_;
   const bool reads_in_place_;
-  // Per allocated block: [layers, 2, kv_heads, block_tokens, head_dim].
+  // Per block ever allocated: [layers, 2, kv_heads, block_tokens,
+  // head_dim]; undefined while ReleaseUnheld has freed it.
   std::vector<at::Tensor> blocks_;
   std::vector<BlockState> states_;
-  std::vector<int64_t> free_;  // Unpublished blocks no sequence holds.
+  std::vector<int64_t> free_;      // Unpublished blocks no sequence holds.
+  std::vector<int64_t> released_;  // Blocks whose memory was freed.
   // Published blocks no sequence holds, least recently released first.
   std::list<int64_t> cached_;
   // Published blocks by the hash of their key (candidates, compared).

@@ -243,5 +243,45 @@ TEST(PrefixCacheTest, OffByDefaultNothingIsCached) {
   EXPECT_EQ(again.ReuseCachedPrefix({1, 2, 3, 4, 5}), 0);
 }
 
+TEST(PrefixCacheTest, ReleaseUnheldFreesFreeAndCachedBlocksAndKeepsHeldOnes) {
+  auto* allocator = *casting::TrackingAllocator::InstallTrackingCpuAllocator();
+  auto pool = CachingPool(6);
+  const std::vector<int64_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  PagedKvCache held(*pool);
+  Fill(held, tokens);  // 3 blocks held, 2 of them published.
+  // Appending nothing returns what the cache holds.
+  const at::Tensor none = at::zeros({1, 2, 0, 4});
+  const at::Tensor held_keys = held.Append(0, none, none).first.clone();
+  {
+    PagedKvCache cached(*pool);
+    Fill(cached, {20, 21, 22, 23, 24});  // 1 block cached, 1 free after.
+  }
+  EXPECT_EQ(pool->allocated_bytes(), 5 * 512);
+  EXPECT_EQ(pool->cached_bytes(), 512);
+  const int64_t before = allocator->AllocatedBytes();
+
+  EXPECT_EQ(pool->ReleaseUnheld(), 2 * 512);
+  EXPECT_EQ(pool->allocated_bytes(), 3 * 512);
+  EXPECT_EQ(before - allocator->AllocatedBytes(), 2 * 512);
+  EXPECT_EQ(pool->cached_bytes(), 0);
+  EXPECT_EQ(pool->in_use_bytes(), 3 * 512);
+  EXPECT_EQ(pool->free_blocks(), 3);  // The capacity stays.
+  // The held blocks keep their keys and their prefix; the released one's
+  // prefix is gone.
+  EXPECT_TRUE(at::equal(held.Append(0, none, none).first, held_keys));
+  PagedKvCache reuse(*pool);
+  EXPECT_EQ(reuse.ReuseCachedPrefix(tokens), 8);
+  PagedKvCache gone(*pool);
+  EXPECT_EQ(gone.ReuseCachedPrefix({20, 21, 22, 23, 24}), 0);
+
+  // Freed blocks are allocated again when taken, up to the capacity.
+  PagedKvCache more(*pool);
+  ASSERT_TRUE(more.Reserve(12).ok());
+  EXPECT_EQ(pool->allocated_bytes(), 6 * 512);
+  EXPECT_EQ(allocator->AllocatedBytes() - before, 1 * 512);
+  EXPECT_EQ(more.Reserve(16).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool->ReleaseUnheld(), 0) << "every block is held";
+}
+
 }  // namespace
 }  // namespace castserve::models

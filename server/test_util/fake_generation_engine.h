@@ -59,6 +59,21 @@ class FakeGenerationEngine final : public GenerationEngine {
     return stats_;
   }
 
+  void set_pool_capacity_bytes(int64_t bytes) {
+    absl::MutexLock lock(&mutex_);
+    stats_.pool_capacity_bytes = bytes;
+  }
+
+  // Counts the calls; no KV bytes are allocated beyond those in use.
+  void ReleaseUnheldBlocks() override {
+    absl::MutexLock lock(&mutex_);
+    ++releases_;
+  }
+  int64_t releases() const {
+    absl::MutexLock lock(&mutex_);
+    return releases_;
+  }
+
   int64_t submitted() const {
     absl::MutexLock lock(&mutex_);
     return submitted_;
@@ -69,6 +84,7 @@ class FakeGenerationEngine final : public GenerationEngine {
     absl::MutexLock lock(&mutex_);
     stats_.kv_bytes_in_use = bytes;
     stats_.kv_bytes_peak = std::max(stats_.kv_bytes_peak, bytes);
+    stats_.kv_bytes_allocated = bytes;
   }
 
   // The sequence's result or error, running it step by step.
@@ -140,6 +156,7 @@ class FakeGenerationEngine final : public GenerationEngine {
   bool stopped_ ABSL_GUARDED_BY(mutex_) = false;
   int64_t submitted_ ABSL_GUARDED_BY(mutex_) = 0;
   models::SchedulerStats stats_ ABSL_GUARDED_BY(mutex_);
+  int64_t releases_ ABSL_GUARDED_BY(mutex_) = 0;
   std::thread thread_;
 };
 

@@ -179,13 +179,17 @@ absl::StatusOr<TierBytes> HfServedModelFactory::Project(
       (*model)->root(), plan->weights, InstanceCount(config));
   // What the lazy build allocated is buffers beside the weights (position
   // ids, rotary tables): the served model holds them too, in every tier.
+  // A generation model's KV pool counts whole in the hot and warm tiers;
+  // the cool tier frees the blocks no sequence holds.
+  const int64_t kv_pool_bytes =
+      config.has_generation()
+          ? WithGenerationDefaults(config.generation()).kv_cache_bytes()
+          : 0;
   TierBytes tiers;
-  tiers.hot = tracked_id->live_bytes() + footprint.owned_bytes();
-  if (config.has_generation()) {
-    tiers.hot += WithGenerationDefaults(config.generation()).kv_cache_bytes();
-  }
+  tiers.hot =
+      tracked_id->live_bytes() + footprint.owned_bytes() + kv_pool_bytes;
   tiers.warm = tiers.hot - footprint.cached_compute_bytes();
-  tiers.cool = tiers.warm - footprint.total_resident_bytes();
+  tiers.cool = tiers.warm - footprint.total_resident_bytes() - kv_pool_bytes;
   return tiers;
 }
 

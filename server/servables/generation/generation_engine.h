@@ -20,6 +20,9 @@ class GenerationEngine {
   // Idempotent; must not be called from a callback.
   virtual void Stop() = 0;
   virtual models::SchedulerStats stats() const = 0;
+  // Frees the KV memory no sequence holds (the scheduler's
+  // ReleaseUnheldBlocks); returns once it is freed, or at once after Stop.
+  virtual void ReleaseUnheldBlocks() = 0;
 };
 
 }  // namespace castserve

@@ -437,6 +437,39 @@ TEST(GenerationLlamaTest, DemotingWhileASequenceRunsKeepsItsTokens) {
   EXPECT_EQ(Ids(again.final_response), expected);
 }
 
+// The cool tier holds no KV pool: the projection leaves it out, and a move
+// there frees the blocks the idle pool kept (the prefix cache's too).
+TEST(GenerationLlamaTest, TheCoolTierFreesTheIdleKvPool) {
+  const inference::ModelConfig config = GenerationConfig("llama_cool_kv");
+  const std::string model_dir = ModelDirFor(config.name(), kLlamaFolder);
+  FactoryOptions options;
+  options.allow_symlinks_outside_repository = true;
+  HfServedModelFactory factory(options);
+  absl::StatusOr<TierBytes> tiers =
+      factory.ProjectedTierBytes(model_dir, config);
+  ASSERT_TRUE(tiers.ok()) << tiers.status();
+  EXPECT_GE(tiers->warm - tiers->cool, int64_t{4} << 20);
+  absl::StatusOr<std::shared_ptr<ServedModel>> model =
+      factory.Create(model_dir, config, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const inference::ModelInferRequest request = IdsRequest({1, 2, 3, 4}, 30);
+  const Outcome hot = Call(**model, request, /*stream=*/false);
+  ASSERT_TRUE(hot.status.ok()) << hot.status;
+  ASSERT_GT((*model)->activity().kv_cache->prefix_cached_bytes, 0);
+  const int64_t hot_bytes = (*model)->tracked_bytes();
+  EXPECT_GE(hot_bytes, int64_t{4} << 20) << "the whole pool counts";
+
+  ASSERT_TRUE((*model)->MoveTo(casting::WeightTier::kCool).ok());
+  EXPECT_EQ((*model)->activity().kv_cache->prefix_cached_bytes, 0);
+  EXPECT_LE((*model)->tracked_bytes(), hot_bytes - (int64_t{4} << 20));
+
+  ASSERT_TRUE((*model)->MoveTo(casting::WeightTier::kHot).ok());
+  EXPECT_GE((*model)->tracked_bytes(), int64_t{4} << 20) << "reserved again";
+  const Outcome again = Call(**model, request, /*stream=*/false);
+  ASSERT_TRUE(again.status.ok()) << again.status;
+  EXPECT_EQ(Ids(again.final_response), Ids(hot.final_response));
+}
+
 TEST(GenerationLlamaTest, PrefixCachingIsOnUnlessTheConfigDisablesIt) {
   std::vector<int64_t> prompt;
   for (int64_t i = 0; i < 20; ++i) prompt.push_back(3 + (5 * i) % 200);

@@ -72,13 +72,16 @@ class GenerationServedModel::Impl final : public ServedModel {
   }
   int64_t tracked_bytes() const override {
     const models::SchedulerStats stats = engine_->stats();
-    // Blocks are allocated when first taken and kept: the pool has
-    // allocated its peak so far; the rest is reserved.
+    // The blocks not allocated are reserved, but for a cool model: its
+    // promotion reserves them again.
     const int64_t reserved_bytes =
-        std::max<int64_t>(stats.pool_capacity_bytes - stats.kv_bytes_peak, 0);
+        tier() == casting::WeightTier::kCool
+            ? 0
+            : std::max<int64_t>(
+                  stats.pool_capacity_bytes - stats.kv_bytes_allocated, 0);
     const int64_t measured_bytes =
         tracked_id_ ? tracked_id_->live_bytes() + device_bytes()
-                    : stats.kv_bytes_peak;
+                    : stats.kv_bytes_allocated;
     return measured_bytes + reserved_bytes;
   }
   casting::Device device() const override {
@@ -89,10 +92,15 @@ class GenerationServedModel::Impl final : public ServedModel {
   }
   casting::WeightTier tier() const override { return tier_.tier(); }
   // Between two steps of the running sequences (each step holds a
-  // ForwardPass); their KV blocks stay.
+  // ForwardPass); their KV blocks stay. The cool tier keeps no KV block
+  // that no sequence holds.
   absl::Status MoveTo(casting::WeightTier tier,
                       std::shared_ptr<const void>* released) override {
-    return tier_.MoveTo(tier, released);
+    absl::Status moved = tier_.MoveTo(tier, released);
+    if (moved.ok() && tier == casting::WeightTier::kCool) {
+      engine_->ReleaseUnheldBlocks();
+    }
+    return moved;
   }
   PromotionTiming last_promotion() const override {
     return tier_.last_promotion();

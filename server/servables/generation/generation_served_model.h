@@ -109,7 +109,9 @@ class GenerationServedModel final : public ServedModelHandle {
   // (weights, step transients and the KV pool's allocated blocks: the
   // engine's step thread runs under the model's tag) plus the part of the
   // pool not allocated yet, so that the whole configured pool counts from
-  // load on.
+  // load on, except in the cool tier: a move there frees the pool's blocks
+  // no sequence holds (GenerationEngine::ReleaseUnheldBlocks), and only
+  // the blocks allocated count until the model is promoted.
 
  private:
   class Impl;

@@ -436,6 +436,25 @@ TEST(GenerationServedModelTest, CancellingAStreamFreesItsKvBytes) {
       1u);
 }
 
+TEST(GenerationServedModelTest, TheCoolTierFreesAndStopsReservingTheKvPool) {
+  Served served = MakeModel(Says("hi"));
+  served.engine->set_pool_capacity_bytes(1 << 20);
+  ServedModel& model = *served.model;
+  EXPECT_EQ(model.tracked_bytes(), 1 << 20) << "the whole pool is reserved";
+  ASSERT_TRUE(model.MoveTo(casting::WeightTier::kWarm).ok());
+  EXPECT_EQ(served.engine->releases(), 0) << "warm keeps the pool";
+  EXPECT_EQ(model.tracked_bytes(), 1 << 20);
+  ASSERT_TRUE(model.MoveTo(casting::WeightTier::kCool).ok());
+  EXPECT_EQ(served.engine->releases(), 1);
+  EXPECT_EQ(model.tracked_bytes(), 0);
+  // A cool model still serves.
+  inference::ModelInferRequest request;
+  AddText(request, "x");
+  EXPECT_TRUE(Call(model, request, /*stream=*/false).status.ok());
+  ASSERT_TRUE(model.MoveTo(casting::WeightTier::kHot).ok());
+  EXPECT_EQ(model.tracked_bytes(), 1 << 20) << "reserved again";
+}
+
 TEST(GenerationServedModelTest, DestroyingEndsRunningSequencesUnavailable) {
   Served served =
       MakeModel(Says(std::string(60, 'z')), true, absl::Milliseconds(20));

@@ -16,6 +16,7 @@ class SchedulerEngine final : public GenerationEngine {
   }
   void Stop() override { scheduler_->Stop(); }
   models::SchedulerStats stats() const override { return scheduler_->stats(); }
+  void ReleaseUnheldBlocks() override { scheduler_->ReleaseUnheldBlocks(); }
 
  private:
   const std::unique_ptr<models::GenerationScheduler> scheduler_;
