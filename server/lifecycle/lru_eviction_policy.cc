@@ -57,12 +57,16 @@ std::vector<std::string> LruEvictionPolicy::PickVictims(
               }
               return a->last_used < b->last_used;
             });
+  const int64_t negligible_bytes = memory_budget_bytes_ / 1024;
   std::vector<std::string> victims;
   int64_t freed_bytes = 0;
-  for (const EvictionCandidate* candidate : idle) {
-    if (freed_bytes >= bytes_to_free) break;
-    victims.push_back(candidate->name);
-    freed_bytes += candidate->bytes;
+  for (const bool negligible : {false, true}) {
+    for (const EvictionCandidate* candidate : idle) {
+      if (freed_bytes >= bytes_to_free) break;
+      if ((candidate->bytes < negligible_bytes) != negligible) continue;
+      victims.push_back(candidate->name);
+      freed_bytes += candidate->bytes;
+    }
   }
   if (freed_bytes < bytes_to_free) victims.clear();
   return victims;

@@ -56,7 +56,10 @@ class LruEvictionPolicy {
   // least recently used,
   // whose bytes together reach `bytes_to_free`; none when all of them
   // together would not (waiting for busy models may then make room: better
-  // than unloading idle ones for nothing).
+  // than unloading idle ones for nothing). Never a model that counts no
+  // bytes, and one that counts under 1/1024 of the budget (a cool model's
+  // buffers) only when the others do not make room: unloading it frees
+  // next to nothing, and its next request pays a load instead of a wake.
   std::vector<std::string> PickVictims(
       const std::vector<EvictionCandidate>& candidates, const std::string& keep,
       int64_t bytes_to_free) const;

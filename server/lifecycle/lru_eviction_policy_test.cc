@@ -70,6 +70,26 @@ TEST(LruEvictionPolicyTest, NeverUnloadsAModelThatCountsNothing) {
   EXPECT_EQ(policy.PickVictims(candidates, "x", 61), Victims());
 }
 
+TEST(LruEvictionPolicyTest,
+     UnloadsAModelThatCountsAlmostNothingOnlyAsALastResort) {
+  // A cool generation model counts its buffers only (its weights are mapped
+  // pages, its KV pool freed): under 1/1024 of this budget.
+  LruEvictionPolicy policy(102400);
+  const std::vector<EvictionCandidate> candidates = {
+      {"cool", kT0, true, 99},
+      {"hot", kT0 + absl::Seconds(1), true, 40000},
+      {"also_cool", kT0 + absl::Seconds(2), true, 50},
+      {"warm", kT0 + absl::Seconds(3), true, 20000},
+  };
+  EXPECT_EQ(policy.PickVictims(candidates, "x", 30000), Victims({"hot"}));
+  EXPECT_EQ(policy.PickVictims(candidates, "x", 50000),
+            Victims({"hot", "warm"}));
+  // The others do not make room: the least recently used of the rest too.
+  EXPECT_EQ(policy.PickVictims(candidates, "x", 60050),
+            Victims({"hot", "warm", "cool"}));
+  EXPECT_EQ(policy.PickVictims(candidates, "x", 60150), Victims());
+}
+
 TEST(LruEvictionPolicyTest, EvictsNothingWhenEvictingAllIdleWouldNotSuffice) {
   LruEvictionPolicy policy(100);
   const std::vector<EvictionCandidate> candidates = {

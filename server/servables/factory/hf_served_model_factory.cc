@@ -180,7 +180,10 @@ absl::StatusOr<TierBytes> HfServedModelFactory::Project(
   // What the lazy build allocated is buffers beside the weights (position
   // ids, rotary tables): the served model holds them too, in every tier.
   // A generation model's KV pool counts whole in the hot and warm tiers;
-  // the cool tier frees the blocks no sequence holds.
+  // the cool tier frees the blocks no sequence holds. Neither it nor the
+  // transient copies' bound count in the cool tier: no forward runs there
+  // before the promotion that reserves them again (a request promotes
+  // first).
   const int64_t kv_pool_bytes =
       config.has_generation()
           ? WithGenerationDefaults(config.generation()).kv_cache_bytes()
@@ -189,7 +192,8 @@ absl::StatusOr<TierBytes> HfServedModelFactory::Project(
   tiers.hot =
       tracked_id->live_bytes() + footprint.owned_bytes() + kv_pool_bytes;
   tiers.warm = tiers.hot - footprint.cached_compute_bytes();
-  tiers.cool = tiers.warm - footprint.total_resident_bytes() - kv_pool_bytes;
+  tiers.cool = tiers.warm - footprint.total_resident_bytes() -
+               footprint.transient_compute_bytes() - kv_pool_bytes;
   return tiers;
 }
 

@@ -201,6 +201,20 @@ TEST(HfServedModelFactoryTest,
   EXPECT_GT(plain->hot, plain->warm);
   EXPECT_LE(plain->hot - plain->warm, plain->warm);
   EXPECT_LT(plain->cool, plain->warm / 10) << "buffers only";
+
+  // Transient compute copies: their bound counts hot and warm, not cool (a
+  // request promotes a cool model before it runs).
+  inference::ModelConfig transient = BertConfig();
+  transient.mutable_weights()->set_compute_copy(
+      inference::COMPUTE_COPY_TRANSIENT);
+  transient.mutable_weights()->mutable_casting()->set_storage_dtype(
+      inference::STORAGE_DTYPE_BF16);
+  absl::StatusOr<TierBytes> bounded =
+      factory.ProjectedTierBytes(kBertDirectory, transient);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  EXPECT_EQ(bounded->cool, plain->cool) << "buffers only";
+  // The same bf16 storage as the cached config's, and the bound beside it.
+  EXPECT_GT(bounded->warm - bounded->cool, tiers->warm - tiers->cool);
 }
 
 TEST(HfServedModelFactoryTest, FillsTheSignatureWithoutTheBatchDimension) {
