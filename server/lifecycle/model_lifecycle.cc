@@ -66,8 +66,12 @@ void ModelLifecycle::SetLoadTiers(const TierBytes& bytes,
   load_tier_settings_ = settings;
 }
 
-void ModelLifecycle::SetMeasured(const ServedModel* model, int64_t bytes) {
-  if (model != nullptr && model == served_.get()) measured_bytes_ = bytes;
+void ModelLifecycle::SetMeasured(const ServedModel* model, int64_t bytes,
+                                 uint64_t tier_changes) {
+  if (model != nullptr && model == served_.get() &&
+      tier_changes == tier_changes_) {
+    measured_bytes_ = bytes;
+  }
 }
 
 int64_t ModelLifecycle::served_bytes() const {
@@ -163,20 +167,48 @@ int64_t ModelLifecycle::FreeableBytes() const {
       served_bytes() - tier_bytes_.at(tier_settings_.floor), 0);
 }
 
+std::shared_ptr<ServedModel> ModelLifecycle::HoldForRequest() {
+  std::shared_ptr<ServedModel> served = ready();
+  if (served == nullptr) return nullptr;
+  // Owns the model and one count of request_holds_ for as long as the
+  // request holds the pointer below (or a copy of it).
+  class Hold {
+   public:
+    Hold(std::shared_ptr<ServedModel> model,
+         std::shared_ptr<std::atomic<int64_t>> holds)
+        : model_(std::move(model)), holds_(std::move(holds)) {
+      holds_->fetch_add(1);
+    }
+    ~Hold() { holds_->fetch_sub(1); }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    ServedModel* get() const { return model_.get(); }
+
+   private:
+    const std::shared_ptr<ServedModel> model_;
+    const std::shared_ptr<std::atomic<int64_t>> holds_;
+  };
+  auto hold = std::make_shared<Hold>(std::move(served), request_holds_);
+  ServedModel* model = hold->get();
+  return std::shared_ptr<ServedModel>(std::move(hold), model);
+}
+
 bool ModelLifecycle::Movable() const {
   return !busy_ && !moving_ && !promoting_ && state_ == ModelState::kReady &&
          served_ != nullptr && served_->pending_requests() == 0 &&
-         served_.use_count() == 1;
+         request_holds_->load() == 0;
 }
 
 std::shared_ptr<ServedModel> ModelLifecycle::StartMove() {
   moving_ = true;
+  ++tier_changes_;
   return served_;
 }
 
 void ModelLifecycle::FinishMove(bool moved, casting::WeightTier tier,
                                 absl::Time now, bool by_keep_alive) {
   moving_ = false;
+  ++tier_changes_;
   if (!moved) demotion_failed_ = true;
   if (!moved || served_ == nullptr) return;
   tier_ = tier;
@@ -187,6 +219,7 @@ void ModelLifecycle::FinishMove(bool moved, casting::WeightTier tier,
 
 void ModelLifecycle::FinishPromotion(bool promoted, casting::WeightTier tier) {
   promoting_ = false;
+  ++tier_changes_;
   promotion_reserved_bytes_ = 0;
   if (!promoted || served_ == nullptr) return;
   demotion_failed_ = false;

@@ -33,6 +33,7 @@
 #define CASTSERVE_SERVER_LIFECYCLE_MODEL_LIFECYCLE_H_
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -68,6 +69,10 @@ class ModelLifecycle {
 
   // The model requests go to while READY; null in every other state.
   std::shared_ptr<ServedModel> ready() const;
+  // ready(), as handed to a request (GetReady): while the request, or any
+  // copy of what it got, holds it, the model is not Movable. References
+  // taken otherwise (ready(): measurements, a metrics scrape) do not count.
+  std::shared_ptr<ServedModel> HoldForRequest();
   // A load or unload has claimed the model.
   bool busy() const { return busy_; }
   // Why the model is not READY: the code of the last failed load
@@ -114,8 +119,14 @@ class ModelLifecycle {
   // request may start another.
   void MarkLoadRetryable() { load_retryable_ = true; }
 
-  // The measured bytes of `model`, kept if it is the one serving.
-  void SetMeasured(const ServedModel* model, int64_t bytes);
+  // Counts the starts and ends of moves and promotions: a measurement is
+  // of one tier only if no move or promotion began or ended while it ran.
+  uint64_t tier_changes() const { return tier_changes_; }
+  // The measured bytes of `model`, taken since tier_changes() was
+  // `tier_changes`: kept if `model` is the one serving and its tier did not
+  // change meanwhile (a stale measurement would count a tier it left).
+  void SetMeasured(const ServedModel* model, int64_t bytes,
+                   uint64_t tier_changes);
   // What the model counts against the budget now: the loaded model's larger
   // of reservation and measurement, plus a running load's reservation.
   int64_t accounted_bytes() const;
@@ -159,8 +170,8 @@ class ModelLifecycle {
   // could free.
   int64_t FreeableBytes() const;
   // READY, not busy, not moving or promoting, no request in flight, and no
-  // reference to the model outside the manager (a request that got it from
-  // GetReady and has not started yet): it may be demoted.
+  // request holding it (HoldForRequest: one that got it from GetReady and
+  // has not started yet, or has not let go of it): it may be demoted.
   bool Movable() const;
   // Begins a move of the READY model: returns it, to be moved unlocked.
   std::shared_ptr<ServedModel> StartMove();
@@ -170,7 +181,10 @@ class ModelLifecycle {
   void FinishMove(bool moved, casting::WeightTier tier, absl::Time now,
                   bool by_keep_alive);
   // A request found the model below hot; no other promotion runs.
-  void StartPromotion() { promoting_ = true; }
+  void StartPromotion() {
+    promoting_ = true;
+    ++tier_changes_;
+  }
   // The promotion got `bytes` (hot minus what its tier counts).
   void ReservePromotion(int64_t bytes) { promotion_reserved_bytes_ = bytes; }
   // `promoted`: the model is in `tier` now (hot, for a request); else the
@@ -197,6 +211,12 @@ class ModelLifecycle {
   std::string reason_;
   // Set while READY, and while a reload builds the new one beside it.
   std::shared_ptr<ServedModel> served_;
+  uint64_t tier_changes_ = 0;
+  // The references HoldForRequest handed out that are alive now (of any
+  // version of the model: a request to the version a reload replaced keeps
+  // the new one from moving until it ends).
+  std::shared_ptr<std::atomic<int64_t>> request_holds_ =
+      std::make_shared<std::atomic<int64_t>>(0);
   bool busy_ = false;
   bool loads_on_request_ = false;
   // Set while a load runs.

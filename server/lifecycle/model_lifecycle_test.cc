@@ -141,6 +141,39 @@ TEST(ModelLifecycleTest, EvictedModelLoadsAgainOnRequest) {
   EXPECT_FALSE(model.Evictable());
 }
 
+// A request's reference keeps the model from moving; the manager's own
+// (a measurement, a metrics scrape) does not.
+TEST(ModelLifecycleTest, OnlyARequestsHoldKeepsTheModelFromMoving) {
+  ModelLifecycle model;
+  std::shared_ptr<ServedModel> replaced;
+  int64_t replaced_bytes = 0;
+  model.Claim();
+  model.StartLoad(nullptr);
+  std::shared_ptr<ServedModel> created = NewModel();
+  model.FinishLoad(created, absl::OkStatus(), absl::Now(), &replaced,
+                   &replaced_bytes);
+  created.reset();
+  EXPECT_TRUE(model.Movable());
+  std::shared_ptr<ServedModel> scrape = model.ready();
+  EXPECT_TRUE(model.Movable());
+  std::shared_ptr<ServedModel> request = model.HoldForRequest();
+  ASSERT_NE(request, nullptr);
+  EXPECT_EQ(request.get(), model.ready().get());
+  EXPECT_FALSE(model.Movable());
+  std::shared_ptr<ServedModel> copy = request;  // A callback's copy.
+  request.reset();
+  EXPECT_FALSE(model.Movable());
+  copy.reset();
+  EXPECT_TRUE(model.Movable());
+  EXPECT_TRUE(model.Evictable());
+  // The request's hold keeps the model alive after an eviction.
+  std::shared_ptr<ServedModel> held = model.HoldForRequest();
+  scrape.reset();
+  model.Evict();
+  EXPECT_EQ(held->config().name(), "m");
+  EXPECT_EQ(model.HoldForRequest(), nullptr);
+}
+
 TEST(ModelLifecycleTest, BusyModelIsNotEvictableNorRedescribed) {
   ModelLifecycle model;
   EXPECT_TRUE(model.SetNotLoaded("not loaded", /*loads_on_request=*/true));
@@ -163,12 +196,25 @@ TEST(ModelLifecycleTest, ReservationPassesToTheLoadedModelAndCountsAsAtLeast) {
   model.FinishLoad(loaded, absl::OkStatus(), absl::Now(), &replaced,
                    &replaced_bytes);
   EXPECT_EQ(model.accounted_bytes(), 1000);
-  model.SetMeasured(loaded.get(), 400);
+  model.SetMeasured(loaded.get(), 400, model.tier_changes());
   EXPECT_EQ(model.accounted_bytes(), 1000) << "measured below the reservation";
-  model.SetMeasured(loaded.get(), 1500);
+  model.SetMeasured(loaded.get(), 1500, model.tier_changes());
   EXPECT_EQ(model.accounted_bytes(), 1500) << "measured above it";
-  model.SetMeasured(NewModel().get(), 9999);
+  model.SetMeasured(NewModel().get(), 9999, model.tier_changes());
   EXPECT_EQ(model.accounted_bytes(), 1500) << "another model's measure";
+  // Taken before a move began or ended: of a tier the model left.
+  const uint64_t before_move = model.tier_changes();
+  model.StartMove();
+  model.SetMeasured(loaded.get(), 1600, before_move);
+  EXPECT_EQ(model.accounted_bytes(), 1500) << "a measure from before the move";
+  const uint64_t during_move = model.tier_changes();
+  model.FinishMove(/*moved=*/false, casting::WeightTier::kWarm, absl::Now(),
+                   /*by_keep_alive=*/false);
+  model.SetMeasured(loaded.get(), 1700, during_move);
+  EXPECT_EQ(model.accounted_bytes(), 1500) << "a measure across its end";
+  model.SetMeasured(loaded.get(), 1600, model.tier_changes());
+  EXPECT_EQ(model.accounted_bytes(), 1600) << "a measure since";
+  model.SetMeasured(loaded.get(), 1500, model.tier_changes());
 
   // A reload counts both until the swap, which hands the old bytes over.
   model.Claim();

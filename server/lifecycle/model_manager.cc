@@ -177,6 +177,9 @@ void ModelManagerImpl::FinishLoad(const std::string& name,
                                   std::shared_ptr<ServedModel> created,
                                   const absl::Status& status) {
   std::shared_ptr<ServedModel> replaced;  // Released after the lock.
+  // Every reference to the model comes from this pointer: the budget counts
+  // it, once let go of, until its destructor returned (CountUntilFreed).
+  created = SignalWhenFreed(std::move(created));
   absl::MutexLock lock(&mu_);
   int64_t replaced_bytes = 0;
   const ModelLifecycle::LoadOutcome outcome = models_[name].FinishLoad(
@@ -281,7 +284,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ModelManagerImpl::WaitUntilReady(
         *promotion = Promotion{ready, model.tier(), casting::WeightTier::kHot,
                                "request"};
       }
-      return ready;
+      return model.HoldForRequest();
     }
     if (!model.busy() && model.loads_on_request() && !expired) {
       StartLoadOnRequestLocked(name, deadline);
@@ -516,16 +519,29 @@ absl::Status ModelManagerImpl::ReserveMemory(
 }
 
 void ModelManagerImpl::MeasureModels() {
-  const auto ready = ReadyModels();
-  std::vector<int64_t> measured_bytes;
-  measured_bytes.reserve(ready.size());
-  for (const auto& [name, model] : ready) {
-    measured_bytes.push_back(model->measured_bytes());
+  struct Measurement {
+    std::string name;
+    std::shared_ptr<ServedModel> model;
+    uint64_t tier_changes = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<Measurement> measurements;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, model] : models_) {
+      if (std::shared_ptr<ServedModel> served = model.ready()) {
+        measurements.push_back({name, std::move(served), model.tier_changes()});
+      }
+    }
+  }
+  // Unlocked: a measurement walks every weight.
+  for (Measurement& measurement : measurements) {
+    measurement.bytes = measurement.model->measured_bytes();
   }
   absl::MutexLock lock(&mu_);
-  for (size_t i = 0; i < ready.size(); ++i) {
-    models_[ready[i].first].SetMeasured(ready[i].second.get(),
-                                        measured_bytes[i]);
+  for (const Measurement& measurement : measurements) {
+    models_[measurement.name].SetMeasured(
+        measurement.model.get(), measurement.bytes, measurement.tier_changes);
   }
   NoteAccountingLocked();
 }
@@ -578,7 +594,7 @@ void ModelManagerImpl::CountUntilFreedLocked(
     const std::string& name, const std::shared_ptr<const void>& owner,
     int64_t bytes, const char* state) {
   if (bytes > 0 && owner != nullptr) {
-    releasing_.push_back({name, owner, bytes, state});
+    releasing_.push_back({name, WatchFreed(owner), bytes, state});
   }
 }
 
@@ -594,11 +610,11 @@ std::vector<std::shared_ptr<ServedModel>> ModelManagerImpl::EvictLocked(
   std::vector<std::shared_ptr<ServedModel>> evicted;
   for (const std::string& victim :
        eviction_.PickVictims(candidates, keep, bytes_to_free)) {
-    Log(LogLevel::kInfo, "evicted model to stay within the memory budget",
-        {{"model", victim}, {"for", keep}});
-    LifecycleMetrics::Global().RecordEviction(victim);
     ModelLifecycle& model = models_[victim];
     const int64_t bytes = model.served_bytes();
+    Log(LogLevel::kInfo, "evicted model to stay within the memory budget",
+        {{"model", victim}, {"for", keep}, {"bytes", bytes}});
+    LifecycleMetrics::Global().RecordEviction(victim);
     evicted.push_back(model.Evict());
     CountUntilFreedLocked(victim, evicted.back(), bytes, kStillInUse);
   }

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "server/lifecycle/freed_signal.h"
 #include "server/lifecycle/lru_eviction_policy.h"
 #include "server/lifecycle/model_catalog.h"
 #include "server/lifecycle/model_manager.h"
@@ -203,7 +204,9 @@ class ModelManagerImpl final : public ModelManager {
   void NoteAccountingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Who holds the counted bytes, for messages.
   std::vector<BudgetHolder> HoldersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Counts `bytes` of `name` until the last reference to `owner` is gone:
+  // Counts `bytes` of `name` until `owner` is freed (WatchFreed: its
+  // destructor returned, for a pointer SignalWhenFreed made), once the last
+  // reference to it is gone:
   // a model its lifecycle let go of ("unloaded, still in use"), or what a
   // move down took out of it ("demoted, being freed"); `state` says which.
   void CountUntilFreedLocked(const std::string& name,

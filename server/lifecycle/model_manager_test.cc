@@ -44,14 +44,18 @@ std::string Config(int64_t bytes, bool first_request = false,
 absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
 
 // `pending` requests in flight on the READY model `name`, held by no one
-// but the manager: what the test keeps is a weak reference.
+// but the manager: what the test keeps is a weak reference (to the model,
+// not to the request's hold GetReady hands out).
 std::weak_ptr<ServedModel> WithRequestsInFlight(Fixture& fixture,
                                                 const std::string& name,
                                                 int pending) {
   std::shared_ptr<ServedModel> model =
       *fixture.manager().GetReady(name, "", Soon());
   static_cast<SizedServedModel*>(model.get())->set_pending(pending);
-  return model;
+  for (const auto& [ready_name, ready] : fixture.manager().ReadyModels()) {
+    if (ready_name == name) return ready;
+  }
+  return {};
 }
 
 // Unload(name) on a thread of its own; `unloaded` once it returned OK.

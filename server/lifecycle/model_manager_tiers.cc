@@ -80,6 +80,9 @@ absl::Status ModelManagerImpl::RunMove(Move move) {
   // than taking them out); it counts against the budget until then.
   std::shared_ptr<const void> released;
   absl::Status moved = move.model->MoveTo(move.to, &released);
+  // Counted until its memory is returned, not only until its last
+  // reference goes.
+  released = SignalWhenFreed(std::move(released));
   move.model.reset();
   {
     absl::MutexLock lock(&mu_);
