@@ -314,10 +314,11 @@ TEST_F(SchedulerTest, NewcomerWaitsForBlocksThenRuns) {
   ExpectIdle(*scheduler);
 }
 
-// A sequence that runs until `cancel` is set (or 120 tokens, slowly).
+// A sequence that runs until `cancel` is set (or `max_new_tokens`, slowly).
 SequenceRequest Endless(const Model& model, const std::vector<int64_t>& prompt,
-                        const std::shared_ptr<std::atomic<bool>>& cancel) {
-  SequenceRequest request = Request(model, prompt, 120);
+                        const std::shared_ptr<std::atomic<bool>>& cancel,
+                        int64_t max_new_tokens = 120) {
+  SequenceRequest request = Request(model, prompt, max_new_tokens);
   request.is_cancelled = [cancel] {
     // Polled once per step: each step of it takes >= 1 ms, all >= 120 ms.
     absl::SleepFor(absl::Milliseconds(1));
@@ -640,24 +641,31 @@ TEST_F(SchedulerTest, ReusedPrefixGivesTheSameTokens) {
   ExpectIdle(*scheduler);
 }
 
+// Submits Endless(..., 100) and returns once it has streamed two tokens
+// (it runs on until `cancel`); null if it did not within a minute.
+OutcomePtr SubmitRunning(GenerationScheduler& scheduler, const Model& model,
+                         const std::vector<int64_t>& prompt,
+                         const std::shared_ptr<std::atomic<bool>>& cancel) {
+  auto first_tokens = std::make_shared<absl::Notification>();
+  SequenceRequest endless = Endless(model, prompt, cancel, 100);
+  endless.on_token = [first_tokens, seen = 0](int64_t) mutable {
+    if (++seen == 2) first_tokens->Notify();
+    return true;
+  };
+  OutcomePtr running = Submit(scheduler, std::move(endless));
+  if (!first_tokens->WaitForNotificationWithTimeout(absl::Seconds(60))) {
+    return nullptr;
+  }
+  return running;
+}
+
 TEST_F(SchedulerTest, ConcurrentSequencesShareBlocksAndCancellationFreesThem) {
   auto scheduler = MakeScheduler(*model_, SmallBlocks(*model_, 64));
   ASSERT_NE(scheduler, nullptr);
   const std::vector<int64_t> prompt = Synthetic(17, 2);
   auto cancel = std::make_shared<std::atomic<bool>>(false);
-  absl::Notification first_tokens;
-  // As Endless, with room for the longer prompt.
-  SequenceRequest endless = Request(*model_, prompt, 100);
-  endless.is_cancelled = [cancel] {
-    absl::SleepFor(absl::Milliseconds(1));
-    return cancel->load();
-  };
-  endless.on_token = [&first_tokens, seen = 0](int64_t) mutable {
-    if (++seen == 2) first_tokens.Notify();
-    return true;
-  };
-  OutcomePtr running = Submit(*scheduler, std::move(endless));
-  ASSERT_TRUE(first_tokens.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  OutcomePtr running = SubmitRunning(*scheduler, *model_, prompt, cancel);
+  ASSERT_NE(running, nullptr);
   // Joins while the first runs: shares its 4 published prompt blocks.
   EXPECT_EQ(Generated(*model_, *scheduler, prompt, 5),
             Alone(*model_, prompt, 5));
@@ -703,18 +711,8 @@ TEST_F(SchedulerTest, ReleasingUnheldBlocksKeepsRunningSequencesAndOutputs) {
   // go, the sequence's own stay, and its tokens are still the reference's.
   const std::vector<int64_t> long_expected = Alone(*model_, prompt, 100);
   auto cancel = std::make_shared<std::atomic<bool>>(false);
-  absl::Notification first_tokens;
-  SequenceRequest endless = Request(*model_, prompt, 100);
-  endless.is_cancelled = [cancel] {
-    absl::SleepFor(absl::Milliseconds(1));
-    return cancel->load();
-  };
-  endless.on_token = [&first_tokens, seen = 0](int64_t) mutable {
-    if (++seen == 2) first_tokens.Notify();
-    return true;
-  };
-  OutcomePtr running = Submit(*scheduler, std::move(endless));
-  ASSERT_TRUE(first_tokens.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  OutcomePtr running = SubmitRunning(*scheduler, *model_, prompt, cancel);
+  ASSERT_NE(running, nullptr);
   scheduler->ReleaseUnheldBlocks();
   const SchedulerStats during = scheduler->stats();
   EXPECT_GT(during.kv_bytes_in_use, 0);

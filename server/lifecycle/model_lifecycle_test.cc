@@ -1,6 +1,7 @@
 #include "server/lifecycle/model_lifecycle.h"
 
 #include <memory>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
@@ -126,14 +127,19 @@ TEST(ModelLifecycleTest, UnloadDrainsThroughUnloading) {
   EXPECT_FALSE(model.loads_on_request());
 }
 
-TEST(ModelLifecycleTest, EvictedModelLoadsAgainOnRequest) {
-  ModelLifecycle model;
+// Loads `created` into `model`: READY.
+void LoadInto(ModelLifecycle& model, std::shared_ptr<ServedModel> created) {
   std::shared_ptr<ServedModel> replaced;
   int64_t replaced_bytes = 0;
   model.Claim();
   model.StartLoad(nullptr);
-  model.FinishLoad(NewModel(), absl::OkStatus(), absl::Now(), &replaced,
+  model.FinishLoad(std::move(created), absl::OkStatus(), absl::Now(), &replaced,
                    &replaced_bytes);
+}
+
+TEST(ModelLifecycleTest, EvictedModelLoadsAgainOnRequest) {
+  ModelLifecycle model;
+  LoadInto(model, NewModel());
   EXPECT_TRUE(model.Evictable());
   EXPECT_NE(model.Evict(), nullptr);
   EXPECT_EQ(model.state(), ModelState::kUnavailable);
@@ -145,14 +151,7 @@ TEST(ModelLifecycleTest, EvictedModelLoadsAgainOnRequest) {
 // (a measurement, a metrics scrape) does not.
 TEST(ModelLifecycleTest, OnlyARequestsHoldKeepsTheModelFromMoving) {
   ModelLifecycle model;
-  std::shared_ptr<ServedModel> replaced;
-  int64_t replaced_bytes = 0;
-  model.Claim();
-  model.StartLoad(nullptr);
-  std::shared_ptr<ServedModel> created = NewModel();
-  model.FinishLoad(created, absl::OkStatus(), absl::Now(), &replaced,
-                   &replaced_bytes);
-  created.reset();
+  LoadInto(model, NewModel());
   EXPECT_TRUE(model.Movable());
   std::shared_ptr<ServedModel> scrape = model.ready();
   EXPECT_TRUE(model.Movable());
