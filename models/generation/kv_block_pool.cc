@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "c10/util/Exception.h"
@@ -65,13 +66,9 @@ absl::StatusOr<int64_t> KvBlockPool::Take() {
     free_.pop_back();
   } else if (!released_.empty() ||
              static_cast<int64_t>(blocks_.size()) < capacity_blocks_) {
-    // A slot ReleaseUnheld freed first, else a new one.
-    index = released_.empty() ? static_cast<int64_t>(blocks_.size())
-                              : released_.back();
-    if (absl::Status allocated = Allocate(index); !allocated.ok()) {
-      return allocated;
-    }
-    if (!released_.empty()) released_.pop_back();
+    absl::StatusOr<int64_t> allocated = Allocate();
+    if (!allocated.ok()) return allocated.status();
+    index = *allocated;
   } else {
     index = Evict();
     TORCH_INTERNAL_ASSERT(index >= 0, "KV pool: no block free, new or cached");
@@ -80,7 +77,7 @@ absl::StatusOr<int64_t> KvBlockPool::Take() {
   return index;
 }
 
-absl::Status KvBlockPool::Allocate(int64_t index) {
+absl::StatusOr<int64_t> KvBlockPool::Allocate() {
   at::Tensor block;
   absl::Status allocated = CatchExceptions([&]() -> absl::Status {
     block = at::empty(
@@ -92,14 +89,18 @@ absl::Status KvBlockPool::Allocate(int64_t index) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate a KV block: ", allocated.message()));
   }
-  if (index == static_cast<int64_t>(blocks_.size())) {
+  int64_t index;
+  if (released_.empty()) {
+    index = static_cast<int64_t>(blocks_.size());
     blocks_.push_back(std::move(block));
     states_.emplace_back();
   } else {
+    index = released_.back();
+    released_.pop_back();
     blocks_[index] = std::move(block);
   }
   allocated_blocks_.fetch_add(1, std::memory_order_relaxed);
-  return absl::OkStatus();
+  return index;
 }
 
 int64_t KvBlockPool::ReleaseUnheld() {

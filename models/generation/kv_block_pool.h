@@ -168,9 +168,10 @@ class KvBlockPool {
   void AddHolder(int64_t block);
   // The oldest cached block, unpublished; -1 when none is cached.
   int64_t Evict();
-  // Allocates block `index`'s memory: a slot ReleaseUnheld freed, or the
-  // next new one (index == blocks_.size()).
-  absl::Status Allocate(int64_t index);
+  // Allocates a block's memory, in a slot ReleaseUnheld freed if any, else
+  // in a new one, and returns its index. RESOURCE_EXHAUSTED when the
+  // allocation fails.
+  absl::StatusOr<int64_t> Allocate();
 
   const bool prefix_caching_;
   const bool reads_in_place_;

@@ -170,27 +170,16 @@ int64_t ModelLifecycle::FreeableBytes() const {
 std::shared_ptr<ServedModel> ModelLifecycle::HoldForRequest() {
   std::shared_ptr<ServedModel> served = ready();
   if (served == nullptr) return nullptr;
-  // Owns the model and one count of request_holds_ for as long as the
-  // request holds the pointer below (or a copy of it).
-  class Hold {
-   public:
-    Hold(std::shared_ptr<ServedModel> model,
-         std::shared_ptr<std::atomic<int64_t>> holds)
-        : model_(std::move(model)), holds_(std::move(holds)) {
-      holds_->fetch_add(1);
-    }
-    ~Hold() { holds_->fetch_sub(1); }
-    Hold(const Hold&) = delete;
-    Hold& operator=(const Hold&) = delete;
-    ServedModel* get() const { return model_.get(); }
-
-   private:
-    const std::shared_ptr<ServedModel> model_;
-    const std::shared_ptr<std::atomic<int64_t>> holds_;
-  };
-  auto hold = std::make_shared<Hold>(std::move(served), request_holds_);
-  ServedModel* model = hold->get();
-  return std::shared_ptr<ServedModel>(std::move(hold), model);
+  // One count of request_holds_ and a reference to the model for as long
+  // as the request holds the pointer below (or a copy of it).
+  request_holds_->fetch_add(1);
+  ServedModel* const model = served.get();
+  return std::shared_ptr<ServedModel>(
+      model, [served = std::move(served),
+              holds = request_holds_](ServedModel*) mutable {
+        holds->fetch_sub(1);
+        served.reset();
+      });
 }
 
 bool ModelLifecycle::Movable() const {
