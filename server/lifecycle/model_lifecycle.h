@@ -173,6 +173,8 @@ class ModelLifecycle {
   // request holding it (HoldForRequest: one that got it from GetReady and
   // has not started yet, or has not let go of it): it may be demoted.
   bool Movable() const;
+  // How many of HoldForRequest's references are alive now.
+  int64_t request_holds() const { return request_holds_->load(); }
   // Begins a move of the READY model: returns it, to be moved unlocked.
   std::shared_ptr<ServedModel> StartMove();
   // The move ended (`moved`: it reached `tier`); `by_keep_alive` restarts
@@ -199,7 +201,8 @@ class ModelLifecycle {
   // wake_rates() unless it was noted already; returns it when it is new.
   std::optional<ServedModel::PromotionTiming> NoteLastPromotion();
 
-  // READY, not busy, no request in flight, not moving or promoting, not
+  // READY, not busy, no request in flight and none holding what
+  // HoldForRequest handed it (as for Movable), not moving or promoting, not
   // pinned.
   bool Evictable() const;
   // Unloads an Evictable model to stay within the memory budget: it loads

@@ -165,8 +165,10 @@ TEST(ModelLifecycleTest, OnlyARequestsHoldKeepsTheModelFromMoving) {
   copy.reset();
   EXPECT_TRUE(model.Movable());
   EXPECT_TRUE(model.Evictable());
-  // The request's hold keeps the model alive after an eviction.
+  // Pressure does not unload a model a request holds, but an explicit
+  // unload may: the request's hold keeps the model alive after it.
   std::shared_ptr<ServedModel> held = model.HoldForRequest();
+  EXPECT_FALSE(model.Evictable());
   scrape.reset();
   model.Evict();
   EXPECT_EQ(held->config().name(), "m");

@@ -103,8 +103,8 @@ bool ModelManagerImpl::AwaitChangeLocked(absl::Time deadline) {
 }
 
 void ModelManagerImpl::DrainLocked(const std::string& name,
-                                   const ServedModel& draining) {
-  const absl::Time deadline = clock_.Now() + max_unload_drain_;
+                                   const ServedModel& draining,
+                                   absl::Time deadline) {
   while (draining.pending_requests() > 0) {
     if (clock_.Now() >= deadline) {
       Log(LogLevel::kWarning,
@@ -322,6 +322,7 @@ absl::Status ModelManagerImpl::Unload(const std::string& name) {
     return valid;
   }
   std::shared_ptr<ServedModel> draining;
+  absl::Time drain_deadline;
   {
     absl::MutexLock lock(&mu_);
     if (models_.count(name) == 0 && !catalog_.Contains(name)) {
@@ -336,6 +337,8 @@ absl::Status ModelManagerImpl::Unload(const std::string& name) {
     ClaimLocked(name, absl::InfinitePast());
     const int64_t draining_bytes = models_[name].served_bytes();
     draining = models_[name].StartUnload();
+    // From the moment the model shows UNLOADING.
+    drain_deadline = clock_.Now() + max_unload_drain_;
     if (draining != nullptr) {
       CountUntilFreedLocked(name, draining, draining_bytes, kStillInUse);
     }
@@ -346,7 +349,7 @@ absl::Status ModelManagerImpl::Unload(const std::string& name) {
     Log(LogLevel::kInfo, "unloading model", {{"model", name}});
     {
       absl::MutexLock lock(&mu_);
-      DrainLocked(name, *draining);
+      DrainLocked(name, *draining, drain_deadline);
     }
     // The model dies with the last reference: ours, once no request holds
     // one (a request stops counting as pending only after its callback let
@@ -571,9 +574,11 @@ std::vector<BudgetHolder> ModelManagerImpl::HoldersLocked() {
     if (model.busy()) {
       state = model.ready() != nullptr ? "reloading" : "loading";
     } else if (const std::shared_ptr<ServedModel> ready = model.ready()) {
-      if (ready->pending_requests() > 0) {
-        state = InFlight(ready->pending_requests());
-      }
+      // A request holds the model from GetReady until it ends; queued, it
+      // is also pending.
+      const int64_t in_flight =
+          std::max<int64_t>(ready->pending_requests(), model.request_holds());
+      if (in_flight > 0) state = InFlight(in_flight);
       if (model.tier() != casting::WeightTier::kHot) {
         absl::StrAppend(&state, ", ", casting::WeightTierName(model.tier()));
       }

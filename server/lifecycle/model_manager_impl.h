@@ -122,10 +122,11 @@ class ModelManagerImpl final : public ModelManager {
   // at the latest; true when a change was signalled meanwhile.
   bool AwaitChangeLocked(absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until `draining` has no request in flight, or max_unload_drain
-  // has passed (then its requests keep it, counted, until they end).
-  void DrainLocked(const std::string& name, const ServedModel& draining)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until `draining` has no request in flight, or `deadline` (the
+  // unload's start plus max_unload_drain) has passed (then its requests
+  // keep it, counted, until they end).
+  void DrainLocked(const std::string& name, const ServedModel& draining,
+                   absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Loads `name`, claimed by the caller, with `config` (parsed once, by
   // the caller), and releases the claim.
   absl::Status RunClaimedLoad(const std::string& name, Config config);

@@ -371,6 +371,30 @@ TEST(ModelManagerTest, ExplicitLoadWaitsForABusyModelUntilItsDeadline) {
   EXPECT_LE(fixture.most_accounted_bytes(), 150);
 }
 
+TEST(ModelManagerTest, PressureDoesNotUnloadAModelARequestHolds) {
+  Fixture fixture(/*budget_bytes=*/150);
+  fixture.set_max_wait_for_memory(absl::Milliseconds(50));
+  fixture.AddModel("a", Config(100));
+  fixture.AddModel("b", Config(100));
+  ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
+  // Got from GetReady, not yet queued: nothing pending, but a request's.
+  std::shared_ptr<ServedModel> a = *fixture.manager().GetReady("a", "", Soon());
+  ASSERT_EQ(a->pending_requests(), 0);
+
+  const absl::Status loaded = fixture.manager().Load("b", std::nullopt);
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(loaded.message().find("a 100 bytes (1 request in flight)"),
+            std::string::npos)
+      << loaded;
+  EXPECT_EQ(fixture.StateOf("a"), ModelState::kReady);
+
+  a.reset();  // The request ended: now a may go.
+  ASSERT_TRUE(fixture.manager().Load("b", std::nullopt).ok());
+  EXPECT_EQ(fixture.StateOf("a"), ModelState::kUnavailable);
+  EXPECT_EQ(fixture.StateOf("b"), ModelState::kReady);
+  EXPECT_LE(fixture.most_accounted_bytes(), 150);
+}
+
 TEST(ModelManagerTest, ModelLargerThanTheBudgetFailsAtOnceBeforeItIsBuilt) {
   Fixture fixture(/*budget_bytes=*/250);
   fixture.AddModel("a", Config(100));
