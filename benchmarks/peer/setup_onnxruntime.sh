@@ -9,7 +9,9 @@
 #     dynamo=True, dynamic batch and sequence) into
 #     $CASTSERVE_BENCH_DIR/minilm-onnx/model.onnx, checked against
 #     transformers before it is used (export_check.json beside it; the
-#     script fails past 1e-4 absolute).
+#     script fails past 1e-4 absolute);
+#  4. a BERT-base-shaped folder (make_bert_base.py) and its export, checked
+#     the same way, into $CASTSERVE_BENCH_DIR/bert-base-{hf,onnx}.
 #
 # Usage: benchmarks/peer/setup_onnxruntime.sh
 # Env:   PEER_HOME (default ~/.cache/castserve/peer),
@@ -29,3 +31,15 @@ if [[ ! -f "${DATA}/minilm-onnx/model.onnx" || ! -f "${DATA}/minilm-onnx/export_
     --model "${DATA}/minilm-hf" --out "${DATA}/minilm-onnx"
 fi
 cat "${DATA}/minilm-onnx/export_check.json"
+
+# 4. The BERT-base shape (make_bert_base.py: seeded initialisation, MiniLM's
+#    tokenizer) and its export, checked the same way.
+if [[ ! -f "${DATA}/bert-base-hf/model.safetensors" ]]; then
+  "${VENV}/bin/python" "${HERE}/make_bert_base.py" \
+    --tokenizer-from "${DATA}/minilm-hf" --out "${DATA}/bert-base-hf"
+fi
+if [[ ! -f "${DATA}/bert-base-onnx/model.onnx" || ! -f "${DATA}/bert-base-onnx/export_check.json" ]]; then
+  "${VENV}/bin/python" "${HERE}/export_minilm_onnx.py" \
+    --model "${DATA}/bert-base-hf" --out "${DATA}/bert-base-onnx"
+fi
+cat "${DATA}/bert-base-onnx/export_check.json"
