@@ -36,6 +36,7 @@ import re
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import common
@@ -205,7 +206,12 @@ def stream_request(side, child, prompt, new_tokens):
         headers={"Content-Type": "application/json"})
     start = time.monotonic()
     times = []
-    with urllib.request.urlopen(request, timeout=600) as response:
+    try:
+        response = urllib.request.urlopen(request, timeout=600)
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"{side}: HTTP {e.code} for {len(prompt)} prompt "
+                           f"tokens: {e.read().decode(errors='replace')}")
+    with response:
         for raw in response:
             line = raw.decode().strip()
             if not line.startswith("data:"):
@@ -219,6 +225,12 @@ def stream_request(side, child, prompt, new_tokens):
             now = time.monotonic() - start
             key = "output_ids" if side == "castserve" else "tokens"
             times.extend([now] * len(event.get(key) or []))
+            # llama.cpp holds back a token whose text is an incomplete UTF-8
+            # sequence (byte tokens) and may end the stream without sending
+            # it; its last event counts every token it generated.
+            predicted = event.get("tokens_predicted") if event.get("stop") else None
+            if predicted is not None and predicted > len(times):
+                times.extend([now] * (predicted - len(times)))
     return times
 
 
