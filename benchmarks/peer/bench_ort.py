@@ -1,7 +1,8 @@
 """ort: castserve's embedding forward against ONNX Runtime, side by side.
 
-all-MiniLM-L6-v2 (setup_onnxruntime.sh: the sha256-pinned PyPI folder and
-its ONNX export, checked against transformers). ONNX Runtime runs in this
+all-MiniLM-L6-v2 by default, or --model / --onnx (setup_onnxruntime.sh: the
+sha256-pinned PyPI folder, a BERT-base-shaped one, and their ONNX exports,
+checked against transformers). ONNX Runtime runs in this
 process (CPU provider, intra-op threads = --threads, inter-op 1, all graph
 optimisations); castserve serves the same folder (f32 resident, eager, one
 instance, no dynamic batching, max_batch_size 32) and is driven over REST
@@ -200,7 +201,8 @@ def report(result, batches, seqs):
                          common.fmt_summary(get("castserve_cpu"), 1, 1e3)
                          if "castserve_cpu" in rounds[0][k] else "-"])
     common.print_table(
-        f"all-MiniLM-L6-v2, {result['environment']['threads']} thread(s): "
+        f"{os.path.basename(os.path.normpath(result['args']['model']))}, "
+        f"{result['environment']['threads']} thread(s): "
         "latency ms, median (min-max) over rounds; speed ratio castserve/ORT "
         "(>1 castserve faster)",
         ["batch x seq", "ORT in-process", "castserve REST",
