@@ -349,13 +349,20 @@ TEST(ModelManagerTest, EvictsTheLeastRecentlyUsedIdleModelOverBudget) {
   EXPECT_EQ(fixture.StateOf("c"), ModelState::kReady);
 }
 
-TEST(ModelManagerTest, ExplicitLoadWaitsForABusyModelUntilItsDeadline) {
-  Fixture fixture(/*budget_bytes=*/150);
+// In `fixture` (a budget of 150 bytes): memory waits end after 50 ms; a
+// (100 bytes) is loaded and handed to a request by GetReady, which is
+// returned; b (100 bytes) is not loaded.
+std::shared_ptr<ServedModel> HoldAWithBToLoad(Fixture& fixture) {
   fixture.set_max_wait_for_memory(absl::Milliseconds(50));
   fixture.AddModel("a", Config(100));
   fixture.AddModel("b", Config(100));
-  ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
-  std::shared_ptr<ServedModel> a = *fixture.manager().GetReady("a", "", Soon());
+  EXPECT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
+  return *fixture.manager().GetReady("a", "", Soon());
+}
+
+TEST(ModelManagerTest, ExplicitLoadWaitsForABusyModelUntilItsDeadline) {
+  Fixture fixture(/*budget_bytes=*/150);
+  std::shared_ptr<ServedModel> a = HoldAWithBToLoad(fixture);
   static_cast<SizedServedModel*>(a.get())->set_pending(1);
 
   const absl::Status loaded = fixture.manager().Load("b", std::nullopt);
@@ -373,12 +380,8 @@ TEST(ModelManagerTest, ExplicitLoadWaitsForABusyModelUntilItsDeadline) {
 
 TEST(ModelManagerTest, PressureDoesNotUnloadAModelARequestHolds) {
   Fixture fixture(/*budget_bytes=*/150);
-  fixture.set_max_wait_for_memory(absl::Milliseconds(50));
-  fixture.AddModel("a", Config(100));
-  fixture.AddModel("b", Config(100));
-  ASSERT_TRUE(fixture.manager().Load("a", std::nullopt).ok());
   // Got from GetReady, not yet queued: nothing pending, but a request's.
-  std::shared_ptr<ServedModel> a = *fixture.manager().GetReady("a", "", Soon());
+  std::shared_ptr<ServedModel> a = HoldAWithBToLoad(fixture);
   ASSERT_EQ(a->pending_requests(), 0);
 
   const absl::Status loaded = fixture.manager().Load("b", std::nullopt);
