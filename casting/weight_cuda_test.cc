@@ -94,6 +94,46 @@ TEST(WeightCudaTest, ComputeCopiesEqualTheCpuOnesBitForBit) {
   }
 }
 
+// The memory tiers on the device: warm drops the cached copy, cool the
+// device (or pinned host) storage, leaving the mapped file; each tier's
+// compute copy is the hot one bit for bit, and a promotion builds the
+// storage back where the policy keeps it.
+TEST(WeightCudaTest, EveryTierGivesTheSameComputeCopyAndCoolFreesTheDevice) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::shared_ptr<const Checkpoint> checkpoint = WriteCheckpoint();
+  for (WeightOptions options : AllOptions()) {
+    if (options.residency != Residency::kResident) continue;
+    options.compute_copy = ComputeCopyPolicy::kCached;
+    options.device = Device::Cuda(0);
+    const std::string label = absl::StrCat(options.storage.ToString(),
+                                           " host=", options.storage_on_host);
+    std::unique_ptr<Weight> weight = *Weight::Create(checkpoint, "w", options);
+    const at::Tensor hot = ComputeCopy(*weight);
+    const int64_t hot_owned = weight->footprint().owned_bytes();
+    ASSERT_GT(hot_owned, 0) << label;
+
+    ASSERT_TRUE(weight->Demote(WeightTier::kWarm).ok()) << label;
+    EXPECT_EQ(weight->footprint().cached_compute_bytes(), 0) << label;
+    EXPECT_TRUE(ComputeCopy(*weight).view(at::kByte).equal(hot.view(at::kByte)))
+        << label << ": warm";
+
+    ASSERT_TRUE(weight->Demote(WeightTier::kCool).ok()) << label;
+    EXPECT_EQ(weight->footprint().owned_bytes(), 0)
+        << label << ": " << weight->footprint().ToString();
+    EXPECT_EQ(weight->footprint().mapped_bytes(),
+              static_cast<int64_t>(checkpoint->Find("w")->size_bytes))
+        << label;
+    EXPECT_TRUE(ComputeCopy(*weight).view(at::kByte).equal(hot.view(at::kByte)))
+        << label << ": cool";
+
+    ASSERT_TRUE(weight->Demote(WeightTier::kCool).ok()) << label;
+    ASSERT_TRUE(weight->Promote(WeightTier::kWarm).ok()) << label;
+    EXPECT_GT(weight->footprint().owned_bytes(), 0) << label << ": promoted";
+    EXPECT_TRUE(ComputeCopy(*weight).view(at::kByte).equal(hot.view(at::kByte)))
+        << label << ": promoted";
+  }
+}
+
 TEST(WeightCudaTest, IntegersPassThroughToTheDevice) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   WeightOptions options;
