@@ -228,9 +228,7 @@ ModelLifecycle::NoteLastPromotion() {
 }
 
 bool ModelLifecycle::Evictable() const {
-  return !busy_ && !moving_ && !promoting_ && !tier_settings_.pinned &&
-         state_ == ModelState::kReady && served_ != nullptr &&
-         served_->pending_requests() == 0 && request_holds_->load() == 0;
+  return Movable() && !tier_settings_.pinned;
 }
 
 std::shared_ptr<ServedModel> ModelLifecycle::Evict() {

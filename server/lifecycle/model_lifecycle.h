@@ -201,9 +201,7 @@ class ModelLifecycle {
   // wake_rates() unless it was noted already; returns it when it is new.
   std::optional<ServedModel::PromotionTiming> NoteLastPromotion();
 
-  // READY, not busy, no request in flight and none holding what
-  // HoldForRequest handed it (as for Movable), not moving or promoting, not
-  // pinned.
+  // Movable and not pinned.
   bool Evictable() const;
   // Unloads an Evictable model to stay within the memory budget: it loads
   // again on its next request. Returns the model, to be released unlocked.
