@@ -156,7 +156,9 @@ void GenerationScheduler::Stop() {
   }
 }
 
-void GenerationScheduler::ReleaseUnheldBlocks() {
+void GenerationScheduler::KeepUnheldBlocks(bool keep) {
+  keep_unheld_.store(keep, std::memory_order_relaxed);
+  if (keep) return;
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
   const int64_t ticket = ++releases_asked_;
@@ -168,12 +170,15 @@ void GenerationScheduler::ReleaseUnheldBlocks() {
 
 void GenerationScheduler::ReleaseIfAsked() {
   int64_t asked;
+  bool pending;
   {
     absl::MutexLock lock(&mu_);
     asked = releases_asked_;
-    if (asked == releases_done_) return;
+    pending = asked != releases_done_;
   }
+  if (!pending && keep_unheld_.load(std::memory_order_relaxed)) return;
   pool_->ReleaseUnheld();
+  if (!pending) return;
   absl::MutexLock lock(&mu_);
   releases_done_ = asked;
 }
@@ -204,6 +209,8 @@ void GenerationScheduler::StepLoop() {
     GrowRunning();
     Admit();
     if (!running_.empty()) RunStep();
+    // The blocks the step's finished sequences gave back.
+    ReleaseIfAsked();
   }
   FailAll(absl::UnavailableError("the generation scheduler stopped"));
 }

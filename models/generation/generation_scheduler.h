@@ -157,11 +157,14 @@ class GenerationScheduler {
   // asserted, INTERNAL otherwise); request.on_done runs exactly once.
   void Submit(SequenceRequest request);
 
-  // Frees the pool's blocks no sequence holds (KvBlockPool::ReleaseUnheld:
-  // free and cached ones) between two steps, on the step thread, and
-  // returns once they are freed, or at once after Stop. The running
-  // sequences keep their blocks; later ones allocate blocks again.
-  void ReleaseUnheldBlocks() ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the pool keeps the blocks no sequence holds (free and cached
+  // ones) for the next sequences; it does from Create. With false, the
+  // pool frees them (KvBlockPool::ReleaseUnheld) between two steps, on the
+  // step thread, and this returns once they are freed, or at once after
+  // Stop; from then on, until called with true, every block is freed at
+  // the end of the step in which its last sequence gives it back. The
+  // running sequences keep their blocks; later ones allocate blocks again.
+  void KeepUnheldBlocks(bool keep) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Ends every waiting and running sequence with UNAVAILABLE, refuses new
   // ones, and joins the step thread. Idempotent.
@@ -182,7 +185,8 @@ class GenerationScheduler {
   // Blocks until a sequence waits or runs or a release is asked for (true),
   // or Stop (false).
   bool WaitForWork() ABSL_LOCKS_EXCLUDED(mu_);
-  // Runs the releases asked for since the last one, if any.
+  // Runs the releases asked for since the last one, if any; frees the
+  // unheld blocks anyway while the pool keeps none.
   void ReleaseIfAsked() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the waiting and running sequences whose deadline passed or which
   // are cancelled.
@@ -225,9 +229,12 @@ class GenerationScheduler {
   // Waiting sequences taken out of waiting_ while ReapExpired polls them
   // (outside mu_): they still count as waiting.
   int64_t reaping_ ABSL_GUARDED_BY(mu_) = 0;
-  // ReleaseUnheldBlocks calls, and those the step thread has run.
+  // KeepUnheldBlocks(false) calls, and those the step thread has run.
   int64_t releases_asked_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t releases_done_ ABSL_GUARDED_BY(mu_) = 0;
+  // The last KeepUnheldBlocks's argument; read by the step thread after
+  // every step.
+  std::atomic<bool> keep_unheld_{true};
 
   // The step thread's: in the order they joined (newest last).
   std::vector<SequencePtr> running_;

@@ -12,6 +12,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "casting/casting_policy.h"
 #include "casting/memory/tracking_allocator.h"
 #include "gmock/gmock.h"
@@ -698,7 +700,19 @@ TEST_F(SchedulerTest, CachedBlocksAreEvictedForLiveSequences) {
   EXPECT_EQ(scheduler->stats().kv_bytes_peak, 6 * BlockBytes(*model_, 4));
 }
 
-TEST_F(SchedulerTest, ReleasingUnheldBlocksKeepsRunningSequencesAndOutputs) {
+// Whether the scheduler's allocated KV bytes come down to `bytes` within
+// 10 s (the step thread frees given-back blocks at the end of its step).
+bool AllocatedBecomes(const GenerationScheduler& scheduler, int64_t bytes) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (scheduler.stats().kv_bytes_allocated != bytes) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+TEST_F(SchedulerTest,
+       UnheldBlocksNotKeptAreFreedAndRunningSequencesKeepTheirs) {
   auto scheduler = MakeScheduler(*model_, SmallBlocks(*model_, 64));
   ASSERT_NE(scheduler, nullptr);
   const int64_t block = BlockBytes(*model_, 4);
@@ -713,7 +727,7 @@ TEST_F(SchedulerTest, ReleasingUnheldBlocksKeepsRunningSequencesAndOutputs) {
   auto cancel = std::make_shared<std::atomic<bool>>(false);
   OutcomePtr running = SubmitRunning(*scheduler, *model_, prompt, cancel);
   ASSERT_NE(running, nullptr);
-  scheduler->ReleaseUnheldBlocks();
+  scheduler->KeepUnheldBlocks(false);
   const SchedulerStats during = scheduler->stats();
   EXPECT_GT(during.kv_bytes_in_use, 0);
   EXPECT_EQ(during.kv_bytes_allocated, during.kv_bytes_in_use);
@@ -728,14 +742,22 @@ TEST_F(SchedulerTest, ReleasingUnheldBlocksKeepsRunningSequencesAndOutputs) {
       std::vector<int64_t>(long_expected.begin(),
                            long_expected.begin() + running->streamed.size()));
 
-  // Idle: nothing stays allocated, and the next sequences allocate again.
-  scheduler->ReleaseUnheldBlocks();
-  EXPECT_EQ(scheduler->stats().kv_bytes_allocated, 0);
+  // The blocks the running sequence gave back afterwards are freed too,
+  // and so are a later sequence's, once it ends.
+  EXPECT_TRUE(AllocatedBecomes(*scheduler, 0));
+  EXPECT_EQ(Generated(*model_, *scheduler, prompt, 12), expected);
+  EXPECT_TRUE(AllocatedBecomes(*scheduler, 0));
+  EXPECT_EQ(scheduler->stats().prefix_cache_bytes, 0);
+
+  // Kept again: the blocks stay for the next sequences (the prefix cache's
+  // too).
+  scheduler->KeepUnheldBlocks(true);
   EXPECT_EQ(Generated(*model_, *scheduler, prompt, 12), expected);
   EXPECT_GE(scheduler->stats().kv_bytes_allocated, 4 * block);
+  EXPECT_GT(scheduler->stats().prefix_cache_bytes, 0);
   ExpectIdle(*scheduler);
   scheduler->Stop();
-  scheduler->ReleaseUnheldBlocks();  // Returns at once after Stop.
+  scheduler->KeepUnheldBlocks(false);  // Returns at once after Stop.
 }
 
 TEST_F(SchedulerTest, PrefixCachingOffReusesNothing) {

@@ -64,14 +64,20 @@ class FakeGenerationEngine final : public GenerationEngine {
     stats_.pool_capacity_bytes = bytes;
   }
 
-  // Counts the calls; no KV bytes are allocated beyond those in use.
-  void ReleaseUnheldBlocks() override {
+  // Counts the releases (calls with false); no KV bytes are allocated
+  // beyond those in use.
+  void KeepUnheldBlocks(bool keep) override {
     absl::MutexLock lock(&mutex_);
-    ++releases_;
+    keeps_unheld_ = keep;
+    if (!keep) ++releases_;
   }
   int64_t releases() const {
     absl::MutexLock lock(&mutex_);
     return releases_;
+  }
+  bool keeps_unheld() const {
+    absl::MutexLock lock(&mutex_);
+    return keeps_unheld_;
   }
 
   int64_t submitted() const {
@@ -157,6 +163,7 @@ class FakeGenerationEngine final : public GenerationEngine {
   int64_t submitted_ ABSL_GUARDED_BY(mutex_) = 0;
   models::SchedulerStats stats_ ABSL_GUARDED_BY(mutex_);
   int64_t releases_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool keeps_unheld_ ABSL_GUARDED_BY(mutex_) = true;
   std::thread thread_;
 };
 

@@ -20,9 +20,11 @@ class GenerationEngine {
   // Idempotent; must not be called from a callback.
   virtual void Stop() = 0;
   virtual models::SchedulerStats stats() const = 0;
-  // Frees the KV memory no sequence holds (the scheduler's
-  // ReleaseUnheldBlocks); returns once it is freed, or at once after Stop.
-  virtual void ReleaseUnheldBlocks() = 0;
+  // Whether the KV memory no sequence holds is kept for the next sequences
+  // (the scheduler's KeepUnheldBlocks): false frees it and, until true
+  // again, every block once no sequence holds it; returns once the memory
+  // unheld now is freed, or at once after Stop.
+  virtual void KeepUnheldBlocks(bool keep) = 0;
 };
 
 }  // namespace castserve

@@ -93,13 +93,13 @@ class GenerationServedModel::Impl final : public ServedModel {
   casting::WeightTier tier() const override { return tier_.tier(); }
   // Between two steps of the running sequences (each step holds a
   // ForwardPass); their KV blocks stay. The cool tier keeps no KV block
-  // that no sequence holds.
+  // that no sequence holds: neither those unheld at the move nor those the
+  // running sequences give back later.
   absl::Status MoveTo(casting::WeightTier tier,
                       std::shared_ptr<const void>* released) override {
     absl::Status moved = tier_.MoveTo(tier, released);
-    if (moved.ok() && tier == casting::WeightTier::kCool) {
-      engine_->ReleaseUnheldBlocks();
-    }
+    if (moved.ok())
+      engine_->KeepUnheldBlocks(tier != casting::WeightTier::kCool);
     return moved;
   }
   PromotionTiming last_promotion() const override {

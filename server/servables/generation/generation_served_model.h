@@ -110,8 +110,9 @@ class GenerationServedModel final : public ServedModelHandle {
   // engine's step thread runs under the model's tag) plus the part of the
   // pool not allocated yet, so that the whole configured pool counts from
   // load on, except in the cool tier: a move there frees the pool's blocks
-  // no sequence holds (GenerationEngine::ReleaseUnheldBlocks), and only
-  // the blocks allocated count until the model is promoted.
+  // no sequence holds, and each block its running sequences give back
+  // later (GenerationEngine::KeepUnheldBlocks), and only the blocks
+  // allocated count until the model is promoted.
 
  private:
   class Impl;

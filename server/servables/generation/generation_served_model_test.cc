@@ -443,15 +443,19 @@ TEST(GenerationServedModelTest, TheCoolTierFreesAndStopsReservingTheKvPool) {
   EXPECT_EQ(model.tracked_bytes(), 1 << 20) << "the whole pool is reserved";
   ASSERT_TRUE(model.MoveTo(casting::WeightTier::kWarm).ok());
   EXPECT_EQ(served.engine->releases(), 0) << "warm keeps the pool";
+  EXPECT_TRUE(served.engine->keeps_unheld());
   EXPECT_EQ(model.tracked_bytes(), 1 << 20);
   ASSERT_TRUE(model.MoveTo(casting::WeightTier::kCool).ok());
   EXPECT_EQ(served.engine->releases(), 1);
+  EXPECT_FALSE(served.engine->keeps_unheld())
+      << "the blocks given back later are freed too";
   EXPECT_EQ(model.tracked_bytes(), 0);
   // A cool model still serves.
   inference::ModelInferRequest request;
   AddText(request, "x");
   EXPECT_TRUE(Call(model, request, /*stream=*/false).status.ok());
   ASSERT_TRUE(model.MoveTo(casting::WeightTier::kHot).ok());
+  EXPECT_TRUE(served.engine->keeps_unheld());
   EXPECT_EQ(model.tracked_bytes(), 1 << 20) << "reserved again";
 }
 

@@ -16,7 +16,9 @@ class SchedulerEngine final : public GenerationEngine {
   }
   void Stop() override { scheduler_->Stop(); }
   models::SchedulerStats stats() const override { return scheduler_->stats(); }
-  void ReleaseUnheldBlocks() override { scheduler_->ReleaseUnheldBlocks(); }
+  void KeepUnheldBlocks(bool keep) override {
+    scheduler_->KeepUnheldBlocks(keep);
+  }
 
  private:
   const std::unique_ptr<models::GenerationScheduler> scheduler_;
