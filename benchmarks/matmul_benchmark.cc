@@ -178,16 +178,20 @@ void StorageProducts(int rounds) {
   const Shape shapes[] = {{"Llama-1B gate", 0, 2048, 8192},
                           {"Llama-1B down", 0, 8192, 2048}};
   const models::ProductIsa best = models::BestProductIsa();
+  // With AMX, the avx512_bf16 kernels (what the CPU runs without tiles)
+  // beside it.
+  const bool with_bf16 = best == models::ProductIsa::kAmxBf16;
   std::printf(
       "\ncompute from storage: the fused product with the best kernels (%s) "
       "and with the avx512 kernels (each weight widened to f32, one FMA per "
       "weight and row), vs decode-to-compute-copy + product, and the product "
-      "on a resident weight of the compute dtype (median us of %d, all four "
-      "interleaved; GB/s = stored weight bytes / fused time)\n"
-      "%-15s %-20s %-5s %4s %10s %10s %10s %10s %8s %8s %8s %8s\n",
+      "on a resident weight of the compute dtype (median us of %d, all "
+      "interleaved; GB/s = stored weight bytes / fused time; with amx_bf16 "
+      "best, bf16 us = the avx512_bf16 kernels')\n"
+      "%-15s %-20s %-5s %4s %10s %10s %10s %10s %8s %8s %8s %8s %10s\n",
       std::string(models::ProductIsaName(best)).c_str(), rounds, "shape",
       "storage", "comp", "rows", "fused us", "avx512 us", "copy us", "resident",
-      "512/fu", "copy/fu", "GB/s", "512 GB/s");
+      "512/fu", "copy/fu", "GB/s", "512 GB/s", "bf16 us");
   for (const Shape& shape : shapes) {
     const at::Tensor w = at::randn({shape.out, shape.in}) * 0.02;
     for (const Case& c : cases) {
@@ -220,15 +224,22 @@ void StorageProducts(int rounds) {
         auto on_resident = [&] {
           models::LinearProduct(x, resident, at::Tensor());
         };
-        const std::vector<double> us =
-            CompareAll({fused, wide, decoded, on_resident}, rounds);
+        auto narrow = [&] {
+          (void)models::StorageProduct(x, stored.view, at::Tensor(),
+                                       std::nullopt,
+                                       models::ProductIsa::kAvx512Bf16);
+        };
+        std::vector<std::function<void()>> fns = {fused, wide, decoded,
+                                                  on_resident};
+        if (with_bf16) fns.push_back(narrow);
+        const std::vector<double> us = CompareAll(fns, rounds);
         std::printf(
             "%-15s %-20s %-5s %4ld %10.0f %10.0f %10.0f %10.0f %8.2f %8.2f "
-            "%8.1f %8.1f\n",
+            "%8.1f %8.1f %10.0f\n",
             shape.what, c.storage, c.compute == at::kFloat ? "f32" : "bf16",
             static_cast<long>(rows), us[0], us[1], us[2], us[3], us[1] / us[0],
             us[2] / us[0], stored.view.size_bytes() / (us[0] * 1e3),
-            stored.view.size_bytes() / (us[1] * 1e3));
+            stored.view.size_bytes() / (us[1] * 1e3), with_bf16 ? us[4] : 0.0);
       }
     }
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +32,7 @@ bool CpuHasBf16Products() {
 // The widening kernels of `isa` (avx512 for avx512_bf16).
 const internal::ProductKernelTable* WideKernelsFor(ProductIsa isa) {
   switch (isa) {
+    case ProductIsa::kAmxBf16:
     case ProductIsa::kAvx512Bf16:
     case ProductIsa::kAvx512:
       return internal::Avx512ProductKernels();
@@ -100,18 +102,79 @@ bool NarrowMayTake(casting::ElementType element, int parts, int64_t rows) {
                         rows <= kNarrowE4M3MaxRows);
 }
 
-// y = x W^T for x [rows, in] f32: through the avx512_bf16 kernels when
-// `isa` is avx512_bf16 and they take this weight (bf16 products where
-// NarrowMayTake, else widened through bf16 where they have such a kernel),
-// else through `wide`.
+// Whether the AMX kernels take a product of `rows` rows of `dtype` with
+// `w`: a weight type exact in bf16, scales per tensor or row at most, and
+// the rows of kAmxMinRows (storage_product.h).
+bool AmxTakes(const internal::AmxKernelTable& amx,
+              const internal::KernelWeight& w, at::ScalarType dtype,
+              int64_t rows) {
+  const int64_t min_rows =
+      casting::IsFp8(w.element)
+          ? kAmxMinRowsFp8
+          : (MaxPartsFor(dtype) == 1 ? kAmxMinRows : kAmxMinRowsSplit);
+  return rows >= min_rows &&
+         amx.product[static_cast<int>(w.element)] != nullptr &&
+         (w.scales.data == nullptr || w.scales.block_cols >= w.in_features);
+}
+
+// y = x W^T on AMX tiles (AmxTakes): the activations split into the fewest
+// bf16 parts that hold them (at most MaxPartsFor(dtype)) and packed once.
+// With more than one part, a stored infinity times a zero part is NaN where
+// f32 gives an infinity: a feature with a NaN output is computed again by
+// `wide` from the f32 activations (a NaN it gives is the reference's too).
+absl::Status AmxMultiply(const internal::AmxKernelTable& amx,
+                         const internal::NarrowKernelTable& narrow,
+                         const internal::ProductKernelTable& wide,
+                         const float* x, at::ScalarType dtype, int64_t rows,
+                         const internal::KernelWeight& w, bool mapped,
+                         float* y) {
+  const int64_t k = w.in_features;
+  const int max_parts = MaxPartsFor(dtype);
+  // The split's column order for a BF16 weight: every column in place.
+  internal::KernelWeight in_order;
+  in_order.element = casting::ElementType::kBF16;
+  in_order.out_features = w.out_features;
+  in_order.in_features = k;
+  std::vector<uint16_t> planes(rows * max_parts * k);
+  const int parts = narrow.split(x, rows, in_order, max_parts, planes.data());
+  std::vector<uint16_t> packed(amx.packed_bytes(rows, parts, k) / 2);
+  amx.pack(planes.data(), parts, rows, k, packed.data());
+  const internal::NarrowProductFn product =
+      amx.product[static_cast<int>(w.element)];
+  const internal::ProductFn exact = wide.product[static_cast<int>(w.element)];
+  return RunProduct(w, mapped, [&](int64_t begin, int64_t end) {
+    product(packed.data(), parts, rows, w, begin, end, y);
+    if (parts == 1) return;
+    for (int64_t f = begin; f < end; ++f) {
+      for (int64_t r = 0; r < rows; ++r) {
+        if (std::isnan(y[r * w.out_features + f])) {
+          exact(x, rows, w, f, f + 1, y);
+          break;
+        }
+      }
+    }
+  });
+}
+
+// y = x W^T for x [rows, in] f32: through the AMX kernels when `isa` is
+// amx_bf16 and they take this product (AmxTakes); else through the
+// avx512_bf16 kernels when `isa` is one of those two and they take this
+// weight (bf16 products where NarrowMayTake, else widened through bf16
+// where they have such a kernel); else through `wide`.
 absl::Status Multiply(ProductIsa isa, const internal::ProductKernelTable& wide,
                       const at::Tensor& x32, at::ScalarType dtype, int64_t rows,
                       const internal::KernelWeight& w, bool mapped, float* y) {
   const float* x = x32.data_ptr<float>();
   const int element = static_cast<int>(w.element);
   const internal::NarrowKernelTable* narrow =
-      isa == ProductIsa::kAvx512Bf16 ? internal::Avx512Bf16ProductKernels()
-                                     : nullptr;
+      isa == ProductIsa::kAvx512Bf16 || isa == ProductIsa::kAmxBf16
+          ? internal::Avx512Bf16ProductKernels()
+          : nullptr;
+  if (isa == ProductIsa::kAmxBf16 &&
+      AmxTakes(*internal::AmxProductKernels(), w, dtype, rows)) {
+    return AmxMultiply(*internal::AmxProductKernels(), *narrow, wide, x, dtype,
+                       rows, w, mapped, y);
+  }
   if (narrow != nullptr && narrow->product[element] != nullptr) {
     const int max_parts = MaxPartsFor(dtype);
     if (NarrowMayTake(w.element, max_parts, rows)) {
@@ -148,6 +211,8 @@ absl::string_view ProductIsaName(ProductIsa isa) {
       return "avx512";
     case ProductIsa::kAvx512Bf16:
       return "avx512_bf16";
+    case ProductIsa::kAmxBf16:
+      return "amx_bf16";
   }
   return "unknown";
 }
@@ -165,14 +230,18 @@ bool ProductIsaSupported(ProductIsa isa) {
     case ProductIsa::kAvx512Bf16:
       return internal::Avx512Bf16ProductKernels() != nullptr &&
              ProductIsaSupported(ProductIsa::kAvx512) && CpuHasBf16Products();
+    case ProductIsa::kAmxBf16:
+      return internal::AmxProductKernels() != nullptr &&
+             ProductIsaSupported(ProductIsa::kAvx512Bf16) &&
+             internal::AmxUsable();
   }
   return false;
 }
 
 ProductIsa BestProductIsa() {
   static const ProductIsa best = [] {
-    for (ProductIsa isa :
-         {ProductIsa::kAvx512Bf16, ProductIsa::kAvx512, ProductIsa::kAvx2}) {
+    for (ProductIsa isa : {ProductIsa::kAmxBf16, ProductIsa::kAvx512Bf16,
+                           ProductIsa::kAvx512, ProductIsa::kAvx2}) {
       if (ProductIsaSupported(isa)) return isa;
     }
     return ProductIsa::kReference;

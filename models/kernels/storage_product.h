@@ -19,6 +19,17 @@
 // "storage_product" table (BENCHMARKS.md, "Compute from storage").
 //
 // Kernels (ProductIsa), the best the CPU runs unless one is asked for:
+//  - amx_bf16 (the avx512_bf16 kernels and AMX tiles with bf16 products,
+//    where Linux grants them): the same bf16 products as avx512_bf16's, for
+//    BF16, E4M3FN and E5M2 weights scaled per tensor or row at most, on
+//    tiles of 16 features x 16 rows x 32 columns (`tdpbf16ps`): the product
+//    is computed as W x^T, so that bf16 weights are tile loads straight from
+//    their storage and fp8 ones are widened to bf16 (exact) a few tiles
+//    ahead; the activations, split into bf16 parts as below, are packed
+//    once per product. From kAmxMinRows rows (see there); fewer rows, and
+//    other weights, take the avx512_bf16 kernels. A stored infinity times a
+//    zero part is NaN where f32 gives an infinity: a feature whose output is
+//    NaN with split activations is computed again by the avx512 kernel.
 //  - avx512_bf16 (AVX-512 with avx512_bf16 and avx512_vbmi), for bf16 and
 //    fp8 weights: bf16 storage read as stored, fp8 codes widened to the
 //    bf16 of the same value (exact) by two byte-table lookups (`vpermt2b`).
@@ -85,10 +96,21 @@ inline constexpr int kF32ComputeParts = 3;
 // the bf16 products run one instruction per part and row), except for
 // E4M3FN weights at up to this many rows (matmul_benchmark).
 inline constexpr int64_t kNarrowE4M3MaxRows = 1;
+// The amx_bf16 kernels take products with BF16 weights of at least this
+// many rows with bf16 activations, and of kAmxMinRowsSplit with activations
+// split into parts (f32, f16); products with fp8 weights of at least
+// kAmxMinRowsFp8 rows, where two row groups share each tile's widening. A
+// tile multiplies 16 rows whatever the count (the padding's products are
+// discarded), so its cost is that of 16 rows; below these counts the
+// avx512_bf16 kernels were as fast or faster (matmul_benchmark's storage
+// table on a Xeon with AMX, BENCHMARKS.md).
+inline constexpr int64_t kAmxMinRows = 8;
+inline constexpr int64_t kAmxMinRowsSplit = 16;
+inline constexpr int64_t kAmxMinRowsFp8 = 17;
 
 // Kernel families (see the file comment); BestProductIsa is the last one
 // this CPU runs.
-enum class ProductIsa { kReference, kAvx2, kAvx512, kAvx512Bf16 };
+enum class ProductIsa { kReference, kAvx2, kAvx512, kAvx512Bf16, kAmxBf16 };
 absl::string_view ProductIsaName(ProductIsa isa);
 // Built in and run by this CPU.
 bool ProductIsaSupported(ProductIsa isa);

@@ -72,11 +72,33 @@ struct NarrowKernelTable {
   ProductFn widened[casting::kNumElementTypes];
 };
 
+// The AMX kernels (storage_product_amx.cc): the narrow kernels' products
+// on AMX tiles, from activation planes split as NarrowKernelTable::split
+// writes them for a BF16 weight (every column in order, whatever the
+// weight's element type), which `pack` rearranges once per product into
+// the tiles' layout; every `product` of that product reads it. They take
+// weights without scales, or with one scale per tensor or per row (a grid
+// with a single column block).
+struct AmxKernelTable {
+  const char* name;
+  // The bytes `pack` writes.
+  int64_t (*packed_bytes)(int64_t rows, int parts, int64_t in_features);
+  void (*pack)(const uint16_t* planes, int parts, int64_t rows,
+               int64_t in_features, uint16_t* packed);
+  // As NarrowProductFn, reading packed activations; null for element
+  // types that are not exact in bf16.
+  NarrowProductFn product[casting::kNumElementTypes];
+};
+
 const ProductKernelTable& ReferenceProductKernels();
 // Null when the build has no such kernels. The CPU check is the caller's.
 const ProductKernelTable* Avx2ProductKernels();
 const ProductKernelTable* Avx512ProductKernels();
 const NarrowKernelTable* Avx512Bf16ProductKernels();
+const AmxKernelTable* AmxProductKernels();
+// The CPU has AMX tiles with bf16 products and Linux let this process use
+// them (asked once, on the first call).
+bool AmxUsable();
 
 }  // namespace castserve::models::internal
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,9 @@ EncodedWeight Encode(const at::Tensor& w, StorageFormat format) {
 // Every kernel family this CPU runs, the forced fallbacks included.
 std::vector<ProductIsa> SupportedIsas() {
   std::vector<ProductIsa> isas;
-  for (ProductIsa isa : {ProductIsa::kReference, ProductIsa::kAvx2,
-                         ProductIsa::kAvx512, ProductIsa::kAvx512Bf16}) {
+  for (ProductIsa isa :
+       {ProductIsa::kReference, ProductIsa::kAvx2, ProductIsa::kAvx512,
+        ProductIsa::kAvx512Bf16, ProductIsa::kAmxBf16}) {
     if (ProductIsaSupported(isa)) isas.push_back(isa);
   }
   return isas;
@@ -91,9 +93,13 @@ void ExpectNearReference(const at::Tensor& y, const at::Tensor& x,
 
 TEST(StorageProductTest, MatchesDecodeThenMatmulOverShapesFormatsAndIsas) {
   at::manual_seed(5);
-  const std::vector<int64_t> row_counts = {1, 2, 3, 4, 5, 7, 8, 13, 16};
+  // Up to 2 x 16 + 1 rows (the AMX kernels' row groups); shapes with
+  // partial and whole tiles of 16 features x 32 columns.
+  const std::vector<int64_t> row_counts = {1, 2,  3,  4,  5,  7,
+                                           8, 13, 16, 17, 32, 33};
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 1}, {7, 15}, {9, 17}, {37, 33}, {16, 64}, {11, 100}, {13, 200}};
+      {1, 1},    {7, 15},   {9, 17},  {37, 33}, {16, 64},
+      {11, 100}, {13, 200}, {64, 96}, {48, 65}};
   for (ProductIsa isa : SupportedIsas()) {
     for (StorageFormat format : casting::AllStorageFormats()) {
       for (auto [out, in] : shapes) {
@@ -118,32 +124,82 @@ TEST(StorageProductTest, MatchesDecodeThenMatmulOverShapesFormatsAndIsas) {
 }
 
 // Every code of each fp8 type, alone in its row of zeros (once where the
-// vector loop reads it, once in the scalar tail), times ones: the output is
-// the decoded code exactly, NaN and infinity included.
+// vector loop reads it, once in the scalar tail), times ones (one row, and
+// 17 for the AMX tiles): the output is the decoded code exactly, NaN and
+// infinity included.
 TEST(StorageProductTest, Fp8SpecialValuesDecodeExactly) {
   constexpr int64_t kIn = 40;  // 2 full AVX-512 vectors + a tail of 8.
   for (ProductIsa isa : SupportedIsas()) {
     for (ElementType type : {ElementType::kF8E4M3FN, ElementType::kF8E5M2}) {
       for (int64_t column : {int64_t{3}, kIn - 1}) {
-        at::Tensor bytes = at::zeros({256, kIn}, at::kByte);
-        for (int code = 0; code < 256; ++code) bytes[code][column] = code;
-        casting::StorageView view;
-        view.data = bytes.data_ptr<uint8_t>();
-        view.format = StorageFormat::Plain(type);
-        view.rows = 256;
-        view.cols = kIn;
-        absl::StatusOr<at::Tensor> y = StorageProduct(
-            at::ones({1, kIn}), view, at::Tensor(), std::nullopt, isa);
-        ASSERT_TRUE(y.ok()) << y.status();
-        for (int code = 0; code < 256; ++code) {
-          const float expected = casting::ElementBitsToF32(type, code);
-          const float got = (*y)[0][code].item<float>();
-          if (std::isnan(expected)) {
-            EXPECT_TRUE(std::isnan(got)) << code;
-          } else {
-            EXPECT_EQ(got, expected)
-                << IsaName(isa) << " code " << code << " column " << column;
+        for (int64_t rows : {1, 17}) {
+          at::Tensor bytes = at::zeros({256, kIn}, at::kByte);
+          for (int code = 0; code < 256; ++code) bytes[code][column] = code;
+          casting::StorageView view;
+          view.data = bytes.data_ptr<uint8_t>();
+          view.format = StorageFormat::Plain(type);
+          view.rows = 256;
+          view.cols = kIn;
+          absl::StatusOr<at::Tensor> y = StorageProduct(
+              at::ones({rows, kIn}), view, at::Tensor(), std::nullopt, isa);
+          ASSERT_TRUE(y.ok()) << y.status();
+          for (int code = 0; code < 256; ++code) {
+            const float expected = casting::ElementBitsToF32(type, code);
+            const float got = (*y)[rows - 1][code].item<float>();
+            if (std::isnan(expected)) {
+              EXPECT_TRUE(std::isnan(got)) << code;
+            } else {
+              EXPECT_EQ(got, expected)
+                  << IsaName(isa) << " code " << code << " column " << column
+                  << " rows " << rows;
+            }
           }
+        }
+      }
+    }
+  }
+}
+
+// f32 activations that bf16 does not hold exactly are split into bf16
+// parts, some of them zero; a stored infinity times such a part would be
+// NaN. The product is the reference's: infinite where an infinite weight
+// meets a nonzero activation, NaN where it meets a zero one.
+TEST(StorageProductTest, AnInfiniteWeightGivesTheReferencesInfinity) {
+  constexpr int64_t kOut = 40, kIn = 70;
+  for (StorageFormat format : {StorageFormat::Plain(ElementType::kBF16),
+                               StorageFormat::Plain(ElementType::kF8E5M2)}) {
+    at::Tensor w = at::full({kOut, kIn}, 0.25);
+    w[3][5] = std::numeric_limits<float>::infinity();
+    w[35][64] = -std::numeric_limits<float>::infinity();
+    const EncodedWeight e = Encode(w, format);
+    for (int64_t rows : {2, 4, 20}) {
+      // 1 + 2^-10 + 2^-20: three bf16 parts, the last two small.
+      at::Tensor x = at::full({rows, kIn}, 1.0 + 1.0 / 1024 + 1.0 / 1048576);
+      // The first row meets the infinity with 1 (its last two parts zero),
+      // the last row with 0.
+      x[0][5] = 1.0;
+      x[rows - 1][5] = 0.0;
+      const at::Tensor reference = at::matmul(x, e.decoded.t());
+      for (ProductIsa isa : SupportedIsas()) {
+        absl::StatusOr<at::Tensor> y =
+            StorageProduct(x, e.view, at::Tensor(), std::nullopt, isa);
+        ASSERT_TRUE(y.ok()) << y.status();
+        const std::string what =
+            IsaName(isa) + " " + format.ToString() + " " + std::to_string(rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          EXPECT_EQ(std::isnan((*y)[r][3].item<float>()), r == rows - 1)
+              << what << " row " << r;
+          if (r < rows - 1) {
+            EXPECT_EQ((*y)[r][3].item<float>(),
+                      std::numeric_limits<float>::infinity())
+                << what;
+          }
+          EXPECT_EQ((*y)[r][35].item<float>(),
+                    -std::numeric_limits<float>::infinity())
+              << what;
+          EXPECT_NEAR((*y)[r][0].item<float>(), reference[r][0].item<float>(),
+                      1e-4)
+              << what;
         }
       }
     }
@@ -214,7 +270,7 @@ TEST(StorageProductTest, ReducedPrecisionActivationsOverIsas) {
         StorageFormat{ElementType::kF8E5M2, Scaling::kPerTensor}}) {
     const EncodedWeight e = Encode(w, format);
     for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
-      for (int64_t rows : {1, 2, 5, 16}) {
+      for (int64_t rows : {1, 2, 5, 16, 30}) {
         const at::Tensor x = at::randn({rows, 200}).to(dtype);
         for (ProductIsa isa : SupportedIsas()) {
           absl::StatusOr<at::Tensor> y =
