@@ -130,6 +130,9 @@ compile() {
     *_avx512bf16.cc)  # As models/kernels/BUILD compiles it.
       flags+=" -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mavx512vbmi -mavx2"
       flags+=" -mf16c -mfma $SANITIZE" ;;
+    *_amx.cc)  # As models/kernels/BUILD compiles it.
+      flags+=" -mamx-tile -mamx-bf16 -mavx512f -mavx512bw -mavx512vl"
+      flags+=" -mavx512bf16 -mavx2 -mf16c -mfma $SANITIZE" ;;
     */fuzz/*_fuzzer.cc) flags+=" -fsanitize=fuzzer $SANITIZE" ;;
     *) flags+=" -fsanitize=fuzzer-no-link $SANITIZE" ;;
   esac

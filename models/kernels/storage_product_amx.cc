@@ -23,6 +23,7 @@
 // AMX flushes bf16 subnormal inputs to zero: a weight or activation part
 // below 2^-126 in magnitude counts as 0, far inside the products' rounding
 // bound (1e-5 of the sum of magnitudes; the tests' bound).
+#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -367,9 +368,14 @@ bool RequestTileData() {
 }  // namespace
 
 bool AmxUsable() {
-  static const bool usable = __builtin_cpu_supports("amx-tile") &&
-                             __builtin_cpu_supports("amx-bf16") &&
-                             RequestTileData();
+  // CPUID leaf 7: EDX bit 22 is AMX-BF16, bit 24 AMX-TILE (clang 14's
+  // __builtin_cpu_supports knows neither).
+  static const bool usable = [] {
+    unsigned int eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const unsigned int amx = (1u << 22) | (1u << 24);
+    return (edx & amx) == amx && RequestTileData();
+  }();
   return usable;
 }
 
