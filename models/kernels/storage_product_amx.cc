@@ -147,27 +147,21 @@ const Fp8Table& TableFor(ElementType type) {
   return tables[type == ElementType::kF8E4M3FN ? 0 : 1];
 }
 
-// Writes 16 weight rows' columns [c0, c0 + n) (n <= 32) as one A tile of
-// bf16 into `tile` (16 rows of 32, zero-padded), for rows f0 .. f0 +
-// features - 1.
+// Writes n <= 32 weight values from `src` as the bf16 row of an A tile
+// (32 values, zero-padded) at `dst`.
 template <ElementType kW>
 struct ALoader;
+
+inline __mmask32 FirstN(int64_t n) {
+  return static_cast<__mmask32>(n >= 32 ? ~uint32_t{0}
+                                        : (uint32_t{1} << n) - 1);
+}
 
 template <>
 struct ALoader<ElementType::kBF16> {
   explicit ALoader(ElementType) {}
-  void Fill(const KernelWeight& w, int64_t f0, int64_t features, int64_t c0,
-            int64_t n, uint16_t* tile) const {
-    const __mmask32 mask =
-        static_cast<__mmask32>(n >= 32 ? ~uint32_t{0} : (uint32_t{1} << n) - 1);
-    for (int64_t f = 0; f < kTileFeatures; ++f) {
-      __m512i v = _mm512_setzero_si512();
-      if (f < features) {
-        v = _mm512_maskz_loadu_epi16(
-            mask, w.data + ((f0 + f) * w.in_features + c0) * 2);
-      }
-      _mm512_store_si512(tile + f * 32, v);
-    }
+  void Row(const uint8_t* src, int64_t n, uint16_t* dst) const {
+    _mm512_store_si512(dst, _mm512_maskz_loadu_epi16(FirstN(n), src));
   }
 };
 
@@ -180,32 +174,21 @@ struct Fp8ALoader {
     t2 = _mm512_load_si512(t.bits + 64);
     t3 = _mm512_load_si512(t.bits + 96);
   }
-  void Fill(const KernelWeight& w, int64_t f0, int64_t features, int64_t c0,
-            int64_t n, uint16_t* tile) const {
-    const __mmask32 mask =
-        static_cast<__mmask32>(n >= 32 ? ~uint32_t{0} : (uint32_t{1} << n) - 1);
-    const __m512i magnitude = _mm512_set1_epi16(0x7F);
-    const __m512i sign = _mm512_set1_epi16(static_cast<int16_t>(0x80));
-    const __m512i upper = _mm512_set1_epi16(0x40);
-    for (int64_t f = 0; f < kTileFeatures; ++f) {
-      __m512i v = _mm512_setzero_si512();
-      if (f < features) {
-        const __m256i codes = _mm256_maskz_loadu_epi8(
-            mask, w.data + (f0 + f) * w.in_features + c0);
-        const __m512i wide = _mm512_cvtepu8_epi16(codes);
-        const __m512i m = _mm512_and_si512(wide, magnitude);
-        // Index bits 0-5 pick one of 64 entries: the low or high half of the
-        // table, chosen by bit 6.
-        const __m512i low = _mm512_permutex2var_epi16(t0, m, t1);
-        const __m512i high = _mm512_permutex2var_epi16(t2, m, t3);
-        v = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(m, upper), low,
-                                    high);
-        // Padding columns hold code 0: +0.
-        v = _mm512_or_si512(v,
-                            _mm512_slli_epi16(_mm512_and_si512(wide, sign), 8));
-      }
-      _mm512_store_si512(tile + f * 32, v);
-    }
+  void Row(const uint8_t* src, int64_t n, uint16_t* dst) const {
+    // Padding columns hold code 0: +0.
+    const __m256i codes = _mm256_maskz_loadu_epi8(FirstN(n), src);
+    const __m512i wide = _mm512_cvtepu8_epi16(codes);
+    const __m512i m = _mm512_and_si512(wide, _mm512_set1_epi16(0x7F));
+    // Index bits 0-5 pick one of 64 entries: the low or high half of the
+    // table, chosen by bit 6.
+    const __m512i low = _mm512_permutex2var_epi16(t0, m, t1);
+    const __m512i high = _mm512_permutex2var_epi16(t2, m, t3);
+    const __m512i v = _mm512_mask_blend_epi16(
+        _mm512_test_epi16_mask(m, _mm512_set1_epi16(0x40)), low, high);
+    const __m512i sign = _mm512_slli_epi16(
+        _mm512_and_si512(wide, _mm512_set1_epi16(static_cast<int16_t>(0x80))),
+        8);
+    _mm512_store_si512(dst, _mm512_or_si512(v, sign));
   }
 };
 
@@ -232,6 +215,7 @@ template <ElementType kW>
 void Block(const uint16_t* packed, int parts, int64_t rows, int64_t g0,
            const KernelWeight& w, const ALoader<kW>& loader, int64_t f0,
            int64_t f_end, float* y) {
+  constexpr int64_t kBytes = casting::ElementSizeBytes(kW);
   const int64_t k = w.in_features;
   const int64_t steps = Steps(k);
   const bool two_g = RowGroups(rows) > g0 + 1;
@@ -269,13 +253,35 @@ void Block(const uint16_t* packed, int parts, int64_t rows, int64_t g0,
   _tile_zero(3);
   for (int64_t s0 = 0; s0 < steps; s0 += kStrip) {
     const int64_t strip_steps = std::min(kStrip, steps - s0);
+    // Row by row, each row's strip of columns in one go (a few whole cache
+    // lines), and the row's next strip prefetched.
     for (int t = 0; t < tiles; ++t) {
-      for (int64_t j = 0; j < strip_steps && features[t] > 0; ++j) {
-        const int64_t s = s0 + j;
-        if (direct(t, s)) continue;
-        const int64_t c0 = s * kTileColumns;
-        loader.Fill(w, f0 + t * kTileFeatures, features[t], c0,
-                    std::min(kTileColumns, k - c0), strip[t][j]);
+      if (features[t] == 0 || direct(t, s0 + strip_steps - 1)) continue;
+      for (int64_t f = 0; f < kTileFeatures; ++f) {
+        if (f >= features[t]) {
+          for (int64_t j = 0; j < strip_steps; ++j) {
+            _mm512_store_si512(strip[t][j] + f * kTileColumns,
+                               _mm512_setzero_si512());
+          }
+          continue;
+        }
+        const uint8_t* row =
+            w.data +
+            ((f0 + t * kTileFeatures + f) * k + s0 * kTileColumns) * kBytes;
+        constexpr int64_t kStripBytes = kStrip * kTileColumns * kBytes;
+        if ((s0 + kStrip) * kTileColumns < k) {
+          for (int64_t line = 0; line < kStripBytes; line += 64) {
+            _mm_prefetch(
+                reinterpret_cast<const char*>(row + kStripBytes + line),
+                _MM_HINT_T0);
+          }
+        }
+        for (int64_t j = 0; j < strip_steps; ++j) {
+          const int64_t c0 = (s0 + j) * kTileColumns;
+          loader.Row(row + j * kTileColumns * kBytes,
+                     std::min(kTileColumns, k - c0),
+                     strip[t][j] + f * kTileColumns);
+        }
       }
     }
     for (int64_t j = 0; j < strip_steps; ++j) {
