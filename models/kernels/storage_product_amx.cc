@@ -256,7 +256,25 @@ void Block(const uint16_t* packed, int parts, int64_t rows, int64_t g0,
     // Row by row, each row's strip of columns in one go (a few whole cache
     // lines), and the row's next strip prefetched.
     for (int t = 0; t < tiles; ++t) {
-      if (features[t] == 0 || direct(t, s0 + strip_steps - 1)) continue;
+      if (features[t] == 0) continue;
+      if (direct(t, s0 + strip_steps - 1)) {
+        // Tile loads in place: the next strip of each row into the cache
+        // (64 rows at a time are more streams than the hardware prefetcher
+        // follows).
+        if ((s0 + 2 * kStrip) * kTileColumns <= k) {
+          for (int64_t f = 0; f < kTileFeatures; ++f) {
+            const uint8_t* next = w.data + ((f0 + t * kTileFeatures + f) * k +
+                                            (s0 + kStrip) * kTileColumns) *
+                                               kBytes;
+            for (int64_t line = 0; line < kStrip * kTileColumns * kBytes;
+                 line += 64) {
+              _mm_prefetch(reinterpret_cast<const char*>(next + line),
+                           _MM_HINT_T0);
+            }
+          }
+        }
+        continue;
+      }
       for (int64_t f = 0; f < kTileFeatures; ++f) {
         if (f >= features[t]) {
           for (int64_t j = 0; j < strip_steps; ++j) {
