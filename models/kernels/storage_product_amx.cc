@@ -135,11 +135,7 @@ const Fp8Table& TableFor(ElementType type) {
     const ElementType types[2] = {ElementType::kF8E4M3FN, ElementType::kF8E5M2};
     for (int i = 0; i < 2; ++i) {
       for (uint32_t m = 0; m < 128; ++m) {
-        const float value = casting::ElementBitsToF32(types[i], m);
-        uint32_t u;
-        std::memcpy(&u, &value, sizeof(u));
-        t[i].bits[m] = std::isnan(value) ? uint16_t{0x7FC0}
-                                         : static_cast<uint16_t>(u >> 16);
+        t[i].bits[m] = Fp8MagnitudeBf16(types[i], m);
       }
     }
     return t;

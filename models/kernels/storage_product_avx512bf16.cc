@@ -139,10 +139,7 @@ const Fp8Tables& TablesFor(ElementType type) {
     const ElementType types[2] = {ElementType::kF8E4M3FN, ElementType::kF8E5M2};
     for (int i = 0; i < 2; ++i) {
       for (uint32_t m = 0; m < 128; ++m) {
-        const float value = casting::ElementBitsToF32(types[i], m);
-        const uint16_t bits = std::isnan(value)
-                                  ? uint16_t{0x7FC0}
-                                  : static_cast<uint16_t>(BitsOf(value) >> 16);
+        const uint16_t bits = Fp8MagnitudeBf16(types[i], m);
         t[i].high[m] = static_cast<uint8_t>(bits >> 8);
         t[i].low[m] = static_cast<uint8_t>(bits & 0xFF);
       }

@@ -5,8 +5,11 @@
 #ifndef CASTSERVE_MODELS_KERNELS_STORAGE_PRODUCT_KERNELS_H_
 #define CASTSERVE_MODELS_KERNELS_STORAGE_PRODUCT_KERNELS_H_
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
+#include "casting/codec/codec.h"
 #include "casting/codec/storage_format.h"
 
 namespace castserve::models::internal {
@@ -89,6 +92,17 @@ struct AmxKernelTable {
   // types that are not exact in bf16.
   NarrowProductFn product[casting::kNumElementTypes];
 };
+
+// The bf16 bits of fp8 code `magnitude` (sign bit clear) of `type`: the
+// same value, exact; a quiet NaN for a NaN code. The bf16 kernels' tables.
+inline uint16_t Fp8MagnitudeBf16(casting::ElementType type,
+                                 uint32_t magnitude) {
+  const float value = casting::ElementBitsToF32(type, magnitude);
+  if (std::isnan(value)) return 0x7FC0;
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return static_cast<uint16_t>(bits >> 16);
+}
 
 const ProductKernelTable& ReferenceProductKernels();
 // Null when the build has no such kernels. The CPU check is the caller's.
