@@ -8,8 +8,11 @@
 // Layout: the product is computed transposed, C = W x^T, so that the weight
 // is the A operand and is read as stored: an A tile is 16 weight rows
 // (features) by 32 bf16 columns, loaded straight from bf16 storage with the
-// row stride of the weight; fp8 codes are first widened to the bf16 of the
-// same value (exact) into a 16 x 32 buffer. The activations are the B
+// row stride of the weight; fp8 codes (and partial tiles) are first
+// widened to the bf16 of the same value (exact) into a buffer, kStrip
+// column steps ahead of their tile loads, each row's strip in one go. The
+// rows' next strip is prefetched (64 rows at a time are more streams than
+// the hardware prefetcher follows). The activations are the B
 // operand: Pack writes each part of each group of 16 rows as tiles of 16
 // column pairs by 16 rows (the pair of columns 2i, 2i + 1 of row r at
 // [i][r]), zero-padded to whole tiles, once per product. C tiles hold 16
@@ -29,7 +32,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
