@@ -99,14 +99,14 @@ inline constexpr int64_t kNarrowE4M3MaxRows = 1;
 // The amx_bf16 kernels take products with BF16 weights of at least this
 // many rows with bf16 activations, and of kAmxMinRowsSplit with activations
 // split into parts (f32, f16); products with fp8 weights of at least
-// kAmxMinRowsFp8 rows, where two row groups share each tile's widening. A
-// tile multiplies 16 rows whatever the count (the padding's products are
+// kAmxMinRowsFp8 rows (their codes are widened to bf16 first). A tile
+// multiplies 16 rows whatever the count (the padding's products are
 // discarded), so its cost is that of 16 rows; below these counts the
 // avx512_bf16 kernels were as fast or faster (matmul_benchmark's storage
 // table on a Xeon with AMX, BENCHMARKS.md).
 inline constexpr int64_t kAmxMinRows = 8;
 inline constexpr int64_t kAmxMinRowsSplit = 16;
-inline constexpr int64_t kAmxMinRowsFp8 = 17;
+inline constexpr int64_t kAmxMinRowsFp8 = 16;
 
 // Kernel families (see the file comment); BestProductIsa is the last one
 // this CPU runs.
