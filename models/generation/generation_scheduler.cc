@@ -170,15 +170,15 @@ void GenerationScheduler::KeepUnheldBlocks(bool keep) {
 
 void GenerationScheduler::ReleaseIfAsked() {
   int64_t asked;
-  bool pending;
   {
     absl::MutexLock lock(&mu_);
     asked = releases_asked_;
-    pending = asked != releases_done_;
+    if (asked == releases_done_ &&
+        keep_unheld_.load(std::memory_order_relaxed)) {
+      return;
+    }
   }
-  if (!pending && keep_unheld_.load(std::memory_order_relaxed)) return;
   pool_->ReleaseUnheld();
-  if (!pending) return;
   absl::MutexLock lock(&mu_);
   releases_done_ = asked;
 }
@@ -204,12 +204,12 @@ void GenerationScheduler::StepLoop() {
   // The pool's blocks and every step's transients count for the model.
   casting::ScopedModelTag tag(options_.model_tag);
   while (WaitForWork()) {
-    ReleaseIfAsked();
     ReapExpired();
     GrowRunning();
     Admit();
     if (!running_.empty()) RunStep();
-    // The blocks the step's finished sequences gave back.
+    // After the step: the releases asked for, and while the pool keeps no
+    // unheld block, those the step's finished sequences gave back.
     ReleaseIfAsked();
   }
   FailAll(absl::UnavailableError("the generation scheduler stopped"));

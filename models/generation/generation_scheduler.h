@@ -186,7 +186,8 @@ class GenerationScheduler {
   // or Stop (false).
   bool WaitForWork() ABSL_LOCKS_EXCLUDED(mu_);
   // Runs the releases asked for since the last one, if any; frees the
-  // unheld blocks anyway while the pool keeps none.
+  // unheld blocks anyway while the pool keeps none. Once per loop, after
+  // the step.
   void ReleaseIfAsked() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the waiting and running sequences whose deadline passed or which
   // are cancelled.

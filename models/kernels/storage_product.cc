@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -137,13 +138,15 @@ absl::Status AmxMultiply(const internal::AmxKernelTable& amx,
   in_order.in_features = k;
   std::vector<uint16_t> planes(rows * max_parts * k);
   const int parts = narrow.split(x, rows, in_order, max_parts, planes.data());
-  std::vector<uint16_t> packed(amx.packed_bytes(rows, parts, k) / 2);
-  amx.pack(planes.data(), parts, rows, k, packed.data());
+  // Not value-initialised: pack writes every byte (its padding zeros too).
+  const std::unique_ptr<uint16_t[]> packed(
+      new uint16_t[amx.packed_bytes(rows, parts, k) / 2]);
+  amx.pack(planes.data(), parts, rows, k, packed.get());
   const internal::NarrowProductFn product =
       amx.product[static_cast<int>(w.element)];
   const internal::ProductFn exact = wide.product[static_cast<int>(w.element)];
   return RunProduct(w, mapped, [&](int64_t begin, int64_t end) {
-    product(packed.data(), parts, rows, w, begin, end, y);
+    product(packed.get(), parts, rows, w, begin, end, y);
     if (parts == 1) return;
     for (int64_t f = begin; f < end; ++f) {
       for (int64_t r = 0; r < rows; ++r) {
@@ -170,10 +173,11 @@ absl::Status Multiply(ProductIsa isa, const internal::ProductKernelTable& wide,
       isa == ProductIsa::kAvx512Bf16 || isa == ProductIsa::kAmxBf16
           ? internal::Avx512Bf16ProductKernels()
           : nullptr;
-  if (isa == ProductIsa::kAmxBf16 &&
-      AmxTakes(*internal::AmxProductKernels(), w, dtype, rows)) {
-    return AmxMultiply(*internal::AmxProductKernels(), *narrow, wide, x, dtype,
-                       rows, w, mapped, y);
+  if (isa == ProductIsa::kAmxBf16) {
+    const internal::AmxKernelTable& amx = *internal::AmxProductKernels();
+    if (AmxTakes(amx, w, dtype, rows)) {
+      return AmxMultiply(amx, *narrow, wide, x, dtype, rows, w, mapped, y);
+    }
   }
   if (narrow != nullptr && narrow->product[element] != nullptr) {
     const int max_parts = MaxPartsFor(dtype);

@@ -251,31 +251,18 @@ void Block(const uint16_t* packed, int parts, int64_t rows, int64_t g0,
   _tile_zero(3);
   for (int64_t s0 = 0; s0 < steps; s0 += kStrip) {
     const int64_t strip_steps = std::min(kStrip, steps - s0);
-    // Row by row, each row's strip of columns in one go (a few whole cache
-    // lines), and the row's next strip prefetched.
+    // Row by row: the row's next strip prefetched (64 rows at a time are
+    // more streams than the hardware prefetcher follows), then, unless its
+    // tiles load in place, its strip of columns widened in one go (a few
+    // whole cache lines).
+    constexpr int64_t kStripBytes = kStrip * kTileColumns * kBytes;
+    const bool next_strip = (s0 + kStrip) * kTileColumns < k;
     for (int t = 0; t < tiles; ++t) {
       if (features[t] == 0) continue;
-      if (direct(t, s0 + strip_steps - 1)) {
-        // Tile loads in place: the next strip of each row into the cache
-        // (64 rows at a time are more streams than the hardware prefetcher
-        // follows).
-        if ((s0 + 2 * kStrip) * kTileColumns <= k) {
-          for (int64_t f = 0; f < kTileFeatures; ++f) {
-            const uint8_t* next = w.data + ((f0 + t * kTileFeatures + f) * k +
-                                            (s0 + kStrip) * kTileColumns) *
-                                               kBytes;
-            for (int64_t line = 0; line < kStrip * kTileColumns * kBytes;
-                 line += 64) {
-              _mm_prefetch(reinterpret_cast<const char*>(next + line),
-                           _MM_HINT_T0);
-            }
-          }
-        }
-        continue;
-      }
+      const bool in_place = direct(t, s0 + strip_steps - 1);
       for (int64_t f = 0; f < kTileFeatures; ++f) {
         if (f >= features[t]) {
-          for (int64_t j = 0; j < strip_steps; ++j) {
+          for (int64_t j = 0; j < strip_steps && !in_place; ++j) {
             _mm512_store_si512(strip[t][j] + f * kTileColumns,
                                _mm512_setzero_si512());
           }
@@ -284,14 +271,11 @@ void Block(const uint16_t* packed, int parts, int64_t rows, int64_t g0,
         const uint8_t* row =
             w.data +
             ((f0 + t * kTileFeatures + f) * k + s0 * kTileColumns) * kBytes;
-        constexpr int64_t kStripBytes = kStrip * kTileColumns * kBytes;
-        if ((s0 + kStrip) * kTileColumns < k) {
-          for (int64_t line = 0; line < kStripBytes; line += 64) {
-            _mm_prefetch(
-                reinterpret_cast<const char*>(row + kStripBytes + line),
-                _MM_HINT_T0);
-          }
+        for (int64_t line = 0; next_strip && line < kStripBytes; line += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(row + kStripBytes + line),
+                       _MM_HINT_T0);
         }
+        if (in_place) continue;
         for (int64_t j = 0; j < strip_steps; ++j) {
           const int64_t c0 = (s0 + j) * kTileColumns;
           loader.Row(row + j * kTileColumns * kBytes,

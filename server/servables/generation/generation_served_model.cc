@@ -98,8 +98,9 @@ class GenerationServedModel::Impl final : public ServedModel {
   absl::Status MoveTo(casting::WeightTier tier,
                       std::shared_ptr<const void>* released) override {
     absl::Status moved = tier_.MoveTo(tier, released);
-    if (moved.ok())
+    if (moved.ok()) {
       engine_->KeepUnheldBlocks(tier != casting::WeightTier::kCool);
+    }
     return moved;
   }
   PromotionTiming last_promotion() const override {
