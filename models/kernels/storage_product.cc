@@ -113,7 +113,10 @@ bool AmxTakes(const internal::AmxKernelTable& amx,
       casting::IsFp8(w.element)
           ? kAmxMinRowsFp8
           : (MaxPartsFor(dtype) == 1 ? kAmxMinRows : kAmxMinRowsSplit);
-  return rows >= min_rows &&
+  // Pack gathers with 32-bit offsets of up to 15 rows x 3 parts x
+  // in_features bf16 values: wider weights take the avx512_bf16 kernels.
+  constexpr int64_t kMaxInFeatures = int64_t{1} << 24;
+  return rows >= min_rows && w.in_features <= kMaxInFeatures &&
          amx.product[static_cast<int>(w.element)] != nullptr &&
          (w.scales.data == nullptr || w.scales.block_cols >= w.in_features);
 }
